@@ -29,6 +29,7 @@ import json
 import math
 import os
 import random
+import resource
 import subprocess
 import sys
 import threading
@@ -50,7 +51,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 # -----------------------------
 # CONFIG
 # -----------------------------
-
 
 class ConfigError(ValueError):
     """A bad environment variable; the message names it, its value and what was expected."""
@@ -119,13 +119,8 @@ class Hyperparameters:
     pipeline_trace: str = ""  # directory for per-rank Chrome/Perfetto trace JSON; empty = off
     pipeline_trace_steps: int = 50
 
-    @property
-    def train_files(self) -> str:
-        return os.path.join(self.data_path, "fineweb_train_*.bin")
-
-    @property
-    def val_files(self) -> str:
-        return os.path.join(self.data_path, "fineweb_val_*.bin")
+    train_files = property(lambda self: os.path.join(self.data_path, "fineweb_train_*.bin"))
+    val_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_*.bin"))
 
     @classmethod
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
@@ -225,7 +220,6 @@ def grad_accum_steps_for(world_size: int) -> int:
 # MUON OPTIMIZER
 # -----------------------------
 
-
 def zeropower_via_newtonschulz5(G: Tensor, steps: int = 10, eps: float = 1e-7) -> Tensor:
     # Quintic Newton-Schulz iteration that pushes the singular values of G towards 1, in bf16.
     a, b, c = (3.4445, -4.7750, 2.0315)
@@ -298,7 +292,6 @@ def lr_multiplier(step: int, elapsed_ms: float, iterations: int, warmdown_iters:
 # -----------------------------
 # BITS PER BYTE
 # -----------------------------
-
 
 class ByteLuts(NamedTuple):
     base_bytes: np.ndarray  # UTF-8 bytes of the piece without its leading "▁" (byte tokens: 1)
@@ -464,10 +457,7 @@ def read_shard_header(path: str | Path) -> int:
 def load_data_shard(path: str | Path, vocab_size: int | None = None) -> np.ndarray:
     """A shard's tokens as uint16, with every id checked against the vocabulary."""
     num_tokens = read_shard_header(path)
-    try:
-        tokens = np.fromfile(path, dtype="<u2", count=num_tokens, offset=HEADER_BYTES)
-    except OSError as e:
-        raise DataError(f"{path}: cannot read tokens ({e.strerror or e})") from e
+    tokens = np.fromfile(path, dtype="<u2", count=num_tokens, offset=HEADER_BYTES)
     if tokens.size != num_tokens:
         raise DataError(f"{path}: truncated: read {tokens.size} of {num_tokens} tokens")
     if vocab_size is not None and num_tokens and int(tokens.max()) >= vocab_size:
@@ -514,9 +504,6 @@ class TokenStream:
         self.file_idx, self.pos = position
         self.tokens = load(self.file_idx)
 
-    def position(self) -> tuple[int, int]:
-        return self.file_idx, self.pos
-
     def consume(self, n: int, out: np.ndarray | None = None) -> None:
         """Advance n tokens, copying them into `out` when given (the baseline's take())."""
         done = 0
@@ -539,7 +526,15 @@ class TokenStream:
         self.consume((world_size - rank - 1) * span)
 
 
-class DistributedTokenLoader:
+class _ClosedOnExit:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class DistributedTokenLoader(_ClosedOnExit):
     """The baseline's synchronous loader: every rank walks the shared stream and keeps its own span."""
 
     def __init__(self, pattern: str, rank: int, world_size: int, device, *, vocab_size: int | None = None):
@@ -558,17 +553,10 @@ class DistributedTokenLoader:
     def close(self) -> None:
         pass
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
 
 # -----------------------------
 # DATA: BACKGROUND STAGING AND THE PREFETCHING LOADER
 # -----------------------------
-
 
 class WorkerError(RuntimeError):
     """A background loader thread failed; the original exception, with its traceback, is the cause."""
@@ -609,20 +597,19 @@ class _Handoff:
                     raise WorkerError(f"{producer.name} thread exited without handing over a batch")
                 self.cond.wait(timeout=1.0)
 
-    def _set(self, **flags) -> None:
+    def _set(self, name: str, value) -> None:
         with self.cond:
-            for name, value in flags.items():
-                setattr(self, name, value)
+            setattr(self, name, value)
             self.cond.notify_all()
 
-    def close(self) -> None:
-        self._set(closed=True)
+    def close(self) -> None:  # wakes both sides
+        self._set("closed", True)
 
-    def finish(self) -> None:
-        self._set(exhausted=True)
+    def finish(self) -> None:  # the producer has nothing more
+        self._set("exhausted", True)
 
     def fail(self, error: BaseException) -> None:
-        self._set(error=error)
+        self._set("error", error)
 
 
 class DeviceTokens(NamedTuple):
@@ -728,7 +715,7 @@ class _ShardReadAhead:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-class PrefetchingDistributedTokenLoader:
+class PrefetchingDistributedTokenLoader(_ClosedOnExit):
     """DistributedTokenLoader's batches, made ahead: a worker thread slices this rank's span of the
     shared stream into staging buffers (the next shard read ahead by a second thread), and
     next_batch issues batch k+1's copy before returning batch k so that it overlaps k's compute.
@@ -769,7 +756,7 @@ class PrefetchingDistributedTokenLoader:
             nonlocal stream
             stream = stream or TokenStream(self.files, self.reader.load, position)
             stream.take_rank_span(span, self.rank, self.world_size, out)
-            return span, stream.position()
+            return span, (stream.file_idx, stream.pos)  # where the stream resumes after this batch
 
         self.pipe = StagingPipeline(fill, span, self.device, depth=self.queue_depth, copy_stream=self.copy_stream,
                                     name="train_prefetch", tracer=self.tracer)
@@ -784,17 +771,10 @@ class PrefetchingDistributedTokenLoader:
         self._stop()
         self.reader.close()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
 
 # -----------------------------
 # DATA: THE VALIDATION SPLIT
 # -----------------------------
-
 
 class ValidationSet:
     """The fixed validation tokens, this rank's batches of them, and the exact target token and byte
@@ -860,20 +840,6 @@ def _null_phase(*args) -> contextlib.nullcontext:
     return _NULL
 
 
-class _Span:
-    __slots__ = ("tracer", "name", "start")
-
-    def __init__(self, tracer: Tracer, name: str):
-        self.tracer, self.name = tracer, name
-
-    def __enter__(self):
-        self.start = time.perf_counter_ns()
-        return self
-
-    def __exit__(self, *exc):
-        self.tracer.record(self.name, self.start, time.perf_counter_ns())
-
-
 class Tracer:
     """PIPELINE_TRACE: Chrome trace-event JSON (opens in Perfetto). The rank is the process and each
     thread its own lane; spans are recorded only while `active`, so the file stays bounded."""
@@ -886,11 +852,16 @@ class Tracer:
         self.origin = time.perf_counter_ns()
 
     def span(self, name: str):
-        return _Span(self, name) if self.active else _NULL
+        return self._span(name) if self.active else _NULL
 
-    def record(self, name: str, start_ns: int, end_ns: int) -> None:
-        if len(self.events) < self.MAX_EVENTS:  # list.append is atomic: worker threads record too
-            self.events.append((name, threading.current_thread().name, start_ns, end_ns))
+    @contextlib.contextmanager
+    def _span(self, name: str):
+        start = time.perf_counter_ns()
+        try:
+            yield
+        finally:
+            if len(self.events) < self.MAX_EVENTS:  # list.append is atomic: worker threads record too
+                self.events.append((name, threading.current_thread().name, start, time.perf_counter_ns()))
 
     def save(self) -> None:
         if self.path is None:
@@ -933,7 +904,7 @@ class Probe:
         self.timed = self.enabled and (step <= 10 or step % self.every == 0)
         self.marks = {name: [] for name in ("step",) + self.PHASES} if self.timed else {}
         self.step_span = self.tracer.span("step")
-        self.step_span.__enter__()
+        self.step_span.__enter__()  # spans the whole step, closed by end_step
         self.step_start = self._mark() if self.timed else None
 
     def end_step(self) -> None:
@@ -942,7 +913,20 @@ class Probe:
         self.step_span.__exit__(None, None, None)
 
     def phase(self, name: str, stream=None):
-        return _Phase(self, name, stream) if self.enabled or self.tracer.active else _NULL
+        return self._phase(name, stream) if self.enabled or self.tracer.active else _NULL
+
+    @contextlib.contextmanager
+    def _phase(self, name: str, stream):
+        host = name == "data_wait"  # blocked host time; the other phases are GPU work on `stream`
+        start = self._mark(stream, host) if self.timed or (host and self.enabled) else None
+        with self.tracer.span(name):
+            yield
+        if start is not None:
+            end = self._mark(stream, host)
+            if host:
+                self.data_wait_total_ms += 1000.0 * (end - start)
+            if self.timed:
+                self.marks[name].append((start, end))
 
     def report(self, step: int) -> str | None:
         """The step's breakdown line (call after the step's loss has been read)."""
@@ -959,34 +943,9 @@ class Probe:
         return f"timing_breakdown step:{step} " + " ".join(f"{name}_ms:{fields[name]:.2f}" for name in self.PHASES + ("step",))
 
 
-class _Phase:
-    __slots__ = ("probe", "name", "stream", "span", "start")
-
-    def __init__(self, probe: Probe, name: str, stream):
-        self.probe, self.name, self.stream = probe, name, stream
-
-    def __enter__(self):
-        self.span = self.probe.tracer.span(self.name)
-        self.span.__enter__()
-        probe, host = self.probe, self.name == "data_wait"
-        self.start = probe._mark(self.stream, host) if probe.timed or (host and probe.enabled) else None
-        return self
-
-    def __exit__(self, *exc):
-        probe = self.probe
-        if self.start is not None:
-            end = probe._mark(self.stream, host=self.name == "data_wait")
-            if self.name == "data_wait":
-                probe.data_wait_total_ms += 1000.0 * (end - self.start)
-            if probe.timed:
-                probe.marks[self.name].append((self.start, end))
-        self.span.__exit__(*exc)
-
-
 # -----------------------------
 # TRANSFORMER MODEL
 # -----------------------------
-
 
 class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
@@ -1186,7 +1145,6 @@ def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim
 # EVALUATION
 # -----------------------------
 
-
 @dataclasses.dataclass(frozen=True)
 class Runtime:
     rank: int
@@ -1208,13 +1166,6 @@ class Runtime:
             torch.cuda.synchronize(self.device)
 
 
-def device_target_bytes(x: Tensor, y: Tensor, luts: tuple[Tensor, Tensor, Tensor]) -> Tensor:
-    """VAL_BYTECOUNT_DEVICE=cuda: the baseline's per-batch byte count with lookup tables on the device."""
-    base_bytes, has_leading_space, is_boundary = luts
-    prev, tgt = x.reshape(-1), y.reshape(-1)
-    return (base_bytes[tgt] + (has_leading_space[tgt] & ~is_boundary[prev]).to(torch.int64)).sum()
-
-
 def eval_val(cfg: Hyperparameters, rt: Runtime, model: nn.Module, val: ValidationSet, tracer: Tracer,
              log0: Callable, device_luts=None) -> tuple[float, float]:
     """val_loss in nats per token and val_bpb. Per-token losses are summed in float64, so the result
@@ -1229,8 +1180,10 @@ def eval_val(cfg: Hyperparameters, rt: Runtime, model: nn.Module, val: Validatio
             x, y = tokens[:-1].view(-1, val.seq_len), tokens[1:].view(-1, val.seq_len)
             with tracer.span("val_forward"), rt.autocast():
                 loss_sum += model(x, y, reduction="none").to(torch.float64).sum()
-            if byte_sum is not None:
-                byte_sum += device_target_bytes(x, y, device_luts)
+            if byte_sum is not None:  # VAL_BYTECOUNT_DEVICE=cuda: the baseline's per-batch lookup on the device
+                base_bytes, has_leading_space, is_boundary = device_luts
+                prev, tgt = x.reshape(-1), y.reshape(-1)
+                byte_sum += (base_bytes[tgt] + (has_leading_space[tgt] & ~is_boundary[prev]).to(torch.int64)).sum()
             if cfg.val_progress_log_every and i % cfg.val_progress_log_every == 0:
                 log0(f"val_progress:{i}/{len(val.spans)} elapsed:{1000.0 * (time.perf_counter() - t0):.0f}ms")
     model.train()
@@ -1247,7 +1200,6 @@ def eval_val(cfg: Hyperparameters, rt: Runtime, model: nn.Module, val: Validatio
 # MAIN
 # -----------------------------
 
-
 def init_runtime(world_size: int) -> Runtime:
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
@@ -1259,10 +1211,7 @@ def init_runtime(world_size: int) -> Runtime:
     else:
         device = torch.device("cpu")
     if distributed:
-        if device.type == "cuda":
-            dist.init_process_group(backend="nccl", device_id=device)
-        else:
-            dist.init_process_group(backend="gloo")
+        dist.init_process_group(**(dict(backend="nccl", device_id=device) if device.type == "cuda" else dict(backend="gloo")))
     return Runtime(rank, local_rank, world_size, grad_accum_steps_for(world_size), device, distributed)
 
 
@@ -1299,12 +1248,8 @@ def main() -> None:
         dist.broadcast_object_list(shared, src=0)
         cfg = dataclasses.replace(cfg, run_id=shared[0])
     log0 = make_logger(rt, cfg.run_id)
-    log0(code, console=False)
-    log0("=" * 100, console=False)
-    log0(f"Running Python {sys.version}", console=False)
-    log0(f"Running PyTorch {torch.__version__}", console=False)
-    log0(nvidia_smi(), console=False)
-    log0("=" * 100, console=False)
+    for header in (code, "=" * 100, f"Running Python {sys.version}", f"Running PyTorch {torch.__version__}", nvidia_smi(), "=" * 100):
+        log0(header, console=False)  # the log alone says exactly what ran, and where
     log0(f"hyperparameters:{json.dumps(dataclasses.asdict(cfg), sort_keys=True)}")
     tracer = Tracer(Path(cfg.pipeline_trace) / f"{cfg.run_id}_rank{rt.rank}.json" if cfg.pipeline_trace else None, rt.rank)
     tracer.active = False  # from the first timed step on
@@ -1502,13 +1447,10 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
         log0(f"timing_summary data_wait_total_ms:{probe.data_wait_total_ms:.2f} train_time_ms:{training_time_ms:.0f} "
              f"data_wait_share:{100.0 * probe.data_wait_total_ms / max(training_time_ms, 1e-9):.3f}%")
     if rt.cuda:
-        log0(f"peak memory allocated: {torch.cuda.max_memory_allocated() // 1024 // 1024} MiB "
-             f"reserved: {torch.cuda.max_memory_reserved() // 1024 // 1024} MiB")
-    else:
-        import resource
-
-        peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-        log0(f"peak memory allocated: {peak_mib} MiB reserved: {peak_mib} MiB")
+        allocated, reserved = torch.cuda.max_memory_allocated() >> 20, torch.cuda.max_memory_reserved() >> 20
+    else:  # the process's peak resident memory
+        allocated = reserved = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+    log0(f"peak memory allocated: {allocated} MiB reserved: {reserved} MiB")
 
     # -----------------------------
     # SERIALIZATION AND INT8+ZLIB ROUND TRIP

@@ -1,0 +1,287 @@
+"""End to end: real train_gpt.py runs under torchrun (gloo, CPU) on the tiny offline dataset."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TINY_ENV, run_train
+
+FORMATS = {  # the baseline's lines, byte for byte (people grep them)
+    "train": r"step:\d+/\d+ train_loss:\d+\.\d{4} train_time:\d+ms step_avg:\d+\.\d{2}ms",
+    "val": r"step:\d+/\d+ val_loss:\d+\.\d{4} val_bpb:\d+\.\d{4} train_time:\d+ms step_avg:\d+\.\d{2}ms",
+    "peak": r"peak memory allocated: \d+ MiB reserved: \d+ MiB",
+    "serialized": r"Serialized model int8\+zlib: \d+ bytes \(payload:\d+ raw_torch:\d+ payload_ratio:\d+\.\d{2}x\)",
+    "total": r"Total submission size int8\+zlib: \d+ bytes",
+    "final": r"final_int8_zlib_roundtrip val_loss:\d+\.\d{4} val_bpb:\d+\.\d{4} eval_time:\d+ms",
+    "exact": r"final_int8_zlib_roundtrip_exact val_loss:\d+\.\d{8} val_bpb:\d+\.\d{8}",
+    "val_loader": r"val_loader:shards pattern=\S+fineweb_val_\*\.bin tokens:\d+ bytes:\d+",
+    "train_loader": r"train_loader:dataset:\S+ train_shards:\d+",
+}
+
+
+def losses(run) -> list[float]:
+    return [float(re.search(r"train_loss:(\S+)", line).group(1)) for line in run.lines("step:") if "train_loss" in line]
+
+
+def exact(run) -> tuple[float, float]:
+    (line,) = run.lines("final_int8_zlib_roundtrip_exact")
+    return tuple(float(v) for v in re.findall(r":(\d+\.\d+)", line))
+
+
+def test_log_lines_match_the_baseline_formats(tiny_run):
+    out = tiny_run.stdout.splitlines()
+    for name, pattern in FORMATS.items():
+        assert any(re.fullmatch(pattern, line) for line in out), f"no {name} line matching {pattern}"
+    steps = [int(re.match(r"step:(\d+)/", line).group(1)) for line in tiny_run.lines("step:") if "train_loss" in line]
+    assert steps == list(range(1, int(TINY_ENV["ITERATIONS"]) + 1))
+    val_steps = [int(re.match(r"step:(\d+)/", line).group(1)) for line in tiny_run.lines("step:") if "val_loss" in line]
+    assert val_steps == [0, 3, 6]
+    assert out[-1].startswith("final_int8_zlib_roundtrip_exact ")
+
+
+def test_rank0_log_embeds_the_source_then_every_console_line(tiny_run):
+    log = tiny_run.log_path.read_text(encoding="utf-8")
+    source = (REPO / "train_gpt.py").read_text(encoding="utf-8")
+    assert log.startswith(source + "\n" + "=" * 100 + "\n")
+    header = log[len(source) + 102 :]
+    assert header.startswith("Running Python ") and "Running PyTorch " in header
+    assert "nvidia-smi" in header or "NVIDIA-SMI" in header
+    for line in tiny_run.lines("step:") + tiny_run.lines("final_int8"):
+        assert line in log
+    assert f"Code size: {len(source.encode())} bytes" in log
+
+
+def test_outputs_are_written_whole(tiny_run):
+    assert (tiny_run.workdir / "final_model.pt").stat().st_size > 0
+    assert (tiny_run.workdir / "final_model.int8.ptz").stat().st_size > 0
+    assert not list(tiny_run.workdir.glob("*.tmp")) and not list(tiny_run.workdir.glob(".*.tmp"))
+
+
+def test_warmup_with_restore_gives_the_same_numbers_as_no_warmup(tmp_path, tiny_dataset, tiny_run):
+    run = run_train(tmp_path / "nowarm", tiny_dataset, WARMUP_STEPS=0)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.numbers() == tiny_run.numbers()
+
+
+@pytest.mark.parametrize("toggles", [
+    {"TRAIN_PREFETCH": 0},
+    {"TRAIN_PREFETCH_QUEUE": 1, "TRAIN_COPY_STREAM": 0, "VAL_PREFETCH": 0},
+    {"TRAIN_PREFETCH_QUEUE": 5, "VAL_PREFETCH_QUEUE": 1, "VAL_COPY_STREAM": 0, "VAL_BYTECOUNT_DEVICE": "cuda"},
+], ids=["sync_loader", "queue1_no_streams_sync_val", "queue5_device_bytecount"])
+def test_pipeline_toggles_change_no_number(tmp_path, tiny_dataset, tiny_run, toggles):
+    run = run_train(tmp_path / "toggled", tiny_dataset, **toggles)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.numbers() == tiny_run.numbers()
+
+
+@pytest.mark.parametrize("nproc", [0, 1, 4])
+def test_world_sizes_agree(tmp_path, tiny_dataset, tiny_run, nproc):
+    """grad_accum_steps = 8 // WORLD_SIZE keeps the math; only float summation order differs."""
+    run = run_train(tmp_path / f"ws{nproc}", tiny_dataset, nproc=nproc)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.lines("world_size:") == [f"world_size:{max(nproc, 1)} grad_accum_steps:{8 // max(nproc, 1)}"]
+    assert run.lines("val_loader:") == tiny_run.lines("val_loader:")
+    assert losses(run)[0] == losses(tiny_run)[0]  # before any update: the same tokens, the same mean
+    assert losses(run) == pytest.approx(losses(tiny_run), abs=2e-3)
+    assert exact(run) == pytest.approx(exact(tiny_run), abs=1e-3)
+
+
+@pytest.mark.parametrize("nproc", [1, 4])
+def test_validation_agrees_across_world_sizes_to_1e_5(tmp_path, tiny_dataset, tiny_run, nproc):
+    """The same (untrained) weights evaluated on 1, 2 or 4 ranks: only the batching differs."""
+    runs = [run_train(tmp_path / f"eval{n}", tiny_dataset, nproc=n, ITERATIONS=0, WARMUP_STEPS=0) for n in (2, nproc)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-3000:]
+    assert exact(runs[1]) == pytest.approx(exact(runs[0]), abs=1e-5)
+
+
+def test_corrupt_train_shard_fails_naming_it(tmp_path, tiny_dataset):
+    dataset = copy_dataset(tiny_dataset, tmp_path)
+    bad = sorted(dataset.dataset_dir.glob("fineweb_train_*.bin"))[-1]
+    with open(bad, "r+b") as f:
+        f.write((123).to_bytes(4, "little"))
+    run = run_train(tmp_path / "run", dataset)
+    assert run.returncode != 0
+    assert f"error: {bad}: bad magic 123" in run.stderr
+    assert "Traceback" not in run.stderr and not run.lines("step:")
+
+
+def test_token_out_of_range_fails_naming_the_file(tmp_path, tiny_dataset):
+    from data.shard_io import write_shard
+
+    dataset = copy_dataset(tiny_dataset, tmp_path)
+    bad = dataset.dataset_dir / "fineweb_train_000000_bad.bin"  # sorts second: loaded mid-run by the worker
+    write_shard(bad, [1, 5, 5000, 7])
+    run = run_train(tmp_path / "run", dataset, ITERATIONS=300, VAL_LOSS_EVERY=0, TRAIN_LOG_EVERY=0)
+    assert run.returncode != 0
+    assert f"{bad}: token 5000 at position 2 >= vocab 1024" in run.stderr
+
+
+def test_val_token_out_of_range_fails_at_startup(tmp_path, tiny_dataset):
+    from data.shard_io import write_shard
+
+    dataset = copy_dataset(tiny_dataset, tmp_path)
+    bad = dataset.dataset_dir / "fineweb_val_000001.bin"
+    write_shard(bad, [1, 2000])
+    run = run_train(tmp_path / "run", dataset)
+    assert run.returncode != 0 and f"error: {bad}: token 2000" in run.stderr and not run.lines("step:")
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"ITERATIONS": "abc"}, "error: ITERATIONS='abc': expected an integer"),
+    ({"TRAIN_PREFETCH": "yes"}, "error: TRAIN_PREFETCH='yes': expected 0 or 1"),
+    ({"VAL_BYTECOUNT_DEVICE": "gpu"}, "error: VAL_BYTECOUNT_DEVICE='gpu': expected one of cpu, cuda"),
+    ({"TRAIN_SEQ_LEN": "96"}, "error: TRAIN_BATCH_TOKENS=1024 with TRAIN_SEQ_LEN=96"),
+    ({"VOCAB_SIZE": "2048"}, "error: VOCAB_SIZE=2048 does not match tokenizer vocab_size=1024"),
+    ({"TOKENIZER_PATH": "/nonexistent/tok.model"}, "error: TOKENIZER_PATH=/nonexistent/tok.model: no such file"),
+    ({"DATA_PATH": "/nonexistent"}, "error: no files match /nonexistent/fineweb_train_*.bin"),
+])
+def test_bad_input_ends_the_run_with_one_message(tmp_path, tiny_dataset, env, message):
+    run = run_train(tmp_path / "run", tiny_dataset, **env)
+    assert run.returncode == 2
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(message), run.stderr[-2000:]
+
+
+def test_world_size_that_does_not_divide_8_is_refused(tmp_path, tiny_dataset):
+    run = run_train(tmp_path / "run", tiny_dataset, nproc=3)
+    assert run.returncode != 0
+    assert "error: WORLD_SIZE=3: expected a divisor of 8" in run.stderr
+
+
+def test_timing_breakdown_and_trace_change_no_number(tmp_path, tiny_dataset, tiny_run):
+    trace_dir = tmp_path / "traces"
+    run = run_train(tmp_path / "probed", tiny_dataset, TRAINING_TIMING_BREAKDOWN=1, TRAINING_TIMING_EVERY=4,
+                    PIPELINE_TRACE=trace_dir, RUN_ID="probed")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.numbers() == tiny_run.numbers()
+    steps = [int(re.search(r"step:(\d+)", line).group(1)) for line in run.lines("timing_breakdown ")]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    for line in run.lines("timing_breakdown "):
+        assert re.fullmatch(r"timing_breakdown step:\d+( \w+_ms:\d+\.\d{2}){6}", line), line
+        assert " data_wait_ms:" in line and " h2d_ms:" in line and " step_ms:" in line
+    (summary,) = run.lines("timing_summary ")
+    assert re.fullmatch(r"timing_summary data_wait_total_ms:\d+\.\d{2} train_time_ms:\d+ data_wait_share:\d+\.\d{3}%", summary)
+    assert sorted(p.name for p in trace_dir.iterdir()) == ["probed_rank0.json", "probed_rank1.json"]
+
+
+def test_breakdown_lines_come_on_the_first_10_steps_and_every_n(tmp_path, tiny_dataset):
+    run = run_train(tmp_path / "probed", tiny_dataset, TRAINING_TIMING_BREAKDOWN=1, TRAINING_TIMING_EVERY=4,
+                    ITERATIONS=17, VAL_LOSS_EVERY=0, TRAIN_LOG_EVERY=0, nproc=1)
+    assert run.returncode == 0, run.stderr[-3000:]
+    steps = [int(re.search(r"step:(\d+)", line).group(1)) for line in run.lines("timing_breakdown ")]
+    assert steps == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16]
+
+
+def test_trace_has_a_lane_per_thread_with_nested_spans(tmp_path, tiny_dataset):
+    trace_dir = tmp_path / "traces"
+    run = run_train(tmp_path / "traced", tiny_dataset, PIPELINE_TRACE=trace_dir, PIPELINE_TRACE_STEPS=4, RUN_ID="t")
+    assert run.returncode == 0, run.stderr[-3000:]
+    for rank in (0, 1):
+        trace = json.loads((trace_dir / f"t_rank{rank}.json").read_text())
+        meta = [e for e in trace["traceEvents"] if e["ph"] == "M"]
+        spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+        lanes = {e["tid"]: e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+        assert {"main", "train_prefetch", "train_shard_reader_0", "val_prefetch"} <= set(lanes.values())
+        assert {e["pid"] for e in trace["traceEvents"]} == {rank}
+        names_by_lane = {}
+        for e in spans:
+            names_by_lane.setdefault(lanes[e["tid"]], set()).add(e["name"])
+        assert {"step", "data_wait", "copy_issue", "forward", "backward", "optimizer", "validation", "val_forward"} <= names_by_lane["main"]
+        assert names_by_lane["train_prefetch"] == {"batch_fill"}
+        assert names_by_lane["train_shard_reader_0"] == {"shard_load"}
+        assert names_by_lane["val_prefetch"] == {"batch_fill"}
+        assert sum(1 for e in spans if e["name"] == "step") == 4  # bounded: PIPELINE_TRACE_STEPS
+        for tid in lanes:  # slices on one lane nest or are disjoint
+            stack = []
+            for e in sorted((e for e in spans if e["tid"] == tid), key=lambda e: (e["ts"], -e["dur"])):
+                while stack and e["ts"] >= stack[-1] - 1e-3:
+                    stack.pop()
+                assert not stack or e["ts"] + e["dur"] <= stack[-1] + 1e-3, f"{e} overlaps its parent"
+                stack.append(e["ts"] + e["dur"])
+
+
+def test_plain_python_runs_a_single_process(tmp_path, tiny_dataset, tiny_run):
+    run = run_train(tmp_path / "plain", tiny_dataset, nproc=0)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.lines("world_size:") == ["world_size:1 grad_accum_steps:8"]
+
+
+def test_a_dead_rank_ends_the_whole_job_promptly(tmp_path, tiny_dataset):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(TINY_ENV, DATA_PATH=str(tiny_dataset.dataset_dir), TOKENIZER_PATH=str(tiny_dataset.tokenizer_path),
+               ITERATIONS="100000", VAL_LOSS_EVERY="0", TRAIN_LOG_EVERY="1", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             str(REPO / "train_gpt.py")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("step:3/"):
+                break
+        workers = {pid: rank for pid, rank in child_ranks(proc.pid).items()}
+        assert sorted(workers.values()) == [0, 1]
+        victim = next(pid for pid, rank in workers.items() if rank == 1)
+        os.kill(victim, signal.SIGKILL)
+        start = time.monotonic()
+        proc.stdout.read()
+        assert proc.wait(timeout=90) != 0
+        assert time.monotonic() - start < 60
+        assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_import_has_no_side_effects(tmp_path):
+    code = (
+        "import os, sys, threading; sys.path.insert(0, sys.argv[1]); before = set(os.listdir('.'));"
+        "import train_gpt, torch.distributed as dist;"
+        "assert threading.active_count() == 1, threading.enumerate();"
+        "assert not dist.is_initialized();"
+        "assert set(os.listdir('.')) == before, set(os.listdir('.')) - before"
+    )
+    subprocess.run([sys.executable, "-c", code, str(REPO)], cwd=tmp_path, check=True, timeout=120)
+
+
+def test_script_stays_within_1500_lines():
+    assert len((REPO / "train_gpt.py").read_text(encoding="utf-8").splitlines()) <= 1500
+
+
+# -----------------------------
+# helpers
+# -----------------------------
+
+
+def copy_dataset(dataset, tmp_path: Path):
+    import shutil
+    from types import SimpleNamespace
+
+    target = tmp_path / "dataset"
+    shutil.copytree(dataset.dataset_dir, target)
+    return SimpleNamespace(dataset_dir=target, tokenizer_path=dataset.tokenizer_path, vocab_size=dataset.vocab_size)
+
+
+def child_ranks(parent: int) -> dict[int, int]:
+    """pid -> RANK of the worker processes torchrun started."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) != parent:
+                continue
+            environ = (stat.parent / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        ranks = [int(v.split(b"=", 1)[1]) for v in environ if v.startswith(b"RANK=")]
+        if ranks:
+            found[int(stat.parent.name)] = ranks[0]
+    return found

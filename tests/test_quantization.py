@@ -1,0 +1,61 @@
+"""int8+zlib: what is quantized, what is kept, and how close the round trip comes back."""
+
+from __future__ import annotations
+
+import io
+import zlib
+
+import torch
+
+import train_gpt as tg
+
+
+def state_dict():
+    g = torch.Generator().manual_seed(0)
+    return {
+        "blocks.0.attn.c_q.weight": torch.randn(300, 256, generator=g),  # 2-D, large: per-row int8
+        "big_vector": torch.randn(70_000, generator=g),  # 1-D, large: per-tensor int8
+        "tok_emb.weight": torch.randn(64, 32, generator=g).bfloat16(),  # small: fp16 passthrough
+        "blocks.0.attn_scale": torch.rand(32, generator=g),  # control tensor: fp32 passthrough
+        "step_count": torch.tensor([7], dtype=torch.int64),  # non-float: untouched
+    }
+
+
+def test_large_matrices_get_per_row_int8_with_fp16_scales():
+    obj, stats = tg.quantize_state_dict_int8(state_dict())
+    q, s = obj["quantized"]["blocks.0.attn.c_q.weight"], obj["scales"]["blocks.0.attn.c_q.weight"]
+    assert q.dtype == torch.int8 and q.shape == (300, 256) and s.dtype == torch.float16 and s.shape == (300,)
+    assert obj["qmeta"]["blocks.0.attn.c_q.weight"] == {"scheme": "per_row", "axis": 0}
+    assert obj["scales"]["big_vector"].ndim == 0 and obj["quantized"]["big_vector"].dtype == torch.int8
+    assert stats["num_float_tensors"] == 2 and stats["num_nonfloat_tensors"] == 1
+
+
+def test_small_and_control_tensors_are_kept_as_floats():
+    obj, _ = tg.quantize_state_dict_int8(state_dict())
+    assert obj["passthrough"]["tok_emb.weight"].dtype == torch.float16
+    assert obj["passthrough_orig_dtypes"]["tok_emb.weight"] == "bfloat16"
+    assert obj["passthrough"]["blocks.0.attn_scale"].dtype == torch.float32
+    assert torch.equal(obj["passthrough"]["step_count"], torch.tensor([7]))
+
+
+def test_round_trip_restores_dtypes_and_stays_within_half_a_step():
+    original = state_dict()
+    obj, _ = tg.quantize_state_dict_int8(original)
+    blob = zlib.compress(torch.save(obj, buf := io.BytesIO()) or buf.getvalue(), level=9)
+    restored = tg.dequantize_state_dict_int8(torch.load(io.BytesIO(zlib.decompress(blob)), map_location="cpu"))
+    assert set(restored) == set(original)
+    for name, t in original.items():
+        assert restored[name].dtype == t.dtype and restored[name].shape == t.shape
+    w, r = original["blocks.0.attn.c_q.weight"], restored["blocks.0.attn.c_q.weight"]
+    row_scale = obj["scales"]["blocks.0.attn.c_q.weight"].float()[:, None]
+    clip = torch.quantile(w.abs(), tg.INT8_CLIP_Q, dim=1)[:, None]
+    inside = w.abs() <= clip  # values beyond the clip percentile are clipped on purpose
+    # half a quantization step, plus the fp16 rounding of the scale over up to 127 steps (127 * 2**-11)
+    assert ((r - w).abs() <= row_scale * (0.5 + 127 * 2**-11))[inside].all()
+    assert torch.equal(restored["blocks.0.attn_scale"], original["blocks.0.attn_scale"])
+
+
+def test_atomic_write_leaves_no_temp_file(tmp_path):
+    tg.atomic_write_bytes(tmp_path / "out.bin", b"abc")
+    tg.atomic_write_bytes(tmp_path / "out.bin", b"defg")
+    assert (tmp_path / "out.bin").read_bytes() == b"defg" and [p.name for p in tmp_path.iterdir()] == ["out.bin"]
