@@ -39,6 +39,10 @@ class Run:
     def log_path(self) -> Path:
         return self.workdir / "logs" / f"{self.run_id}.txt"
 
+    def why(self) -> str:
+        """What a failed assertion should show: the end of both streams."""
+        return f"exit {self.returncode}\n--- stdout ---\n{self.stdout[-2500:]}\n--- stderr ---\n{self.stderr[-2500:]}"
+
     def lines(self, prefix: str) -> list[str]:
         return [line for line in self.stdout.splitlines() if line.startswith(prefix)]
 
@@ -78,7 +82,7 @@ def tiny_dataset(tmp_path_factory):
 def tiny_run(tmp_path_factory, tiny_dataset) -> Run:
     """The reference run: 2 ranks, every default toggle."""
     run = run_train(tmp_path_factory.mktemp("reference"), tiny_dataset)
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, run.why()
     return run
 
 
@@ -86,5 +90,5 @@ def tiny_run(tmp_path_factory, tiny_dataset) -> Run:
 def tiny_train_logs(tmp_path_factory, tiny_dataset, tiny_run) -> list[Path]:
     """Rank-0 logs (with embedded source) of tiny real runs with two different seeds."""
     other = run_train(tmp_path_factory.mktemp("seed42"), tiny_dataset, SEED=42)
-    assert other.returncode == 0, other.stderr[-3000:]
+    assert other.returncode == 0, other.why()
     return [tiny_run.log_path, other.log_path]

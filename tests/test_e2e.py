@@ -68,7 +68,7 @@ def test_outputs_are_written_whole(tiny_run):
 
 def test_warmup_with_restore_gives_the_same_numbers_as_no_warmup(tmp_path, tiny_dataset, tiny_run):
     run = run_train(tmp_path / "nowarm", tiny_dataset, WARMUP_STEPS=0)
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, run.why()
     assert run.numbers() == tiny_run.numbers()
 
 
@@ -79,7 +79,7 @@ def test_warmup_with_restore_gives_the_same_numbers_as_no_warmup(tmp_path, tiny_
 ], ids=["sync_loader", "queue1_no_streams_sync_val", "queue5_device_bytecount"])
 def test_pipeline_toggles_change_no_number(tmp_path, tiny_dataset, tiny_run, toggles):
     run = run_train(tmp_path / "toggled", tiny_dataset, **toggles)
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, run.why()
     assert run.numbers() == tiny_run.numbers()
 
 
@@ -87,7 +87,7 @@ def test_pipeline_toggles_change_no_number(tmp_path, tiny_dataset, tiny_run, tog
 def test_world_sizes_agree(tmp_path, tiny_dataset, tiny_run, nproc):
     """grad_accum_steps = 8 // WORLD_SIZE keeps the math; only float summation order differs."""
     run = run_train(tmp_path / f"ws{nproc}", tiny_dataset, nproc=nproc)
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, run.why()
     assert run.lines("world_size:") == [f"world_size:{max(nproc, 1)} grad_accum_steps:{8 // max(nproc, 1)}"]
     assert run.lines("val_loader:") == tiny_run.lines("val_loader:")
     assert losses(run)[0] == losses(tiny_run)[0]  # before any update: the same tokens, the same mean
@@ -100,7 +100,7 @@ def test_validation_agrees_across_world_sizes_to_1e_5(tmp_path, tiny_dataset, ti
     """The same (untrained) weights evaluated on 1, 2 or 4 ranks: only the batching differs."""
     runs = [run_train(tmp_path / f"eval{n}", tiny_dataset, nproc=n, ITERATIONS=0, WARMUP_STEPS=0) for n in (2, nproc)]
     for run in runs:
-        assert run.returncode == 0, run.stderr[-3000:]
+        assert run.returncode == 0, run.why()
     assert exact(runs[1]) == pytest.approx(exact(runs[0]), abs=1e-5)
 
 
@@ -162,7 +162,7 @@ def test_timing_breakdown_and_trace_change_no_number(tmp_path, tiny_dataset, tin
     trace_dir = tmp_path / "traces"
     run = run_train(tmp_path / "probed", tiny_dataset, TRAINING_TIMING_BREAKDOWN=1, TRAINING_TIMING_EVERY=4,
                     PIPELINE_TRACE=trace_dir, RUN_ID="probed")
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, run.why()
     assert run.numbers() == tiny_run.numbers()
     steps = [int(re.search(r"step:(\d+)", line).group(1)) for line in run.lines("timing_breakdown ")]
     assert steps == [1, 2, 3, 4, 5, 6]
@@ -177,7 +177,7 @@ def test_timing_breakdown_and_trace_change_no_number(tmp_path, tiny_dataset, tin
 def test_breakdown_lines_come_on_the_first_10_steps_and_every_n(tmp_path, tiny_dataset):
     run = run_train(tmp_path / "probed", tiny_dataset, TRAINING_TIMING_BREAKDOWN=1, TRAINING_TIMING_EVERY=4,
                     ITERATIONS=17, VAL_LOSS_EVERY=0, TRAIN_LOG_EVERY=0, nproc=1)
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, run.why()
     steps = [int(re.search(r"step:(\d+)", line).group(1)) for line in run.lines("timing_breakdown ")]
     assert steps == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16]
 
@@ -185,7 +185,7 @@ def test_breakdown_lines_come_on_the_first_10_steps_and_every_n(tmp_path, tiny_d
 def test_trace_has_a_lane_per_thread_with_nested_spans(tmp_path, tiny_dataset):
     trace_dir = tmp_path / "traces"
     run = run_train(tmp_path / "traced", tiny_dataset, PIPELINE_TRACE=trace_dir, PIPELINE_TRACE_STEPS=4, RUN_ID="t")
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, run.why()
     for rank in (0, 1):
         trace = json.loads((trace_dir / f"t_rank{rank}.json").read_text())
         meta = [e for e in trace["traceEvents"] if e["ph"] == "M"]
@@ -212,7 +212,7 @@ def test_trace_has_a_lane_per_thread_with_nested_spans(tmp_path, tiny_dataset):
 
 def test_plain_python_runs_a_single_process(tmp_path, tiny_dataset, tiny_run):
     run = run_train(tmp_path / "plain", tiny_dataset, nproc=0)
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.returncode == 0, run.why()
     assert run.lines("world_size:") == ["world_size:1 grad_accum_steps:8"]
 
 
