@@ -2,18 +2,16 @@
 train_gpt.py: the Parameter Golf naive baseline with an input pipeline that never makes the GPU wait.
 
 Same model, optimizer, data order and log lines as the challenge's baseline (diff your runs against
-it), plus: training batches prefetched by a background thread into fixed pinned uint16 staging
-buffers and copied to the GPU one batch ahead on a dedicated stream; a prefetched, double-buffered
-validation loop whose BPB byte counts are computed once, exactly, on the CPU; a timing breakdown of
-the overlapped path itself and per-rank Perfetto traces. Every knob is an environment variable
-(see Hyperparameters); a bad value stops the run with a message naming the variable.
+it), plus: training batches staged by a background thread in fixed pinned uint16 buffers and copied
+one batch ahead on a dedicated CUDA stream; prefetched, double-buffered validation with BPB bytes
+counted once, exactly, on the CPU; a timing breakdown of the overlapped path and Perfetto traces.
+Every knob is an environment variable (Hyperparameters); a bad value names itself.
 
-Runbook:
-  8xH100:    torchrun --standalone --nproc_per_node=8 train_gpt.py
-  1 GPU:     torchrun --standalone --nproc_per_node=1 train_gpt.py   (grad accumulation keeps the math)
-  2 nodes:   torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=HOST:29500 \
-                 --rdzv_id=JOB train_gpt.py                          (run on both nodes)
-  CPU:       torchrun --standalone --nproc_per_node=2 train_gpt.py   (gloo, fp32, no compile)
+  8xH100:   torchrun --standalone --nproc_per_node=8 train_gpt.py
+  1 GPU:    torchrun --standalone --nproc_per_node=1 train_gpt.py   (grad accumulation keeps the math)
+  2 nodes:  torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=HOST:29500 \
+                --rdzv_id=JOB train_gpt.py                          (on both nodes)
+  CPU:      torchrun --standalone --nproc_per_node=2 train_gpt.py   (gloo, fp32, no compile)
 """
 
 from __future__ import annotations
@@ -124,12 +122,8 @@ class Hyperparameters:
 
     @classmethod
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
-        values = {}
-        for f in dataclasses.fields(cls):
-            name = f.name.upper()
-            if name in env:
-                values[f.name] = _parse_value(name, env[name], f.type)
-        cfg = cls(**values)
+        names = {f.name.upper(): f for f in dataclasses.fields(cls)}
+        cfg = cls(**{f.name: _parse_value(name, env[name], f.type) for name, f in names.items() if name in env})
         if not cfg.run_id:
             cfg = dataclasses.replace(cfg, run_id=str(uuid.uuid4()))
         cfg.validate(world_size)
@@ -514,10 +508,16 @@ class TokenStream:
             done += k
 
     def take_rank_span(self, span: int, rank: int, world_size: int, out: np.ndarray) -> None:
-        """Each micro-step consumes world_size*span tokens; rank r keeps the r-th span."""
-        self.consume(rank * span)
-        self.consume(span, out)
-        self.consume((world_size - rank - 1) * span)
+        """Each micro-step consumes world_size*span tokens; rank r keeps the r-th span. On an error
+        the stream stays where it was, so a retry reads the same tokens (none skipped)."""
+        saved = self.file_idx, self.pos, self.tokens
+        try:
+            self.consume(rank * span)
+            self.consume(span, out)
+            self.consume((world_size - rank - 1) * span)
+        except BaseException:
+            self.file_idx, self.pos, self.tokens = saved
+            raise
 
 
 class _ClosedOnExit:
