@@ -1,0 +1,68 @@
+"""benchmarks/loader.py: its shard-boundary arithmetic against the real synchronous loader, and a
+tiny end-to-end run of the CLI (CPU, a few steps) that must report all three modes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+import train_gpt as tg  # noqa: E402
+from data.shard_io import shard_name, write_shard  # noqa: E402
+
+TOOL = REPO / "benchmarks" / "loader.py"
+_spec = importlib.util.spec_from_file_location("bench_loader", TOOL)
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+@pytest.mark.parametrize("shard_tokens", [5000, 1040, 700])  # 1040 = exactly two steps: loads on the step after the end
+def test_boundary_steps_match_the_sync_loader(tmp_path, shard_tokens):
+    shards, world, steps = 3, 2, 40
+    for i in range(shards):
+        write_shard(tmp_path / shard_name("train", i), [i] * shard_tokens)
+    accum = tg.grad_accum_steps_for(world)
+    shape = (512, 64, accum)
+    chunk = world * tg.rank_span(*shape, world) * accum
+    loader = tg.DistributedTokenLoader(str(tmp_path / "fineweb_train_*.bin"), 0, world, "cpu")
+    loads, load = [], loader.stream.load
+    loader.stream.load = lambda i: (loads.append(step), load(i))[1]
+    for step in range(steps):
+        for _ in range(accum):
+            loader.next_batch(*shape)
+    expected = bench.boundary_steps(shards, shard_tokens, chunk, steps)
+    assert expected[0] == 0  # shard 0 itself, loaded by the constructor
+    assert sorted(set(loads)) == expected[1:]
+
+
+def test_wait_stats_skip_step_zero_and_look_past_the_boundary():
+    waits = [100.0, 1.0, 1.0, 1.0, 7.0, 1.0, 1.0]
+    s = bench.wait_stats(waits, [0, 2], window=2)
+    assert s["max_ms"] == 7.0 and s["total_ms"] == 12.0
+    assert s["boundary_waits_ms"] == [7.0]  # steps 1..4 around the boundary at step 2
+
+
+def test_cli_tiny_run_reports_three_modes(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(TOOL), "--what", "train,val", "--device", "cpu", "--steps", "6",
+                           "--compute-ms", "1", "--shards", "2", "--shard-tokens", "600000", "--val-tokens", "140000",
+                           "--val-repeats", "1", "--val-forward-ms", "1", "--data-dir", str(tmp_path / "data"),
+                           "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1 = a target FAILed, which timing on a CI box may do
+    doc = json.loads(out.read_text())
+    assert set(doc["results"]["train"]["modes"]) == {"sync", "prefetch", "resident"}
+    assert set(doc["results"]["val"]["modes"]) == {"sync", "prefetch", "resident"}
+    assert len({m["val_loss"] for m in doc["results"]["val"]["modes"].values()}) == 1
+    assert [c["name"].split(":")[0] for c in doc["checks"]] == ["train", "train", "val"]
+    assert "PASS" in proc.stdout or "FAIL" in proc.stdout
+
+
+def test_cli_rejects_bad_arguments():
+    proc = subprocess.run([sys.executable, str(TOOL), "--what", "nope"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "unknown --what" in proc.stderr
