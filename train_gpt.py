@@ -445,7 +445,10 @@ def read_shard_header(path: str | Path) -> int:
 def load_data_shard(path: str | Path, vocab_size: int | None = None) -> np.ndarray:
     """A shard's tokens as uint16, with every id checked against the vocabulary."""
     num_tokens = read_shard_header(path)
-    tokens = np.fromfile(path, dtype="<u2", count=num_tokens, offset=HEADER_BYTES)
+    try:
+        tokens = np.fromfile(path, dtype="<u2", count=num_tokens, offset=HEADER_BYTES)
+    except OSError as e:
+        raise DataError(f"{path}: cannot read tokens ({e.strerror or e})") from e
     if tokens.size != num_tokens:
         raise DataError(f"{path}: truncated: read {tokens.size} of {num_tokens} tokens")
     if vocab_size is not None and num_tokens and int(tokens.max()) >= vocab_size:
@@ -520,10 +523,7 @@ class TokenStream:
             raise
 
 
-class _ClosedOnExit:
-    def __enter__(self):
-        return self
-
+class _ClosedOnExit(contextlib.AbstractContextManager):  # `with loader:` closes it
     def __exit__(self, *exc):
         self.close()
 
@@ -540,8 +540,7 @@ class DistributedTokenLoader(_ClosedOnExit):
         span = rank_span(global_tokens, seq_len, grad_accum_steps, self.world_size)
         local = np.empty(span, dtype=np.uint16)
         self.stream.take_rank_span(span, self.rank, self.world_size, local)
-        local = torch.from_numpy(local.astype(np.int64))
-        x, y = local[:-1].reshape(-1, seq_len), local[1:].reshape(-1, seq_len)
+        x, y = split_inputs_targets(torch.from_numpy(local.astype(np.int64)), seq_len)
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
     def close(self) -> None:
@@ -558,7 +557,10 @@ class WorkerError(RuntimeError):
 
 class _Handoff:
     """Bounded FIFO between two threads that never blocks forever: close() wakes every waiter, a
-    producer's failure is raised on the consumer side, and a producer that died is noticed."""
+    producer's failure is raised to the consumer, a dead producer is noticed. A producer facing a full
+    queue re-checks every POLL_S, so the consumer need not pay a thread wake-up (~40 us) per batch."""
+
+    POLL_S = 0.002
 
     def __init__(self, capacity: int):
         self.items, self.capacity = collections.deque(), capacity
@@ -569,7 +571,7 @@ class _Handoff:
     def put(self, item) -> bool:
         with self.cond:
             while len(self.items) >= self.capacity and not self.closed:
-                self.cond.wait()
+                self.cond.wait(self.POLL_S)
             if not self.closed:
                 self.items.append(item)
                 self.cond.notify_all()
@@ -583,7 +585,8 @@ class _Handoff:
                     raise WorkerError(f"{producer.name if producer else 'loader'} thread failed: {self.error!r}") from self.error
                 if self.items:
                     item = self.items.popleft()
-                    self.cond.notify_all()
+                    if not self.items:
+                        self.cond.notify_all()
                     return item
                 if self.closed or self.exhausted or not block:
                     return None
@@ -606,25 +609,32 @@ class _Handoff:
         self._set("error", error)
 
 
-class DeviceTokens(NamedTuple):
-    tokens: Tensor  # int64, on the device
+class DeviceBatch(NamedTuple):
+    x: Tensor  # int64 inputs on the device, (seqs, seq_len); y are the targets, shifted by one
+    y: Tensor
     ready: torch.cuda.Event | None  # recorded on the copy stream; None when no side stream is involved
     tag: object
 
 
-class StagingPipeline:
-    """A worker thread fills a fixed pool of staging buffers (pinned on CUDA) with fill(buffer) ->
-    (n, tag) or None at the end; the main thread takes them in order and uploads them. Tokens cross
-    PCIe as uint16 (2 bytes each) and become int64 on the device. A buffer goes back to the pool
-    with the event of its copy, and the worker waits on that event before overwriting it."""
+def split_inputs_targets(tokens: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
+    return tokens[:-1].view(-1, seq_len), tokens[1:].view(-1, seq_len)
 
-    def __init__(self, fill, buffer_tokens: int, device: torch.device, *, depth: int, copy_stream: bool, name: str, tracer: Tracer):
-        self.device, self.tracer, self.cuda = device, tracer, device.type == "cuda"
+
+class StagingPipeline:
+    """A worker thread fills a fixed pool of staging buffers (pinned on CUDA) via fill(buffer) -> (n, tag)
+    or None at the end. Tokens cross PCIe as uint16 and become int64 on the device (on CPU the worker
+    widens them); a buffer is refilled only once the event of the copy out of it has completed."""
+
+    def __init__(self, fill, buffer_tokens: int, seq_len: int, device: torch.device, *, depth: int, copy_stream: bool,
+                 name: str, tracer: Tracer):
+        self.device, self.seq_len, self.tracer, self.cuda = device, seq_len, tracer, device.type == "cuda"
         self.ready, self.free = _Handoff(depth), _Handoff(depth + 2)
         for _ in range(depth + 2):  # `depth` waiting, one being filled, one whose copy may be in flight
             self.free.put((torch.empty(buffer_tokens, dtype=torch.int16, pin_memory=self.cuda), None))
         self.copy_stream = torch.cuda.Stream(device) if self.cuda and copy_stream else None
         self.copy_probe: Callable = _null_phase
+        self.ahead: DeviceBatch | None = None  # the next batch, its copy already queued
+        self.last_tag = None  # tag of the last batch handed to compute
         self.thread = threading.Thread(target=self._work, args=(fill,), name=name, daemon=True)
         self.thread.start()
 
@@ -635,43 +645,50 @@ class StagingPipeline:
                 if copied is not None:
                     copied.synchronize()  # the copy out of this buffer has finished: safe to overwrite
                 with self.tracer.span("batch_fill"):
-                    filled = fill(buf.numpy().view(np.uint16))
+                    filled = fill(view := buf.numpy().view(np.uint16))
                 if filled is None:
                     return self.ready.finish()
-                if not self.ready.put((buf, *filled)):
+                staged = (buf, *filled)
+                if not self.cuda:  # no copy to issue: widen and split here, off the training thread
+                    staged = DeviceBatch(*split_inputs_targets(torch.from_numpy(view[: filled[0]].astype(np.int64)), self.seq_len), None, filled[1])
+                    self.free.put((buf, None))
+                if not self.ready.put(staged):
                     return
         except BaseException as e:  # anything, even SystemExit: the main thread must hear of it
             self.ready.fail(e)
 
-    def take(self, block: bool = True):
-        return self.ready.get(self.thread, block)
+    def next_batch(self) -> tuple[Tensor, Tensor] | None:
+        """Batch k's (x, y), ready for compute, after queueing batch k+1's copy if it is staged
+        already (so that it overlaps batch k's compute); None at the end."""
+        batch, self.ahead = self.ahead, None
+        if batch is None and (staged := self.ready.get(self.thread)) is not None:
+            batch = self.upload(staged)
+        if batch is None:
+            return None
+        if self.cuda and (staged := self.ready.get(self.thread, block=False)) is not None:
+            self.ahead = self.upload(staged)
+        self.last_tag = batch.tag
+        if batch.ready is not None:  # the compute stream waits for the copy on the GPU: no host sync
+            compute = torch.cuda.current_stream(self.device)
+            compute.wait_event(batch.ready)
+            # The tensor was allocated on the copy stream. record_stream stops the caching allocator
+            # from giving its memory to a later copy-stream allocation until the compute work queued
+            # so far (which reads it) is done; we free it from Python without knowing when that is.
+            batch.x.record_stream(compute)  # x and y share one allocation
+        return batch.x, batch.y
 
-    def upload(self, staged) -> DeviceTokens:
+    def upload(self, staged) -> DeviceBatch:
+        if not self.cuda:
+            return staged  # the worker built it: nothing to copy
         buf, n, tag = staged
         with self.tracer.span("copy_issue"):
-            if not self.cuda:
-                with self.copy_probe(None):
-                    tokens = buf[:n].to(torch.int64).bitwise_and_(0xFFFF)  # a copy: the buffer is free at once
-                self.free.put((buf, None))
-                return DeviceTokens(tokens, None, tag)
             stream = self.copy_stream or torch.cuda.current_stream(self.device)
             with torch.cuda.stream(stream), self.copy_probe(stream):
                 tokens = buf[:n].to(self.device, non_blocking=True).to(torch.int64).bitwise_and_(0xFFFF)
                 copied = torch.cuda.Event()
                 copied.record(stream)
             self.free.put((buf, copied))
-            return DeviceTokens(tokens, copied if self.copy_stream is not None else None, tag)
-
-    def for_compute(self, batch: DeviceTokens) -> Tensor:
-        """Make the compute stream wait for the batch's copy (on the GPU: no host sync)."""
-        if batch.ready is not None:
-            compute = torch.cuda.current_stream(self.device)
-            compute.wait_event(batch.ready)
-            # The tensor was allocated on the copy stream. record_stream stops the caching allocator
-            # from giving its memory to a later copy-stream allocation until the compute work queued
-            # so far (which reads it) is done; we free it from Python without knowing when that is.
-            batch.tokens.record_stream(compute)
-        return batch.tokens
+            return DeviceBatch(*split_inputs_targets(tokens, self.seq_len), copied if self.copy_stream is not None else None, tag)
 
     def close(self) -> None:
         self.ready.close()
@@ -698,10 +715,9 @@ class _ShardReadAhead:
 
     def load(self, idx: int) -> np.ndarray:
         self.prefetch(idx)
-        future = self.pending[idx]
-        tokens = future.result()
+        tokens = self.pending[idx].result()
         nxt = (idx + 1) % len(self.files)
-        self.pending = {idx: future} if nxt == idx else {}  # one shard: keep it; else drop stale reads
+        self.pending = {i: f for i, f in self.pending.items() if i in (idx, nxt)}  # drop stale reads
         self.prefetch(nxt)
         return tokens
 
@@ -710,11 +726,9 @@ class _ShardReadAhead:
 
 
 class PrefetchingDistributedTokenLoader(_ClosedOnExit):
-    """DistributedTokenLoader's batches, made ahead: a worker thread slices this rank's span of the
-    shared stream into staging buffers (the next shard read ahead by a second thread), and
-    next_batch issues batch k+1's copy before returning batch k so that it overlaps k's compute.
-    A new batch shape restarts the worker where the last returned batch ended: the stream goes on
-    exactly, with nothing skipped or repeated."""
+    """DistributedTokenLoader's batches, made ahead: a worker thread stages this rank's spans (the next
+    shard read ahead by a second thread) and batch k+1's copy overlaps batch k's compute. A new batch
+    shape restarts the worker where the last returned batch ended: nothing skipped or repeated."""
 
     def __init__(self, pattern: str, rank: int, world_size: int, device, *, vocab_size: int | None = None,
                  queue_depth: int = 2, copy_stream: bool = True, tracer: Tracer | None = None):
@@ -724,22 +738,21 @@ class PrefetchingDistributedTokenLoader(_ClosedOnExit):
         self.queue_depth, self.copy_stream, self.tracer = queue_depth, copy_stream, tracer or NULL_TRACER
         self.files, _ = check_shards(pattern)
         self.reader = _ShardReadAhead(self.files, vocab_size, self.tracer)
-        self.reader.prefetch(0)  # the first shard loads while the caller does other start-up work
+        try:
+            self.reader.load(0)  # as in the baseline, shard 0 is read and checked before any clock starts
+        except BaseException:
+            self.reader.close()  # no thread outlives a loader that failed to open
+            raise
         self.position = (0, 0)  # stream position after the last batch returned
-        self.shape = self.pipe = self.ahead = None
+        self.shape = self.pipe = None
         self.copy_probe: Callable = _null_phase
 
     def next_batch(self, global_tokens: int, seq_len: int, grad_accum_steps: int) -> tuple[Tensor, Tensor]:
         if (global_tokens, seq_len, grad_accum_steps) != self.shape:
             self._restart((global_tokens, seq_len, grad_accum_steps))
-        batch, self.ahead = self.ahead, None
-        if batch is None:
-            batch = self.pipe.upload(self.pipe.take())
-        if (staged := self.pipe.take(block=False)) is not None:
-            self.ahead = self.pipe.upload(staged)  # batch k+1's copy is queued before batch k's compute
-        self.position = batch.tag
-        tokens = self.pipe.for_compute(batch)
-        return tokens[:-1].view(-1, seq_len), tokens[1:].view(-1, seq_len)
+        x, y = self.pipe.next_batch()
+        self.position = self.pipe.last_tag
+        return x, y
 
     def _restart(self, shape: tuple[int, int, int]) -> None:
         span = rank_span(*shape, self.world_size)
@@ -752,14 +765,14 @@ class PrefetchingDistributedTokenLoader(_ClosedOnExit):
             stream.take_rank_span(span, self.rank, self.world_size, out)
             return span, (stream.file_idx, stream.pos)  # where the stream resumes after this batch
 
-        self.pipe = StagingPipeline(fill, span, self.device, depth=self.queue_depth, copy_stream=self.copy_stream,
+        self.pipe = StagingPipeline(fill, span, shape[1], self.device, depth=self.queue_depth, copy_stream=self.copy_stream,
                                     name="train_prefetch", tracer=self.tracer)
         self.pipe.copy_probe, self.shape = self.copy_probe, shape
 
     def _stop(self) -> None:
         if self.pipe is not None:
             self.pipe.close()
-        self.pipe = self.ahead = self.shape = None
+        self.pipe = self.shape = None
 
     def close(self) -> None:
         self._stop()
@@ -797,10 +810,10 @@ class ValidationSet:
         self.target_tokens, self.target_bytes = (int(v) for v in totals.tolist())
 
     def batches(self, cfg: Hyperparameters, device: torch.device, tracer: Tracer):
-        """This rank's batches as int64 token runs on the device (seqs*T + 1 tokens each)."""
+        """This rank's batches as int64 (x, y) on the device."""
         if not cfg.val_prefetch:  # the baseline's loop: slice, widen, copy
             for a, b in self.spans:
-                yield torch.from_numpy(self.tokens[a:b].astype(np.int64)).to(device, non_blocking=True)
+                yield split_inputs_targets(torch.from_numpy(self.tokens[a:b].astype(np.int64)).to(device, non_blocking=True), self.seq_len)
             return
         spans = iter(self.spans)
 
@@ -810,15 +823,11 @@ class ValidationSet:
             out[: span[1] - span[0]] = self.tokens[span[0] : span[1]]
             return span[1] - span[0], None
 
-        pipe = StagingPipeline(fill, self.max_span, device, depth=cfg.val_prefetch_queue, copy_stream=cfg.val_copy_stream,
+        pipe = StagingPipeline(fill, self.max_span, self.seq_len, device, depth=cfg.val_prefetch_queue, copy_stream=cfg.val_copy_stream,
                                name="val_prefetch", tracer=tracer)
         try:
-            upcoming = pipe.upload(staged) if (staged := pipe.take()) is not None else None
-            while upcoming is not None:
-                current = upcoming
-                staged = pipe.take()
-                upcoming = pipe.upload(staged) if staged is not None else None  # k+1's copy overlaps k's forward
-                yield pipe.for_compute(current)
+            while (batch := pipe.next_batch()) is not None:
+                yield batch
         finally:
             pipe.close()
 
@@ -838,10 +847,8 @@ class Tracer:
     """PIPELINE_TRACE: Chrome trace-event JSON (opens in Perfetto). The rank is the process and each
     thread its own lane; spans are recorded only while `active`, so the file stays bounded."""
 
-    MAX_EVENTS = 1_000_000
-
     def __init__(self, path: Path | None, rank: int):
-        self.path, self.rank, self.active = path, rank, path is not None
+        self.path, self.rank, self.active = path, rank, False  # main turns it on after the warm-up
         self.events: list = []
         self.origin = time.perf_counter_ns()
 
@@ -854,7 +861,7 @@ class Tracer:
         try:
             yield
         finally:
-            if len(self.events) < self.MAX_EVENTS:  # list.append is atomic: worker threads record too
+            if len(self.events) < 1_000_000:  # a hard bound; list.append is atomic: workers record too
                 self.events.append((name, threading.current_thread().name, start, time.perf_counter_ns()))
 
     def save(self) -> None:
@@ -876,16 +883,15 @@ NULL_TRACER = Tracer(None, 0)
 
 
 class Probe:
-    """TRAINING_TIMING_BREAKDOWN: phase times of the path that actually runs, overlap on. GPU phases
-    are CUDA events recorded on the stream doing the work and read only on steps whose loss is read
-    anyway, so no sync is added; data_wait is host time blocked in next_batch. Off, phase() is a
-    shared no-op. It also opens the pipeline trace's spans."""
+    """TRAINING_TIMING_BREAKDOWN: phase times of the path that actually runs, overlap on: CUDA events
+    on the stream doing the work (read once complete: no added sync), and data_wait, the host time
+    blocked in next_batch. Off, phase() is a shared no-op. It also opens the pipeline trace's spans."""
 
     PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
 
     def __init__(self, enabled: bool, every: int, cuda: bool, tracer: Tracer):
         self.enabled, self.every, self.cuda, self.tracer = enabled, every, cuda, tracer
-        self.timed, self.marks, self.data_wait_total_ms = False, {}, 0.0
+        self.timed, self.marks, self.pending, self.data_wait_total_ms = False, {}, [], 0.0
 
     def _mark(self, stream=None, host: bool = False):
         if host or not self.cuda:
@@ -901,9 +907,10 @@ class Probe:
         self.step_span.__enter__()  # spans the whole step, closed by end_step
         self.step_start = self._mark() if self.timed else None
 
-    def end_step(self) -> None:
+    def end_step(self, step: int) -> None:
         if self.timed:
             self.marks["step"].append((self.step_start, self._mark()))
+            self.pending.append((step, self.marks))
         self.step_span.__exit__(None, None, None)
 
     def phase(self, name: str, stream=None):
@@ -922,19 +929,23 @@ class Probe:
             if self.timed:
                 self.marks[name].append((start, end))
 
-    def report(self, step: int) -> str | None:
-        """The step's breakdown line (call after the step's loss has been read)."""
-        if not self.timed:
-            return None
+    def finished_lines(self, wait: bool = False) -> list[str]:
+        """Breakdown lines of the timed steps whose events have all completed (every one, waiting,
+        with wait=True): events are read only once done, so the training loop gains no sync."""
+        done = lambda marks: all(isinstance(b, float) or b.query() for pairs in marks.values() for _, b in pairs)
+        lines = []
+        while self.pending and (wait or done(self.pending[0][1])):
+            step, marks = self.pending.pop(0)
+            ms = {name: sum(self._elapsed_ms(a, b) for a, b in pairs) for name, pairs in marks.items()}
+            lines.append(f"timing_breakdown step:{step} " + " ".join(f"{n}_ms:{ms[n]:.2f}" for n in self.PHASES + ("step",)))
+        return lines
 
-        def elapsed_ms(a, b) -> float:
-            if isinstance(a, float):
-                return 1000.0 * (b - a)
-            b.synchronize()
-            return a.elapsed_time(b)
-
-        fields = {name: sum(elapsed_ms(a, b) for a, b in marks) for name, marks in self.marks.items()}
-        return f"timing_breakdown step:{step} " + " ".join(f"{name}_ms:{fields[name]:.2f}" for name in self.PHASES + ("step",))
+    @staticmethod
+    def _elapsed_ms(a, b) -> float:
+        if isinstance(a, float):
+            return 1000.0 * (b - a)
+        b.synchronize()  # a no-op unless the caller asked to wait
+        return a.elapsed_time(b)
 
 
 # -----------------------------
@@ -991,7 +1002,6 @@ def select_attention(requested: str, device: torch.device) -> tuple[str, Callabl
     if device.type == "cuda" and requested in ("auto", "fa3") and torch.cuda.get_device_capability(device)[0] == 9:
         with contextlib.suppress(ImportError):
             from flash_attn_interface import flash_attn_func as fa3
-
             def fa3_attention(q, k, v):
                 out = fa3(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
                 return out[0] if isinstance(out, tuple) else out  # some releases also return the LSE
@@ -1000,7 +1010,6 @@ def select_attention(requested: str, device: torch.device) -> tuple[str, Callabl
     if device.type == "cuda" and requested in ("auto", "fa2"):
         with contextlib.suppress(ImportError):
             from flash_attn import flash_attn_func as fa2
-
             return "flash_attn_2", lambda q, k, v: fa2(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
     if requested not in ("auto", "sdpa"):
         raise ConfigError(f"ATTENTION_BACKEND={requested}: not available here (needs CUDA{', Hopper' if requested == 'fa3' else ''} and the flash-attn package); use auto or sdpa")
@@ -1103,9 +1112,8 @@ class GPT(nn.Module):
 
 
 def build_model(cfg: Hyperparameters, device: torch.device, attention: Callable = sdpa_attention) -> GPT:
-    """The baseline's init and casts, so the same SEED starts from the same weights: drawn on the CPU,
-    cast to bf16, Linear and small/control parameters back to fp32. On CPU everything computes in
-    fp32 (the initial values stay bf16-rounded)."""
+    """The baseline's init and casts (same SEED, same weights): drawn on the CPU, cast to bf16, Linear and
+    small/control parameters back to fp32. On CPU all compute is fp32 (initial values bf16-rounded)."""
     model = GPT(cfg, attention).to(device).bfloat16()
     for module in model.modules():
         if isinstance(module, CastedLinear):
@@ -1170,8 +1178,7 @@ def eval_val(cfg: Hyperparameters, rt: Runtime, model: nn.Module, val: Validatio
     t0 = time.perf_counter()
     # no_grad, not inference_mode: tensors cached during evaluation (RoPE tables) must stay usable in training
     with torch.no_grad(), contextlib.closing(val.batches(cfg, rt.device, tracer)) as batches:
-        for i, tokens in enumerate(batches, 1):
-            x, y = tokens[:-1].view(-1, val.seq_len), tokens[1:].view(-1, val.seq_len)
+        for i, (x, y) in enumerate(batches, 1):
             with tracer.span("val_forward"), rt.autocast():
                 loss_sum += model(x, y, reduction="none").to(torch.float64).sum()
             if byte_sum is not None:  # VAL_BYTECOUNT_DEVICE=cuda: the baseline's per-batch lookup on the device
@@ -1246,7 +1253,6 @@ def main() -> None:
         log0(header, console=False)  # the log alone says exactly what ran, and where
     log0(f"hyperparameters:{json.dumps(dataclasses.asdict(cfg), sort_keys=True)}")
     tracer = Tracer(Path(cfg.pipeline_trace) / f"{cfg.run_id}_rank{rt.rank}.json" if cfg.pipeline_trace else None, rt.rank)
-    tracer.active = False  # from the first timed step on
     try:
         train_and_evaluate(cfg, rt, code, log0, tracer)
     finally:
@@ -1260,9 +1266,7 @@ def main() -> None:
 
 
 def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Callable, tracer: Tracer) -> None:
-    # -----------------------------
-    # DEVICE, TOKENIZER AND DATA CHECKS
-    # -----------------------------
+    # ---- DEVICE, TOKENIZER AND DATA CHECKS ----
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)  # every device's generator too
@@ -1294,9 +1298,7 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
          f"copy_stream:{int(cfg.train_copy_stream and rt.cuda)} val_prefetch:{int(cfg.val_prefetch)} queue:{cfg.val_prefetch_queue} "
          f"copy_stream:{int(cfg.val_copy_stream and rt.cuda)} val_bytecount_device:{cfg.val_bytecount_device}")
 
-    # -----------------------------
-    # MODEL AND OPTIMIZERS
-    # -----------------------------
+    # ---- MODEL AND OPTIMIZERS ----
     attention_name, attention = select_attention(cfg.attention_backend, rt.device)
     base_model = build_model(cfg, rt.device, attention)
     compiled_model = torch.compile(base_model, dynamic=False, fullgraph=True) if rt.cuda else base_model
@@ -1317,9 +1319,7 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
          f"warmup_steps:{cfg.warmup_steps} max_wallclock_seconds:{cfg.max_wallclock_seconds:.3f}")
     log0(f"seed:{cfg.seed}")
 
-    # -----------------------------
-    # TRAINING
-    # -----------------------------
+    # ---- TRAINING ----
     probe = Probe(cfg.training_timing_breakdown, cfg.training_timing_every, rt.cuda, tracer)
 
     def make_loader():
@@ -1380,7 +1380,7 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
             train_loader.close()
             train_loader = make_loader()  # the timed run starts again from token 0
         probe.data_wait_total_ms = 0.0
-        tracer.active = cfg.pipeline_trace_steps > 0
+        tracer.active = tracer.path is not None and cfg.pipeline_trace_steps > 0
 
         training_time_ms, stop_after_step = 0.0, None
         rt.synchronize()
@@ -1414,7 +1414,7 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
                 for group in opt.param_groups:
                     group["lr"] = group["base_lr"] * scale
             optimizer_step()
-            probe.end_step()
+            probe.end_step(step + 1)
 
             step += 1
             approx_training_time_ms = training_time_ms + 1000.0 * (time.perf_counter() - t0)
@@ -1424,7 +1424,7 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
                     train_loss /= 1 if rt.cuda else rt.world_size
                 log0(f"step:{step}/{cfg.iterations} train_loss:{train_loss.item():.4f} "
                      f"train_time:{approx_training_time_ms:.0f}ms step_avg:{approx_training_time_ms / step:.2f}ms")
-            if (line := probe.report(step)) is not None:
+            for line in probe.finished_lines():
                 log0(line)
             if step >= cfg.pipeline_trace_steps:
                 tracer.active = False
@@ -1438,6 +1438,8 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
     finally:
         train_loader.close()
 
+    for line in probe.finished_lines(wait=True):
+        log0(line)
     if probe.enabled:
         log0(f"timing_summary data_wait_total_ms:{probe.data_wait_total_ms:.2f} train_time_ms:{training_time_ms:.0f} "
              f"data_wait_share:{100.0 * probe.data_wait_total_ms / max(training_time_ms, 1e-9):.3f}%")
@@ -1447,9 +1449,7 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
         allocated = reserved = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
     log0(f"peak memory allocated: {allocated} MiB reserved: {reserved} MiB")
 
-    # -----------------------------
-    # SERIALIZATION AND INT8+ZLIB ROUND TRIP
-    # -----------------------------
+    # ---- SERIALIZATION AND INT8+ZLIB ROUND TRIP ----
     code_bytes = len(code.encode("utf-8"))
     if rt.rank == 0:
         buf = io.BytesIO()

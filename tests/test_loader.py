@@ -661,6 +661,13 @@ def expected_val_batches(total: int, first: int, world_size: int, rank: int) -> 
 VAL_MODES = [(False, 2), (True, 1), (True, 2), (True, 5)]
 
 
+def token_run(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The contiguous token run a validation batch (x, y) was cut from; y must be x shifted by one."""
+    assert x.shape == y.shape and x.shape[1] == VAL_SEQ_LEN
+    assert torch.equal(x.reshape(-1)[1:], y.reshape(-1)[:-1]), "y is not x shifted by one"
+    return torch.cat([x.reshape(-1), y.reshape(-1)[-1:]])
+
+
 @pytest.mark.parametrize("world_size,rank", [(1, 0), (2, 1), (3, 2)])
 @pytest.mark.parametrize("prefetch,queue", VAL_MODES, ids=[f"prefetch{int(p)}_q{q}" for p, q in VAL_MODES])
 def test_validation_batches_are_the_same_with_and_without_prefetch(tmp_path, world_size, rank, prefetch, queue):
@@ -673,7 +680,7 @@ def test_validation_batches_are_the_same_with_and_without_prefetch(tmp_path, wor
     tracer.active = True  # records (span, thread name) in memory: shows where the batches were filled
 
     def consume():
-        return [tokens.clone() for tokens in val.batches(cfg, CPU, tracer)]
+        return [token_run(x, y).clone() for x, y in val.batches(cfg, CPU, tracer)]
 
     got = ok(consume, "a full validation pass")
     fillers = {thread for name, thread, *_ in tracer.events if name == "batch_fill"}
@@ -694,8 +701,8 @@ def test_validation_worker_stops_when_the_loop_breaks_early(tmp_path, how, queue
 
     def break_early():
         batches = val.batches(cfg, CPU, tg.NULL_TRACER)
-        for i, tokens in enumerate(batches):
-            assert torch.equal(tokens, want[i])
+        for i, (x, y) in enumerate(batches):
+            assert torch.equal(token_run(x, y), want[i])
             if i == 1:
                 break
         worker = next(t for t in pipeline_threads() if t.name == VAL_THREAD)
