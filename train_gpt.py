@@ -24,6 +24,7 @@ import glob
 import inspect
 import io
 import json
+import logging
 import math
 import os
 import random
@@ -61,7 +62,7 @@ class Hyperparameters:
     # data and run identity
     data_path: str = "./data/datasets/fineweb10B_sp1024"
     tokenizer_path: str = "./data/tokenizers/fineweb_1024_bpe.model"
-    run_id: str = ""  # default: a fresh uuid4, shared by all ranks
+    run_id: str = dataclasses.field(default_factory=lambda: str(uuid.uuid4()))  # rank 0's is shared by all ranks
     seed: int = 1337
     # evaluation and logging cadence
     val_batch_size: int = 524_288
@@ -124,8 +125,6 @@ class Hyperparameters:
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
         names = {f.name.upper(): f for f in dataclasses.fields(cls)}
         cfg = cls(**{f.name: _parse_value(name, env[name], f.type) for name, f in names.items() if name in env})
-        if not cfg.run_id:
-            cfg = dataclasses.replace(cfg, run_id=str(uuid.uuid4()))
         cfg.validate(world_size)
         return cfg
 
@@ -138,7 +137,7 @@ class Hyperparameters:
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name.upper()}={getattr(self, name)!r}: expected one of {', '.join(choices)}")
-        if "/" in self.run_id or "\\" in self.run_id or self.run_id in (".", ".."):
+        if not self.run_id or "/" in self.run_id or "\\" in self.run_id or self.run_id in (".", ".."):
             raise ConfigError(f"RUN_ID={self.run_id!r}: expected a plain file name (it names logs/<RUN_ID>.txt)")
         grad_accum = grad_accum_steps_for(world_size)
         per_rank = self.train_batch_tokens // (world_size * grad_accum)
@@ -197,8 +196,7 @@ def env_int(name: str, default: int) -> int:
 
 
 def grad_accum_steps_for(world_size: int) -> int:
-    """The baseline's rule (8 // WORLD_SIZE) keeps the global batch and the math fixed on 1-8 GPUs;
-    multi-node multiples of 8 run one micro-step each."""
+    """8 // WORLD_SIZE keeps the global batch and the math fixed on 1-8 GPUs; multiples of 8 run one micro-step."""
     if world_size < 1 or (8 % world_size and world_size % 8):
         raise ConfigError(f"WORLD_SIZE={world_size}: expected a divisor of 8 (1, 2, 4, 8) or a multiple of 8")
     return max(8 // world_size, 1)
@@ -224,11 +222,11 @@ def zeropower_via_newtonschulz5(G: Tensor, steps: int = 10, eps: float = 1e-7) -
 
 
 class Muon(torch.optim.Optimizer):
-    """Momentum + orthogonalised update; each rank orthogonalises every world-th matrix and one
-    all-reduce shares the flat update."""
+    """Momentum + orthogonalised update; each rank orthogonalises every world-th matrix, one all-reduce shares them."""
 
-    def __init__(self, params, lr: float, momentum: float, backend_steps: int, nesterov: bool = True):
+    def __init__(self, params, lr: float, momentum: float, backend_steps: int, nesterov: bool = True, orthogonalize: Callable = zeropower_via_newtonschulz5):
         super().__init__(params, dict(lr=lr, momentum=momentum, backend_steps=backend_steps, nesterov=nesterov))
+        self.orthogonalize = orthogonalize
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -252,7 +250,7 @@ class Muon(torch.optim.Optimizer):
                     buf.mul_(momentum).add_(g)
                     if group["nesterov"]:
                         g = g.add(buf, alpha=momentum)
-                    g = zeropower_via_newtonschulz5(g, steps=group["backend_steps"])
+                    g = self.orthogonalize(g, steps=group["backend_steps"])
                     g *= max(1, g.size(0) / g.size(1)) ** 0.5  # scale correction for non-square matrices
                     updates_flat[curr : curr + p.numel()] = g.reshape(-1)
                 curr += p.numel()
@@ -265,8 +263,7 @@ class Muon(torch.optim.Optimizer):
 
 
 def lr_multiplier(step: int, elapsed_ms: float, iterations: int, warmdown_iters: int, max_wallclock_ms: float | None) -> float:
-    """Linear warm-down: over the last WARMDOWN_ITERS steps, or, with a wall-clock cap, over the last
-    WARMDOWN_ITERS * step_avg milliseconds of the budget."""
+    """Linear warm-down over the last WARMDOWN_ITERS steps or, under a cap, the last WARMDOWN_ITERS * step_avg ms."""
     if warmdown_iters <= 0:
         return 1.0
     if max_wallclock_ms is None:
@@ -460,10 +457,8 @@ def load_data_shard(path: str | Path, vocab_size: int | None = None) -> np.ndarr
 def list_shards(pattern: str) -> list[Path]:
     files = sorted(Path(p) for p in glob.glob(pattern))
     if not files:
-        raise DataError(
-            f"no files match {pattern}: set DATA_PATH, or build a local dataset (python data/build_local_dataset.py) "
-            f"or download the published one (python data/download_fineweb.py)"
-        )
+        raise DataError(f"no files match {pattern}: set DATA_PATH, or build a local dataset (python data/build_local_dataset.py) "
+                        f"or download the published one (python data/download_fineweb.py)")
     return files
 
 
@@ -524,6 +519,9 @@ class TokenStream:
 
 
 class _ClosedOnExit(contextlib.AbstractContextManager):  # `with loader:` closes it
+    def close(self) -> None:
+        pass
+
     def __exit__(self, *exc):
         self.close()
 
@@ -542,9 +540,6 @@ class DistributedTokenLoader(_ClosedOnExit):
         self.stream.take_rank_span(span, self.rank, self.world_size, local)
         x, y = split_inputs_targets(torch.from_numpy(local.astype(np.int64)), seq_len)
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-
-    def close(self) -> None:
-        pass
 
 
 # -----------------------------
@@ -581,13 +576,13 @@ class _Handoff:
         """The next item; None once closed or exhausted, or when non-blocking and nothing is ready."""
         with self.cond:
             while True:
-                if self.error is not None:
-                    raise WorkerError(f"{producer.name if producer else 'loader'} thread failed: {self.error!r}") from self.error
-                if self.items:
+                if self.items:  # batches staged before a failure are still good: deliver them first
                     item = self.items.popleft()
                     if not self.items:
                         self.cond.notify_all()
                     return item
+                if self.error is not None and block:  # the batch that needed the failed work
+                    raise WorkerError(f"{producer.name if producer else 'loader'} thread failed: {self.error!r}") from self.error
                 if self.closed or self.exhausted or not block:
                     return None
                 if producer is not None and not producer.is_alive():
@@ -640,6 +635,8 @@ class StagingPipeline:
 
     def _work(self, fill) -> None:
         try:
+            if self.cuda:  # else this thread's CUDA calls would open a context on GPU 0
+                torch.cuda.set_device(self.device)
             while (slot := self.free.get()) is not None:
                 buf, copied = slot
                 if copied is not None:
@@ -872,10 +869,8 @@ class Tracer:
         meta = [{"name": "process_name", "ph": "M", "pid": self.rank, "args": {"name": f"rank {self.rank}"}}]
         for name, tid in lanes.items():
             meta.append({"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid, "args": {"name": "main" if name == "MainThread" else name}})
-            meta.append({"name": "thread_sort_index", "ph": "M", "pid": self.rank, "tid": tid, "args": {"sort_index": tid}})
         spans = [{"name": n, "ph": "X", "pid": self.rank, "tid": lanes[lane], "ts": (s - self.origin) / 1000, "dur": (e - s) / 1000}
                  for n, lane, s, e in events]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(self.path, json.dumps({"traceEvents": meta + spans, "displayTimeUnit": "ms"}).encode())
 
 
@@ -1002,17 +997,14 @@ def select_attention(requested: str, device: torch.device) -> tuple[str, Callabl
     if device.type == "cuda" and requested in ("auto", "fa3") and torch.cuda.get_device_capability(device)[0] == 9:
         with contextlib.suppress(ImportError):
             from flash_attn_interface import flash_attn_func as fa3
-            def fa3_attention(q, k, v):
-                out = fa3(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
-                return out[0] if isinstance(out, tuple) else out  # some releases also return the LSE
-
-            return "flash_attn_3", fa3_attention
+            first = lambda out: out[0] if isinstance(out, tuple) else out  # some releases also return the LSE
+            return "flash_attn_3", lambda q, k, v: first(fa3(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True))
     if device.type == "cuda" and requested in ("auto", "fa2"):
         with contextlib.suppress(ImportError):
             from flash_attn import flash_attn_func as fa2
             return "flash_attn_2", lambda q, k, v: fa2(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
     if requested not in ("auto", "sdpa"):
-        raise ConfigError(f"ATTENTION_BACKEND={requested}: not available here (needs CUDA{', Hopper' if requested == 'fa3' else ''} and the flash-attn package); use auto or sdpa")
+        raise ConfigError(f"ATTENTION_BACKEND={requested}: not available here (needs CUDA, flash-attn, Hopper for fa3); use auto or sdpa")
     return "sdpa", sdpa_attention
 
 
@@ -1134,7 +1126,8 @@ def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim
     def adam(params, lr):
         return torch.optim.Adam([{"params": params, "lr": lr, "base_lr": lr}], betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps, fused=True)
 
-    muon = Muon(matrix_params, lr=cfg.matrix_lr, momentum=cfg.muon_momentum, backend_steps=cfg.muon_backend_steps)
+    ns = torch.compile(zeropower_via_newtonschulz5) if model.tok_emb.weight.is_cuda else zeropower_via_newtonschulz5  # as the baseline
+    muon = Muon(matrix_params, lr=cfg.matrix_lr, momentum=cfg.muon_momentum, backend_steps=cfg.muon_backend_steps, orthogonalize=ns)
     for group in muon.param_groups:
         group["base_lr"] = cfg.matrix_lr
     optimizers = [adam([model.tok_emb.weight], token_lr), muon, adam(scalar_params, cfg.scalar_lr)]
@@ -1205,8 +1198,8 @@ def init_runtime(world_size: int) -> Runtime:
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
     if torch.cuda.is_available():
-        if local_rank >= torch.cuda.device_count():
-            raise ConfigError(f"LOCAL_RANK={local_rank}: only {torch.cuda.device_count()} CUDA devices are visible")
+        if (local_world := env_int("LOCAL_WORLD_SIZE", 1)) > torch.cuda.device_count():  # the same on every rank
+            raise ConfigError(f"LOCAL_WORLD_SIZE={local_world}: only {torch.cuda.device_count()} CUDA devices are visible")
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     else:
@@ -1253,6 +1246,10 @@ def main() -> None:
         log0(header, console=False)  # the log alone says exactly what ran, and where
     log0(f"hyperparameters:{json.dumps(dataclasses.asdict(cfg), sort_keys=True)}")
     tracer = Tracer(Path(cfg.pipeline_trace) / f"{cfg.run_id}_rank{rt.rank}.json" if cfg.pipeline_trace else None, rt.rank)
+    try:  # now, not after the run: a trace that cannot be written must not fail a finished run
+        Path(cfg.pipeline_trace or ".").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"PIPELINE_TRACE={cfg.pipeline_trace}: cannot create the directory ({e.strerror or e})") from None
     try:
         train_and_evaluate(cfg, rt, code, log0, tracer)
     finally:
@@ -1334,8 +1331,6 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
 
-    grad_scale = 1.0 / rt.grad_accum_steps
-
     def train_step(loader) -> Tensor:
         train_loss = torch.zeros((), device=rt.device)
         for micro_step in range(rt.grad_accum_steps):
@@ -1347,7 +1342,7 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
                 loss = model(x, y)
             train_loss += loss.detach()
             with probe.phase("backward"):
-                (loss * grad_scale).backward()
+                (loss / rt.grad_accum_steps).backward()  # a power of 2: exactly the baseline's loss * (1/accum)
         return train_loss / rt.grad_accum_steps
 
     def optimizer_step() -> None:
@@ -1415,13 +1410,12 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
                     group["lr"] = group["base_lr"] * scale
             optimizer_step()
             probe.end_step(step + 1)
-
             step += 1
             approx_training_time_ms = training_time_ms + 1000.0 * (time.perf_counter() - t0)
             if cfg.train_log_every > 0 and (step <= 10 or step % cfg.train_log_every == 0 or stop_after_step is not None):
                 if rt.distributed:  # the mean over every rank's micro-batches, so 1 GPU and 8 GPUs print the same
-                    dist.all_reduce(train_loss, op=dist.ReduceOp.AVG if rt.cuda else dist.ReduceOp.SUM)
-                    train_loss /= 1 if rt.cuda else rt.world_size
+                    dist.all_reduce(train_loss)
+                    train_loss /= rt.world_size
                 log0(f"step:{step}/{cfg.iterations} train_loss:{train_loss.item():.4f} "
                      f"train_time:{approx_training_time_ms:.0f}ms step_avg:{approx_training_time_ms / step:.2f}ms")
             for line in probe.finished_lines():
@@ -1472,8 +1466,10 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
         log0(f"Total submission size int8+zlib: {quant_file_bytes + code_bytes} bytes")
     if rt.distributed:
         dist.barrier()
-    with open("final_model.int8.ptz", "rb") as f:
-        quant_state = torch.load(io.BytesIO(zlib.decompress(f.read())), map_location="cpu")
+    if rt.rank == 0:  # the file as written; other ranks (maybe on other nodes) hold the same bytes
+        with open("final_model.int8.ptz", "rb") as f:
+            quant_raw = zlib.decompress(f.read())
+    quant_state = torch.load(io.BytesIO(quant_raw), map_location="cpu")
     base_model.load_state_dict(dequantize_state_dict_int8(quant_state), strict=True)
     rt.synchronize()
     t_qeval = time.perf_counter()
@@ -1488,12 +1484,16 @@ if __name__ == "__main__":
     try:
         main()
     except (ConfigError, DataError) as e:  # user mistakes: one clear line, not a traceback per rank
-        if os.environ.get("RANK", "0") in ("0", ""):
-            print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    # Every thread is joined, every file closed and the process group destroyed by now. Skip the
-    # interpreter's teardown of torch's C++ state: with gloo it aborts ("terminate called without an
-    # active exception") in ~1 of 25 runs of plain DDP code, failing a run that already printed its score.
+        rank = os.environ.get("RANK", "0")
+        if rank not in ("0", ""):  # rank 0 says it and torchrun stops us meanwhile, unless the error is ours alone
+            time.sleep(5)
+        print(f"error: {e}" if rank in ("0", "") else f"[rank {rank}] error: {e}", file=sys.stderr)
+        exit_code = 2
+    else:
+        exit_code = 0
+    # Threads are joined and files closed by now. Skip the interpreter's teardown of torch's C++ state: with
+    # gloo it aborts ("terminate called without an active exception") in ~1 of 25 runs of plain DDP code.
+    logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(exit_code)

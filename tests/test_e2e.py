@@ -148,7 +148,7 @@ def test_val_token_out_of_range_fails_at_startup(tmp_path, tiny_dataset):
 def test_bad_input_ends_the_run_with_one_message(tmp_path, tiny_dataset, env, message):
     run = run_train(tmp_path / "run", tiny_dataset, **env)
     assert run.returncode != 0  # torchrun reports a failed worker as exit 1, with its own summary
-    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    errors = [line for line in run.stderr.splitlines() if re.match(r"(\[rank \d+\] )?error:", line)]
     assert len(errors) == 1 and errors[0].startswith(message), run.stderr[-2000:]
     assert not our_traceback(run)
 
