@@ -51,6 +51,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 # CONFIG
 # -----------------------------
 
+
 class ConfigError(ValueError):
     """A bad environment variable; the message names it, its value and what was expected."""
 
@@ -62,7 +63,9 @@ class Hyperparameters:
     # data and run identity
     data_path: str = "./data/datasets/fineweb10B_sp1024"
     tokenizer_path: str = "./data/tokenizers/fineweb_1024_bpe.model"
-    run_id: str = dataclasses.field(default_factory=lambda: str(uuid.uuid4()))  # rank 0's is shared by all ranks
+    run_id: str = dataclasses.field(
+        default_factory=lambda: str(uuid.uuid4())
+    )  # rank 0's is shared by all ranks
     seed: int = 1337
     # evaluation and logging cadence
     val_batch_size: int = 524_288
@@ -88,7 +91,9 @@ class Hyperparameters:
     rope_base: float = 10000.0
     logit_softcap: float = 30.0
     qk_gain_init: float = 1.5
-    attention_backend: str = "auto"  # auto: FlashAttention-3 on Hopper, else FlashAttention-2, else SDPA
+    attention_backend: str = (
+        "auto"  # auto: FlashAttention-3 on Hopper, else FlashAttention-2, else SDPA
+    )
     # optimizer
     embed_lr: float = 0.6
     head_lr: float = 0.008
@@ -111,7 +116,9 @@ class Hyperparameters:
     val_prefetch: bool = True
     val_prefetch_queue: int = 2
     val_copy_stream: bool = True
-    val_bytecount_device: str = "cpu"  # cpu: counted once at start-up; cuda: the baseline's per-batch LUTs
+    val_bytecount_device: str = (
+        "cpu"  # cpu: counted once at start-up; cuda: the baseline's per-batch LUTs
+    )
     # observability (changes no number either)
     training_timing_breakdown: bool = False
     training_timing_every: int = 200
@@ -124,7 +131,13 @@ class Hyperparameters:
     @classmethod
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
         names = {f.name.upper(): f for f in dataclasses.fields(cls)}
-        cfg = cls(**{f.name: _parse_value(name, env[name], f.type) for name, f in names.items() if name in env})
+        cfg = cls(
+            **{
+                f.name: _parse_value(name, env[name], f.type)
+                for name, f in names.items()
+                if name in env
+            }
+        )
         cfg.validate(world_size)
         return cfg
 
@@ -132,13 +145,26 @@ class Hyperparameters:
         for name, (lo, hi) in _LIMITS.items():
             value = getattr(self, name)
             if value < lo or (hi is not None and value > hi):
-                want = "> 0" if lo == _TINY else f">= {lo}" + (f" and <= {hi}" if hi is not None else "")
+                want = (
+                    "> 0"
+                    if lo == _TINY
+                    else f">= {lo}" + (f" and <= {hi}" if hi is not None else "")
+                )
                 raise ConfigError(f"{name.upper()}={value}: expected a value {want}")
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
-                raise ConfigError(f"{name.upper()}={getattr(self, name)!r}: expected one of {', '.join(choices)}")
-        if not self.run_id or "/" in self.run_id or "\\" in self.run_id or self.run_id in (".", ".."):
-            raise ConfigError(f"RUN_ID={self.run_id!r}: expected a plain file name (it names logs/<RUN_ID>.txt)")
+                raise ConfigError(
+                    f"{name.upper()}={getattr(self, name)!r}: expected one of {', '.join(choices)}"
+                )
+        if (
+            not self.run_id
+            or "/" in self.run_id
+            or "\\" in self.run_id
+            or self.run_id in (".", "..")
+        ):
+            raise ConfigError(
+                f"RUN_ID={self.run_id!r}: expected a plain file name (it names logs/<RUN_ID>.txt)"
+            )
         grad_accum = grad_accum_steps_for(world_size)
         per_rank = self.train_batch_tokens // (world_size * grad_accum)
         if self.train_batch_tokens % (world_size * grad_accum) or per_rank % self.train_seq_len:
@@ -153,31 +179,72 @@ class Hyperparameters:
                 f"i.e. >= WORLD_SIZE*grad_accum_steps*TRAIN_SEQ_LEN = {world_size * grad_accum * self.train_seq_len}"
             )
         if self.model_dim % self.num_heads or (self.model_dim // self.num_heads) % 2:
-            raise ConfigError(f"MODEL_DIM={self.model_dim}: expected a multiple of NUM_HEADS={self.num_heads} with an even head size (RoPE)")
+            raise ConfigError(
+                f"MODEL_DIM={self.model_dim}: expected a multiple of NUM_HEADS={self.num_heads} with an even head size (RoPE)"
+            )
         if self.num_heads % self.num_kv_heads:
-            raise ConfigError(f"NUM_KV_HEADS={self.num_kv_heads}: expected a divisor of NUM_HEADS={self.num_heads}")
+            raise ConfigError(
+                f"NUM_KV_HEADS={self.num_kv_heads}: expected a divisor of NUM_HEADS={self.num_heads}"
+            )
         if 0 < self.max_val_tokens < self.train_seq_len:
-            raise ConfigError(f"MAX_VAL_TOKENS={self.max_val_tokens}: expected 0 (full split) or >= TRAIN_SEQ_LEN={self.train_seq_len}")
+            raise ConfigError(
+                f"MAX_VAL_TOKENS={self.max_val_tokens}: expected 0 (full split) or >= TRAIN_SEQ_LEN={self.train_seq_len}"
+            )
 
 
 _TINY = math.nextafter(0.0, 1.0)  # "strictly positive" as an inclusive lower bound
 _LIMITS = {
-    "seed": (0, 2**32 - 1), "val_batch_size": (1, None), "val_loss_every": (0, None), "train_log_every": (0, None),
-    "max_val_tokens": (0, None), "val_progress_log_every": (0, None), "iterations": (0, None),
-    "warmdown_iters": (0, None), "warmup_steps": (0, None), "train_batch_tokens": (1, None),
-    "train_seq_len": (1, None), "max_wallclock_seconds": (0, None), "vocab_size": (2, 65536),
-    "num_layers": (1, None), "num_kv_heads": (1, None), "model_dim": (2, None), "num_heads": (1, None),
-    "mlp_mult": (1, None), "rope_base": (_TINY, None), "logit_softcap": (_TINY, None), "embed_lr": (0, None),
-    "head_lr": (0, None), "tied_embed_lr": (0, None), "tied_embed_init_std": (0, None), "matrix_lr": (0, None),
-    "scalar_lr": (0, None), "muon_momentum": (0, 1), "muon_backend_steps": (1, None),
-    "muon_momentum_warmup_start": (0, 1), "muon_momentum_warmup_steps": (0, None), "beta1": (0, 1),
-    "beta2": (0, 1), "adam_eps": (_TINY, None), "grad_clip_norm": (0, None), "train_prefetch_queue": (1, 1024),
-    "val_prefetch_queue": (1, 1024), "training_timing_every": (1, None), "pipeline_trace_steps": (0, None),
+    "seed": (0, 2**32 - 1),
+    "val_batch_size": (1, None),
+    "val_loss_every": (0, None),
+    "train_log_every": (0, None),
+    "max_val_tokens": (0, None),
+    "val_progress_log_every": (0, None),
+    "iterations": (0, None),
+    "warmdown_iters": (0, None),
+    "warmup_steps": (0, None),
+    "train_batch_tokens": (1, None),
+    "train_seq_len": (1, None),
+    "max_wallclock_seconds": (0, None),
+    "vocab_size": (2, 65536),
+    "num_layers": (1, None),
+    "num_kv_heads": (1, None),
+    "model_dim": (2, None),
+    "num_heads": (1, None),
+    "mlp_mult": (1, None),
+    "rope_base": (_TINY, None),
+    "logit_softcap": (_TINY, None),
+    "embed_lr": (0, None),
+    "head_lr": (0, None),
+    "tied_embed_lr": (0, None),
+    "tied_embed_init_std": (0, None),
+    "matrix_lr": (0, None),
+    "scalar_lr": (0, None),
+    "muon_momentum": (0, 1),
+    "muon_backend_steps": (1, None),
+    "muon_momentum_warmup_start": (0, 1),
+    "muon_momentum_warmup_steps": (0, None),
+    "beta1": (0, 1),
+    "beta2": (0, 1),
+    "adam_eps": (_TINY, None),
+    "grad_clip_norm": (0, None),
+    "train_prefetch_queue": (1, 1024),
+    "val_prefetch_queue": (1, 1024),
+    "training_timing_every": (1, None),
+    "pipeline_trace_steps": (0, None),
 }
-_CHOICES = {"val_bytecount_device": ("cpu", "cuda"), "attention_backend": ("auto", "fa3", "fa2", "sdpa")}
+_CHOICES = {
+    "val_bytecount_device": ("cpu", "cuda"),
+    "attention_backend": ("auto", "fa3", "fa2", "sdpa"),
+}
 
 
-_PARSERS = {"int": int, "float": float, "bool": lambda text: {"0": False, "1": True}[text], "str": str}
+_PARSERS = {
+    "int": int,
+    "float": float,
+    "bool": lambda text: {"0": False, "1": True}[text],
+    "str": str,
+}
 
 
 def _parse_value(name: str, raw: str, kind: str):
@@ -198,13 +265,16 @@ def env_int(name: str, default: int) -> int:
 def grad_accum_steps_for(world_size: int) -> int:
     """8 // WORLD_SIZE keeps the global batch and the math fixed on 1-8 GPUs; multiples of 8 run one micro-step."""
     if world_size < 1 or (8 % world_size and world_size % 8):
-        raise ConfigError(f"WORLD_SIZE={world_size}: expected a divisor of 8 (1, 2, 4, 8) or a multiple of 8")
+        raise ConfigError(
+            f"WORLD_SIZE={world_size}: expected a divisor of 8 (1, 2, 4, 8) or a multiple of 8"
+        )
     return max(8 // world_size, 1)
 
 
 # -----------------------------
 # MUON OPTIMIZER
 # -----------------------------
+
 
 def zeropower_via_newtonschulz5(G: Tensor, steps: int = 10, eps: float = 1e-7) -> Tensor:
     # Quintic Newton-Schulz iteration that pushes the singular values of G towards 1, in bf16.
@@ -224,8 +294,18 @@ def zeropower_via_newtonschulz5(G: Tensor, steps: int = 10, eps: float = 1e-7) -
 class Muon(torch.optim.Optimizer):
     """Momentum + orthogonalised update; each rank orthogonalises every world-th matrix, one all-reduce shares them."""
 
-    def __init__(self, params, lr: float, momentum: float, backend_steps: int, nesterov: bool = True, orthogonalize: Callable = zeropower_via_newtonschulz5):
-        super().__init__(params, dict(lr=lr, momentum=momentum, backend_steps=backend_steps, nesterov=nesterov))
+    def __init__(
+        self,
+        params,
+        lr: float,
+        momentum: float,
+        backend_steps: int,
+        nesterov: bool = True,
+        orthogonalize: Callable = zeropower_via_newtonschulz5,
+    ):
+        super().__init__(
+            params, dict(lr=lr, momentum=momentum, backend_steps=backend_steps, nesterov=nesterov)
+        )
         self.orthogonalize = orthogonalize
 
     @torch.no_grad()
@@ -238,7 +318,9 @@ class Muon(torch.optim.Optimizer):
             if not params:
                 continue
             momentum = group["momentum"]
-            updates_flat = torch.zeros(sum(int(p.numel()) for p in params), device=params[0].device, dtype=torch.bfloat16)
+            updates_flat = torch.zeros(
+                sum(int(p.numel()) for p in params), device=params[0].device, dtype=torch.bfloat16
+            )
             curr = 0
             for i, p in enumerate(params):
                 if i % world_size == rank and p.grad is not None:
@@ -251,24 +333,39 @@ class Muon(torch.optim.Optimizer):
                     if group["nesterov"]:
                         g = g.add(buf, alpha=momentum)
                     g = self.orthogonalize(g, steps=group["backend_steps"])
-                    g *= max(1, g.size(0) / g.size(1)) ** 0.5  # scale correction for non-square matrices
+                    g *= (
+                        max(1, g.size(0) / g.size(1)) ** 0.5
+                    )  # scale correction for non-square matrices
                     updates_flat[curr : curr + p.numel()] = g.reshape(-1)
                 curr += p.numel()
             if distributed:
                 dist.all_reduce(updates_flat, op=dist.ReduceOp.SUM)
             curr = 0
             for p in params:
-                p.add_(updates_flat[curr : curr + p.numel()].view_as(p).to(dtype=p.dtype), alpha=-group["lr"])
+                p.add_(
+                    updates_flat[curr : curr + p.numel()].view_as(p).to(dtype=p.dtype),
+                    alpha=-group["lr"],
+                )
                 curr += p.numel()
 
 
-def lr_multiplier(step: int, elapsed_ms: float, iterations: int, warmdown_iters: int, max_wallclock_ms: float | None) -> float:
+def lr_multiplier(
+    step: int,
+    elapsed_ms: float,
+    iterations: int,
+    warmdown_iters: int,
+    max_wallclock_ms: float | None,
+) -> float:
     """Linear warm-down over the last WARMDOWN_ITERS steps or, under a cap, the last WARMDOWN_ITERS * step_avg ms."""
     if warmdown_iters <= 0:
         return 1.0
     if max_wallclock_ms is None:
         warmdown_start = max(iterations - warmdown_iters, 0)
-        return max((iterations - step) / max(warmdown_iters, 1), 0.0) if warmdown_start <= step < iterations else 1.0
+        return (
+            max((iterations - step) / max(warmdown_iters, 1), 0.0)
+            if warmdown_start <= step < iterations
+            else 1.0
+        )
     warmdown_ms = warmdown_iters * (elapsed_ms / max(step, 1))
     remaining_ms = max(max_wallclock_ms - elapsed_ms, 0.0)
     return remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
@@ -277,6 +374,7 @@ def lr_multiplier(step: int, elapsed_ms: float, iterations: int, warmdown_iters:
 # -----------------------------
 # BITS PER BYTE
 # -----------------------------
+
 
 class ByteLuts(NamedTuple):
     base_bytes: np.ndarray  # UTF-8 bytes of the piece without its leading "▁" (byte tokens: 1)
@@ -310,7 +408,9 @@ def count_target_bytes(tokens: np.ndarray, luts: ByteLuts, chunk: int = 1 << 22)
     for start in range(0, tokens.size - 1, chunk):
         prev = tokens[start : min(start + chunk, tokens.size - 1)].astype(np.int64)
         tgt = tokens[start + 1 : start + 1 + prev.size].astype(np.int64)
-        total += int(luts.base_bytes[tgt].sum()) + int(np.count_nonzero(luts.has_leading_space[tgt] & ~luts.is_boundary[prev]))
+        total += int(luts.base_bytes[tgt].sum()) + int(
+            np.count_nonzero(luts.has_leading_space[tgt] & ~luts.is_boundary[prev])
+        )
     return total
 
 
@@ -318,7 +418,17 @@ def count_target_bytes(tokens: np.ndarray, luts: ByteLuts, chunk: int = 1 << 22)
 # INT8 + ZLIB QUANTIZATION
 # -----------------------------
 
-CONTROL_TENSOR_NAME_PATTERNS = ("attn_scale", "attn_scales", "mlp_scale", "mlp_scales", "resid_mix", "resid_mixes", "q_gain", "skip_weight", "skip_weights")
+CONTROL_TENSOR_NAME_PATTERNS = (
+    "attn_scale",
+    "attn_scales",
+    "mlp_scale",
+    "mlp_scales",
+    "resid_mix",
+    "resid_mixes",
+    "q_gain",
+    "skip_weight",
+    "skip_weights",
+)
 INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
 INT8_CLIP_Q = 99.99984 / 100.0
 
@@ -329,21 +439,47 @@ def tensor_nbytes(t: Tensor) -> int:
 
 def quantize_float_tensor(t: Tensor) -> tuple[Tensor, Tensor]:
     t32 = t.float()
-    if t32.ndim == 2:  # per-row scales, clipped at a high percentile of |w| so one outlier can't flatten a row
-        clip_abs = torch.quantile(t32.abs(), INT8_CLIP_Q, dim=1) if t32.numel() else torch.empty((t32.shape[0],), dtype=torch.float32)
+    if (
+        t32.ndim == 2
+    ):  # per-row scales, clipped at a high percentile of |w| so one outlier can't flatten a row
+        clip_abs = (
+            torch.quantile(t32.abs(), INT8_CLIP_Q, dim=1)
+            if t32.numel()
+            else torch.empty((t32.shape[0],), dtype=torch.float32)
+        )
         clipped = torch.maximum(torch.minimum(t32, clip_abs[:, None]), -clip_abs[:, None])
         scale = (clip_abs / 127.0).clamp_min(1.0 / 127.0)
-        q = torch.clamp(torch.round(clipped / scale[:, None]), -127, 127).to(torch.int8).contiguous()
+        q = (
+            torch.clamp(torch.round(clipped / scale[:, None]), -127, 127)
+            .to(torch.int8)
+            .contiguous()
+        )
         return q, scale.to(dtype=torch.float16).contiguous()
-    clip_abs = float(torch.quantile(t32.abs().flatten(), INT8_CLIP_Q).item()) if t32.numel() else 0.0
+    clip_abs = (
+        float(torch.quantile(t32.abs().flatten(), INT8_CLIP_Q).item()) if t32.numel() else 0.0
+    )
     scale = torch.tensor(clip_abs / 127.0 if clip_abs > 0 else 1.0, dtype=torch.float32)
-    q = torch.clamp(torch.round(torch.clamp(t32, -clip_abs, clip_abs) / scale), -127, 127).to(torch.int8).contiguous()
+    q = (
+        torch.clamp(torch.round(torch.clamp(t32, -clip_abs, clip_abs) / scale), -127, 127)
+        .to(torch.int8)
+        .contiguous()
+    )
     return q, scale
 
 
 def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> tuple[dict, dict]:
     quantized, scales, dtypes, passthrough, passthrough_orig_dtypes, qmeta = {}, {}, {}, {}, {}, {}
-    stats = dict.fromkeys(("param_count", "num_tensors", "num_float_tensors", "num_nonfloat_tensors", "baseline_tensor_bytes", "int8_payload_bytes"), 0)
+    stats = dict.fromkeys(
+        (
+            "param_count",
+            "num_tensors",
+            "num_float_tensors",
+            "num_nonfloat_tensors",
+            "baseline_tensor_bytes",
+            "int8_payload_bytes",
+        ),
+        0,
+    )
     for name, tensor in state_dict.items():
         t = tensor.detach().to("cpu").contiguous()
         stats["param_count"] += int(t.numel())
@@ -354,7 +490,9 @@ def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> tuple[dict, dict]
             passthrough[name] = t
             stats["int8_payload_bytes"] += tensor_nbytes(t)
             continue
-        if t.numel() <= INT8_KEEP_FLOAT_MAX_NUMEL:  # small tensors: kept as floats (control tensors in fp32)
+        if (
+            t.numel() <= INT8_KEEP_FLOAT_MAX_NUMEL
+        ):  # small tensors: kept as floats (control tensors in fp32)
             if any(pattern in name for pattern in CONTROL_TENSOR_NAME_PATTERNS):
                 kept = t.float().contiguous()
             elif t.dtype in (torch.float32, torch.bfloat16):
@@ -371,7 +509,13 @@ def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> tuple[dict, dict]
             qmeta[name] = {"scheme": "per_row", "axis": 0}
         quantized[name], scales[name], dtypes[name] = q, s, str(t.dtype).removeprefix("torch.")
         stats["int8_payload_bytes"] += tensor_nbytes(q) + tensor_nbytes(s)
-    obj = {"__quant_format__": "int8_clean_per_row_v1", "quantized": quantized, "scales": scales, "dtypes": dtypes, "passthrough": passthrough}
+    obj = {
+        "__quant_format__": "int8_clean_per_row_v1",
+        "quantized": quantized,
+        "scales": scales,
+        "dtypes": dtypes,
+        "passthrough": passthrough,
+    }
     if qmeta:
         obj["qmeta"] = qmeta
     if passthrough_orig_dtypes:
@@ -385,7 +529,11 @@ def dequantize_state_dict_int8(obj: dict) -> dict[str, Tensor]:
     for name, q in obj["quantized"].items():
         dtype, s = getattr(torch, obj["dtypes"][name]), obj["scales"][name]
         if qmeta.get(name, {}).get("scheme") == "per_row" or s.ndim > 0:
-            out[name] = (q.float() * s.to(torch.float32).view(q.shape[0], *([1] * (q.ndim - 1)))).to(dtype=dtype).contiguous()
+            out[name] = (
+                (q.float() * s.to(torch.float32).view(q.shape[0], *([1] * (q.ndim - 1))))
+                .to(dtype=dtype)
+                .contiguous()
+            )
         else:
             out[name] = (q.float() * float(s.item())).to(dtype=dtype).contiguous()
     for name, t in obj["passthrough"].items():
@@ -428,14 +576,22 @@ def read_shard_header(path: str | Path) -> int:
     except OSError as e:
         raise DataError(f"{path}: cannot read shard ({e.strerror or e})") from e
     if header.size != HEADER_INTS:
-        raise DataError(f"{path}: truncated header: {size} bytes, a shard starts with a {HEADER_BYTES}-byte header")
+        raise DataError(
+            f"{path}: truncated header: {size} bytes, a shard starts with a {HEADER_BYTES}-byte header"
+        )
     if int(header[0]) != SHARD_MAGIC:
-        raise DataError(f"{path}: bad magic {int(header[0])} (expected {SHARD_MAGIC}): not a token shard")
+        raise DataError(
+            f"{path}: bad magic {int(header[0])} (expected {SHARD_MAGIC}): not a token shard"
+        )
     if int(header[1]) != SHARD_VERSION:
-        raise DataError(f"{path}: unsupported shard version {int(header[1])} (expected {SHARD_VERSION})")
+        raise DataError(
+            f"{path}: unsupported shard version {int(header[1])} (expected {SHARD_VERSION})"
+        )
     num_tokens = int(header[2])
     if num_tokens < 0 or size != HEADER_BYTES + 2 * num_tokens:
-        raise DataError(f"{path}: size mismatch: header says {num_tokens} tokens = {HEADER_BYTES + 2 * num_tokens} bytes, file has {size}")
+        raise DataError(
+            f"{path}: size mismatch: header says {num_tokens} tokens = {HEADER_BYTES + 2 * num_tokens} bytes, file has {size}"
+        )
     return num_tokens
 
 
@@ -450,15 +606,19 @@ def load_data_shard(path: str | Path, vocab_size: int | None = None) -> np.ndarr
         raise DataError(f"{path}: truncated: read {tokens.size} of {num_tokens} tokens")
     if vocab_size is not None and num_tokens and int(tokens.max()) >= vocab_size:
         bad = int(np.argmax(tokens >= vocab_size))
-        raise DataError(f"{path}: token {int(tokens[bad])} at position {bad} >= vocab {vocab_size} (VOCAB_SIZE / wrong tokenizer?)")
+        raise DataError(
+            f"{path}: token {int(tokens[bad])} at position {bad} >= vocab {vocab_size} (VOCAB_SIZE / wrong tokenizer?)"
+        )
     return tokens
 
 
 def list_shards(pattern: str) -> list[Path]:
     files = sorted(Path(p) for p in glob.glob(pattern))
     if not files:
-        raise DataError(f"no files match {pattern}: set DATA_PATH, or build a local dataset (python data/build_local_dataset.py) "
-                        f"or download the published one (python data/download_fineweb.py)")
+        raise DataError(
+            f"no files match {pattern}: set DATA_PATH, or build a local dataset (python data/build_local_dataset.py) "
+            f"or download the published one (python data/download_fineweb.py)"
+        )
     return files
 
 
@@ -485,7 +645,12 @@ def rank_span(global_tokens: int, seq_len: int, grad_accum_steps: int, world_siz
 class TokenStream:
     """The baseline's order: one pass over the sorted shards, wrapping around to the first."""
 
-    def __init__(self, files: list[Path], load: Callable[[int], np.ndarray], position: tuple[int, int] = (0, 0)):
+    def __init__(
+        self,
+        files: list[Path],
+        load: Callable[[int], np.ndarray],
+        position: tuple[int, int] = (0, 0),
+    ):
         self.files, self.load = files, load
         self.file_idx, self.pos = position
         self.tokens = load(self.file_idx)
@@ -529,12 +694,16 @@ class _ClosedOnExit(contextlib.AbstractContextManager):  # `with loader:` closes
 class DistributedTokenLoader(_ClosedOnExit):
     """The baseline's synchronous loader: every rank walks the shared stream and keeps its own span."""
 
-    def __init__(self, pattern: str, rank: int, world_size: int, device, *, vocab_size: int | None = None):
+    def __init__(
+        self, pattern: str, rank: int, world_size: int, device, *, vocab_size: int | None = None
+    ):
         self.rank, self.world_size, self.device = rank, world_size, torch.device(device)
         files, _ = check_shards(pattern)
         self.stream = TokenStream(files, lambda i: load_data_shard(files[i], vocab_size))
 
-    def next_batch(self, global_tokens: int, seq_len: int, grad_accum_steps: int) -> tuple[Tensor, Tensor]:
+    def next_batch(
+        self, global_tokens: int, seq_len: int, grad_accum_steps: int
+    ) -> tuple[Tensor, Tensor]:
         span = rank_span(global_tokens, seq_len, grad_accum_steps, self.world_size)
         local = np.empty(span, dtype=np.uint16)
         self.stream.take_rank_span(span, self.rank, self.world_size, local)
@@ -545,6 +714,7 @@ class DistributedTokenLoader(_ClosedOnExit):
 # -----------------------------
 # DATA: BACKGROUND STAGING AND THE PREFETCHING LOADER
 # -----------------------------
+
 
 class WorkerError(RuntimeError):
     """A background loader thread failed; the original exception, with its traceback, is the cause."""
@@ -582,7 +752,9 @@ class _Handoff:
                         self.cond.notify_all()
                     return item
                 if self.error is not None and block:  # the batch that needed the failed work
-                    raise WorkerError(f"{producer.name if producer else 'loader'} thread failed: {self.error!r}") from self.error
+                    raise WorkerError(
+                        f"{producer.name if producer else 'loader'} thread failed: {self.error!r}"
+                    ) from self.error
                 if self.closed or self.exhausted or not block:
                     return None
                 if producer is not None and not producer.is_alive():
@@ -607,7 +779,9 @@ class _Handoff:
 class DeviceBatch(NamedTuple):
     x: Tensor  # int64 inputs on the device, (seqs, seq_len); y are the targets, shifted by one
     y: Tensor
-    ready: torch.cuda.Event | None  # recorded on the copy stream; None when no side stream is involved
+    ready: (
+        torch.cuda.Event | None
+    )  # recorded on the copy stream; None when no side stream is involved
     tag: object
 
 
@@ -620,12 +794,31 @@ class StagingPipeline:
     or None at the end. Tokens cross PCIe as uint16 and become int64 on the device (on CPU the worker
     widens them); a buffer is refilled only once the event of the copy out of it has completed."""
 
-    def __init__(self, fill, buffer_tokens: int, seq_len: int, device: torch.device, *, depth: int, copy_stream: bool,
-                 name: str, tracer: Tracer):
-        self.device, self.seq_len, self.tracer, self.cuda = device, seq_len, tracer, device.type == "cuda"
+    def __init__(
+        self,
+        fill,
+        buffer_tokens: int,
+        seq_len: int,
+        device: torch.device,
+        *,
+        depth: int,
+        copy_stream: bool,
+        name: str,
+        tracer: Tracer,
+    ):
+        self.device, self.seq_len, self.tracer, self.cuda = (
+            device,
+            seq_len,
+            tracer,
+            device.type == "cuda",
+        )
         self.ready, self.free = _Handoff(depth), _Handoff(depth + 2)
-        for _ in range(depth + 2):  # `depth` waiting, one being filled, one whose copy may be in flight
-            self.free.put((torch.empty(buffer_tokens, dtype=torch.int16, pin_memory=self.cuda), None))
+        for _ in range(
+            depth + 2
+        ):  # `depth` waiting, one being filled, one whose copy may be in flight
+            self.free.put(
+                (torch.empty(buffer_tokens, dtype=torch.int16, pin_memory=self.cuda), None)
+            )
         self.copy_stream = torch.cuda.Stream(device) if self.cuda and copy_stream else None
         self.copy_probe: Callable = _null_phase
         self.ahead: DeviceBatch | None = None  # the next batch, its copy already queued
@@ -647,7 +840,13 @@ class StagingPipeline:
                     return self.ready.finish()
                 staged = (buf, *filled)
                 if not self.cuda:  # no copy to issue: widen and split here, off the training thread
-                    staged = DeviceBatch(*split_inputs_targets(torch.from_numpy(view[: filled[0]].astype(np.int64)), self.seq_len), None, filled[1])
+                    staged = DeviceBatch(
+                        *split_inputs_targets(
+                            torch.from_numpy(view[: filled[0]].astype(np.int64)), self.seq_len
+                        ),
+                        None,
+                        filled[1],
+                    )
                     self.free.put((buf, None))
                 if not self.ready.put(staged):
                     return
@@ -665,7 +864,9 @@ class StagingPipeline:
         if self.cuda and (staged := self.ready.get(self.thread, block=False)) is not None:
             self.ahead = self.upload(staged)
         self.last_tag = batch.tag
-        if batch.ready is not None:  # the compute stream waits for the copy on the GPU: no host sync
+        if (
+            batch.ready is not None
+        ):  # the compute stream waits for the copy on the GPU: no host sync
             compute = torch.cuda.current_stream(self.device)
             compute.wait_event(batch.ready)
             # The tensor was allocated on the copy stream. record_stream stops the caching allocator
@@ -681,11 +882,17 @@ class StagingPipeline:
         with self.tracer.span("copy_issue"):
             stream = self.copy_stream or torch.cuda.current_stream(self.device)
             with torch.cuda.stream(stream), self.copy_probe(stream):
-                tokens = buf[:n].to(self.device, non_blocking=True).to(torch.int64).bitwise_and_(0xFFFF)
+                tokens = (
+                    buf[:n].to(self.device, non_blocking=True).to(torch.int64).bitwise_and_(0xFFFF)
+                )
                 copied = torch.cuda.Event()
                 copied.record(stream)
             self.free.put((buf, copied))
-            return DeviceBatch(*split_inputs_targets(tokens, self.seq_len), copied if self.copy_stream is not None else None, tag)
+            return DeviceBatch(
+                *split_inputs_targets(tokens, self.seq_len),
+                copied if self.copy_stream is not None else None,
+                tag,
+            )
 
     def close(self) -> None:
         self.ready.close()
@@ -714,7 +921,9 @@ class _ShardReadAhead:
         self.prefetch(idx)
         tokens = self.pending[idx].result()
         nxt = (idx + 1) % len(self.files)
-        self.pending = {i: f for i, f in self.pending.items() if i in (idx, nxt)}  # drop stale reads
+        self.pending = {
+            i: f for i, f in self.pending.items() if i in (idx, nxt)
+        }  # drop stale reads
         self.prefetch(nxt)
         return tokens
 
@@ -727,16 +936,32 @@ class PrefetchingDistributedTokenLoader(_ClosedOnExit):
     shard read ahead by a second thread) and batch k+1's copy overlaps batch k's compute. A new batch
     shape restarts the worker where the last returned batch ended: nothing skipped or repeated."""
 
-    def __init__(self, pattern: str, rank: int, world_size: int, device, *, vocab_size: int | None = None,
-                 queue_depth: int = 2, copy_stream: bool = True, tracer: Tracer | None = None):
+    def __init__(
+        self,
+        pattern: str,
+        rank: int,
+        world_size: int,
+        device,
+        *,
+        vocab_size: int | None = None,
+        queue_depth: int = 2,
+        copy_stream: bool = True,
+        tracer: Tracer | None = None,
+    ):
         if queue_depth < 1:
             raise ValueError(f"queue_depth={queue_depth}: expected an integer >= 1")
         self.rank, self.world_size, self.device = rank, world_size, torch.device(device)
-        self.queue_depth, self.copy_stream, self.tracer = queue_depth, copy_stream, tracer or NULL_TRACER
+        self.queue_depth, self.copy_stream, self.tracer = (
+            queue_depth,
+            copy_stream,
+            tracer or NULL_TRACER,
+        )
         self.files, _ = check_shards(pattern)
         self.reader = _ShardReadAhead(self.files, vocab_size, self.tracer)
         try:
-            self.reader.load(0)  # as in the baseline, shard 0 is read and checked before any clock starts
+            self.reader.load(
+                0
+            )  # as in the baseline, shard 0 is read and checked before any clock starts
         except BaseException:
             self.reader.close()  # no thread outlives a loader that failed to open
             raise
@@ -744,7 +969,9 @@ class PrefetchingDistributedTokenLoader(_ClosedOnExit):
         self.shape = self.pipe = None
         self.copy_probe: Callable = _null_phase
 
-    def next_batch(self, global_tokens: int, seq_len: int, grad_accum_steps: int) -> tuple[Tensor, Tensor]:
+    def next_batch(
+        self, global_tokens: int, seq_len: int, grad_accum_steps: int
+    ) -> tuple[Tensor, Tensor]:
         if (global_tokens, seq_len, grad_accum_steps) != self.shape:
             self._restart((global_tokens, seq_len, grad_accum_steps))
         x, y = self.pipe.next_batch()
@@ -762,8 +989,16 @@ class PrefetchingDistributedTokenLoader(_ClosedOnExit):
             stream.take_rank_span(span, self.rank, self.world_size, out)
             return span, (stream.file_idx, stream.pos)  # where the stream resumes after this batch
 
-        self.pipe = StagingPipeline(fill, span, shape[1], self.device, depth=self.queue_depth, copy_stream=self.copy_stream,
-                                    name="train_prefetch", tracer=self.tracer)
+        self.pipe = StagingPipeline(
+            fill,
+            span,
+            shape[1],
+            self.device,
+            depth=self.queue_depth,
+            copy_stream=self.copy_stream,
+            name="train_prefetch",
+            tracer=self.tracer,
+        )
         self.pipe.copy_probe, self.shape = self.copy_probe, shape
 
     def _stop(self) -> None:
@@ -780,6 +1015,7 @@ class PrefetchingDistributedTokenLoader(_ClosedOnExit):
 # DATA: THE VALIDATION SPLIT
 # -----------------------------
 
+
 class ValidationSet:
     """The fixed validation tokens, this rank's batches of them, and the exact target token and byte
     totals over all ranks, counted once on the CPU at start-up."""
@@ -793,15 +1029,29 @@ class ValidationSet:
         if cfg.max_val_tokens:
             usable = min(usable, cfg.max_val_tokens // T * T)
         if usable <= 0:
-            raise DataError(f"{cfg.val_files}: the validation split has {tokens.size} tokens, fewer than one sequence of TRAIN_SEQ_LEN+1 = {T + 1}")
+            raise DataError(
+                f"{cfg.val_files}: the validation split has {tokens.size} tokens, fewer than one sequence of TRAIN_SEQ_LEN+1 = {T + 1}"
+            )
         self.tokens, self.seq_len = tokens[: usable + 1], T
         total_seqs = usable // T
-        seq_start, seq_end = total_seqs * rt.rank // rt.world_size, total_seqs * (rt.rank + 1) // rt.world_size
+        seq_start, seq_end = (
+            total_seqs * rt.rank // rt.world_size,
+            total_seqs * (rt.rank + 1) // rt.world_size,
+        )
         batch_seqs = cfg.val_batch_size // (rt.world_size * rt.grad_accum_steps) // T
-        self.spans = [(s * T, min(s + batch_seqs, seq_end) * T + 1) for s in range(seq_start, seq_end, batch_seqs)]
+        self.spans = [
+            (s * T, min(s + batch_seqs, seq_end) * T + 1)
+            for s in range(seq_start, seq_end, batch_seqs)
+        ]
         self.max_span = batch_seqs * T + 1
-        local_bytes = count_target_bytes(self.tokens[seq_start * T : seq_end * T + 1], luts) if seq_end > seq_start else 0
-        totals = torch.tensor([(seq_end - seq_start) * T, local_bytes], dtype=torch.int64, device=rt.device)
+        local_bytes = (
+            count_target_bytes(self.tokens[seq_start * T : seq_end * T + 1], luts)
+            if seq_end > seq_start
+            else 0
+        )
+        totals = torch.tensor(
+            [(seq_end - seq_start) * T, local_bytes], dtype=torch.int64, device=rt.device
+        )
         if rt.distributed:
             dist.all_reduce(totals)
         self.target_tokens, self.target_bytes = (int(v) for v in totals.tolist())
@@ -810,7 +1060,12 @@ class ValidationSet:
         """This rank's batches as int64 (x, y) on the device."""
         if not cfg.val_prefetch:  # the baseline's loop: slice, widen, copy
             for a, b in self.spans:
-                yield split_inputs_targets(torch.from_numpy(self.tokens[a:b].astype(np.int64)).to(device, non_blocking=True), self.seq_len)
+                yield split_inputs_targets(
+                    torch.from_numpy(self.tokens[a:b].astype(np.int64)).to(
+                        device, non_blocking=True
+                    ),
+                    self.seq_len,
+                )
             return
         spans = iter(self.spans)
 
@@ -820,8 +1075,16 @@ class ValidationSet:
             out[: span[1] - span[0]] = self.tokens[span[0] : span[1]]
             return span[1] - span[0], None
 
-        pipe = StagingPipeline(fill, self.max_span, self.seq_len, device, depth=cfg.val_prefetch_queue, copy_stream=cfg.val_copy_stream,
-                               name="val_prefetch", tracer=tracer)
+        pipe = StagingPipeline(
+            fill,
+            self.max_span,
+            self.seq_len,
+            device,
+            depth=cfg.val_prefetch_queue,
+            copy_stream=cfg.val_copy_stream,
+            name="val_prefetch",
+            tracer=tracer,
+        )
         try:
             while (batch := pipe.next_batch()) is not None:
                 yield batch
@@ -858,20 +1121,52 @@ class Tracer:
         try:
             yield
         finally:
-            if len(self.events) < 1_000_000:  # a hard bound; list.append is atomic: workers record too
-                self.events.append((name, threading.current_thread().name, start, time.perf_counter_ns()))
+            if (
+                len(self.events) < 1_000_000
+            ):  # a hard bound; list.append is atomic: workers record too
+                self.events.append(
+                    (name, threading.current_thread().name, start, time.perf_counter_ns())
+                )
 
     def save(self) -> None:
         if self.path is None:
             return
         events = sorted(self.events, key=lambda e: (e[1], e[2], -e[3]))
-        lanes = {name: i for i, name in enumerate(dict.fromkeys(["MainThread"] + [e[1] for e in events]))}
-        meta = [{"name": "process_name", "ph": "M", "pid": self.rank, "args": {"name": f"rank {self.rank}"}}]
+        lanes = {
+            name: i for i, name in enumerate(dict.fromkeys(["MainThread"] + [e[1] for e in events]))
+        }
+        meta = [
+            {
+                "name": "process_name",
+                "ph": "M",
+                "pid": self.rank,
+                "args": {"name": f"rank {self.rank}"},
+            }
+        ]
         for name, tid in lanes.items():
-            meta.append({"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid, "args": {"name": "main" if name == "MainThread" else name}})
-        spans = [{"name": n, "ph": "X", "pid": self.rank, "tid": lanes[lane], "ts": (s - self.origin) / 1000, "dur": (e - s) / 1000}
-                 for n, lane, s, e in events]
-        atomic_write_bytes(self.path, json.dumps({"traceEvents": meta + spans, "displayTimeUnit": "ms"}).encode())
+            meta.append(
+                {
+                    "name": "thread_name",
+                    "ph": "M",
+                    "pid": self.rank,
+                    "tid": tid,
+                    "args": {"name": "main" if name == "MainThread" else name},
+                }
+            )
+        spans = [
+            {
+                "name": n,
+                "ph": "X",
+                "pid": self.rank,
+                "tid": lanes[lane],
+                "ts": (s - self.origin) / 1000,
+                "dur": (e - s) / 1000,
+            }
+            for n, lane, s, e in events
+        ]
+        atomic_write_bytes(
+            self.path, json.dumps({"traceEvents": meta + spans, "displayTimeUnit": "ms"}).encode()
+        )
 
 
 NULL_TRACER = Tracer(None, 0)
@@ -927,12 +1222,19 @@ class Probe:
     def finished_lines(self, wait: bool = False) -> list[str]:
         """Breakdown lines of the timed steps whose events have all completed (every one, waiting,
         with wait=True): events are read only once done, so the training loop gains no sync."""
-        done = lambda marks: all(isinstance(b, float) or b.query() for pairs in marks.values() for _, b in pairs)
+        done = lambda marks: all(
+            isinstance(b, float) or b.query() for pairs in marks.values() for _, b in pairs
+        )
         lines = []
         while self.pending and (wait or done(self.pending[0][1])):
             step, marks = self.pending.pop(0)
-            ms = {name: sum(self._elapsed_ms(a, b) for a, b in pairs) for name, pairs in marks.items()}
-            lines.append(f"timing_breakdown step:{step} " + " ".join(f"{n}_ms:{ms[n]:.2f}" for n in self.PHASES + ("step",)))
+            ms = {
+                name: sum(self._elapsed_ms(a, b) for a, b in pairs) for name, pairs in marks.items()
+            }
+            lines.append(
+                f"timing_breakdown step:{step} "
+                + " ".join(f"{n}_ms:{ms[n]:.2f}" for n in self.PHASES + ("step",))
+            )
         return lines
 
     @staticmethod
@@ -947,6 +1249,7 @@ class Probe:
 # TRANSFORMER MODEL
 # -----------------------------
 
+
 class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return F.rms_norm(x, (x.size(-1),))
@@ -956,26 +1259,44 @@ class CastedLinear(nn.Linear):
     """Weights stay fp32 for the optimizer; the matmul runs in the activation dtype."""
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.weight.to(x.dtype), self.bias.to(x.dtype) if self.bias is not None else None)
+        return F.linear(
+            x, self.weight.to(x.dtype), self.bias.to(x.dtype) if self.bias is not None else None
+        )
 
 
 def restore_low_dim_params_to_fp32(module: nn.Module) -> None:
     with torch.no_grad():
         for name, param in module.named_parameters():
-            if (param.ndim < 2 or any(p in name for p in CONTROL_TENSOR_NAME_PATTERNS)) and param.dtype != torch.float32:
+            if (
+                param.ndim < 2 or any(p in name for p in CONTROL_TENSOR_NAME_PATTERNS)
+            ) and param.dtype != torch.float32:
                 param.data = param.data.float()
 
 
 class Rotary(nn.Module):
     def __init__(self, dim: int, base: float):
         super().__init__()
-        self.register_buffer("inv_freq", 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)), persistent=False)
+        self.register_buffer(
+            "inv_freq",
+            1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)),
+            persistent=False,
+        )
         self._cache: tuple[int, torch.device, Tensor, Tensor] | None = None
 
-    def forward(self, seq_len: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, seq_len: int, device: torch.device, dtype: torch.dtype
+    ) -> tuple[Tensor, Tensor]:
         if self._cache is None or self._cache[0] != seq_len or self._cache[1] != device:
-            freqs = torch.outer(torch.arange(seq_len, device=device, dtype=self.inv_freq.dtype), self.inv_freq.to(device))
-            self._cache = (seq_len, device, freqs.cos()[None, :, None, :], freqs.sin()[None, :, None, :])
+            freqs = torch.outer(
+                torch.arange(seq_len, device=device, dtype=self.inv_freq.dtype),
+                self.inv_freq.to(device),
+            )
+            self._cache = (
+                seq_len,
+                device,
+                freqs.cos()[None, :, None, :],
+                freqs.sin()[None, :, None, :],
+            )
         return self._cache[2].to(dtype=dtype), self._cache[3].to(dtype=dtype)
 
 
@@ -987,24 +1308,43 @@ def apply_rotary_emb(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Causal attention on (batch, seq, heads, head_dim) tensors with grouped KV heads."""
-    y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
-                                       enable_gqa=k.size(2) != q.size(2))
+    y = F.scaled_dot_product_attention(
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),
+        is_causal=True,
+        enable_gqa=k.size(2) != q.size(2),
+    )
     return y.transpose(1, 2)
 
 
 def select_attention(requested: str, device: torch.device) -> tuple[str, Callable]:
     """FlashAttention-3 on Hopper, else FlashAttention-2, else PyTorch SDPA (always on CPU)."""
-    if device.type == "cuda" and requested in ("auto", "fa3") and torch.cuda.get_device_capability(device)[0] == 9:
+    if (
+        device.type == "cuda"
+        and requested in ("auto", "fa3")
+        and torch.cuda.get_device_capability(device)[0] == 9
+    ):
         with contextlib.suppress(ImportError):
             from flash_attn_interface import flash_attn_func as fa3
-            first = lambda out: out[0] if isinstance(out, tuple) else out  # some releases also return the LSE
-            return "flash_attn_3", lambda q, k, v: first(fa3(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True))
+
+            first = lambda out: (
+                out[0] if isinstance(out, tuple) else out
+            )  # some releases also return the LSE
+            return "flash_attn_3", lambda q, k, v: first(
+                fa3(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
+            )
     if device.type == "cuda" and requested in ("auto", "fa2"):
         with contextlib.suppress(ImportError):
             from flash_attn import flash_attn_func as fa2
-            return "flash_attn_2", lambda q, k, v: fa2(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
+
+            return "flash_attn_2", lambda q, k, v: fa2(
+                q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True
+            )
     if requested not in ("auto", "sdpa"):
-        raise ConfigError(f"ATTENTION_BACKEND={requested}: not available here (needs CUDA, flash-attn, Hopper for fa3); use auto or sdpa")
+        raise ConfigError(
+            f"ATTENTION_BACKEND={requested}: not available here (needs CUDA, flash-attn, Hopper for fa3); use auto or sdpa"
+        )
     return "sdpa", sdpa_attention
 
 
@@ -1019,7 +1359,9 @@ class CausalSelfAttention(nn.Module):
         self.c_v = CastedLinear(dim, kv_dim, bias=False)
         self.proj = CastedLinear(dim, dim, bias=False)
         self.proj._zero_init = True
-        self.q_gain = nn.Parameter(torch.full((cfg.num_heads,), cfg.qk_gain_init, dtype=torch.float32))
+        self.q_gain = nn.Parameter(
+            torch.full((cfg.num_heads,), cfg.qk_gain_init, dtype=torch.float32)
+        )
         self.rotary = Rotary(self.head_dim, base=cfg.rope_base)
         self.attention = attention
 
@@ -1077,7 +1419,9 @@ class GPT(nn.Module):
         self.skip_weights = nn.Parameter(torch.ones(num_skips, cfg.model_dim, dtype=torch.float32))
         self.blocks = nn.ModuleList([Block(cfg, attention) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm()
-        self.lm_head = None if cfg.tie_embeddings else CastedLinear(cfg.model_dim, cfg.vocab_size, bias=False)
+        self.lm_head = (
+            None if cfg.tie_embeddings else CastedLinear(cfg.model_dim, cfg.vocab_size, bias=False)
+        )
         if self.lm_head is not None:
             self.lm_head._zero_init = True
         if cfg.tie_embeddings:
@@ -1103,7 +1447,9 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float(), target_ids.reshape(-1), reduction=reduction)
 
 
-def build_model(cfg: Hyperparameters, device: torch.device, attention: Callable = sdpa_attention) -> GPT:
+def build_model(
+    cfg: Hyperparameters, device: torch.device, attention: Callable = sdpa_attention
+) -> GPT:
     """The baseline's init and casts (same SEED, same weights): drawn on the CPU, cast to bf16, Linear and
     small/control parameters back to fp32. On CPU all compute is fp32 (initial values bf16-rounded)."""
     model = GPT(cfg, attention).to(device).bfloat16()
@@ -1116,7 +1462,9 @@ def build_model(cfg: Hyperparameters, device: torch.device, attention: Callable 
 
 def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim.Optimizer], Muon]:
     block_params = list(model.blocks.named_parameters())
-    is_control = lambda name, p: p.ndim < 2 or any(pattern in name for pattern in CONTROL_TENSOR_NAME_PATTERNS)
+    is_control = lambda name, p: (
+        p.ndim < 2 or any(pattern in name for pattern in CONTROL_TENSOR_NAME_PATTERNS)
+    )
     matrix_params = [p for name, p in block_params if not is_control(name, p)]
     scalar_params = [p for name, p in block_params if is_control(name, p)]
     if model.skip_weights.numel() > 0:
@@ -1124,10 +1472,25 @@ def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim
     token_lr = cfg.tied_embed_lr if cfg.tie_embeddings else cfg.embed_lr
 
     def adam(params, lr):
-        return torch.optim.Adam([{"params": params, "lr": lr, "base_lr": lr}], betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps, fused=True)
+        return torch.optim.Adam(
+            [{"params": params, "lr": lr, "base_lr": lr}],
+            betas=(cfg.beta1, cfg.beta2),
+            eps=cfg.adam_eps,
+            fused=True,
+        )
 
-    ns = torch.compile(zeropower_via_newtonschulz5) if model.tok_emb.weight.is_cuda else zeropower_via_newtonschulz5  # as the baseline
-    muon = Muon(matrix_params, lr=cfg.matrix_lr, momentum=cfg.muon_momentum, backend_steps=cfg.muon_backend_steps, orthogonalize=ns)
+    ns = (
+        torch.compile(zeropower_via_newtonschulz5)
+        if model.tok_emb.weight.is_cuda
+        else zeropower_via_newtonschulz5
+    )  # as the baseline
+    muon = Muon(
+        matrix_params,
+        lr=cfg.matrix_lr,
+        momentum=cfg.muon_momentum,
+        backend_steps=cfg.muon_backend_steps,
+        orthogonalize=ns,
+    )
     for group in muon.param_groups:
         group["base_lr"] = cfg.matrix_lr
     optimizers = [adam([model.tok_emb.weight], token_lr), muon, adam(scalar_params, cfg.scalar_lr)]
@@ -1139,6 +1502,7 @@ def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim
 # -----------------------------
 # EVALUATION
 # -----------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Runtime:
@@ -1161,25 +1525,40 @@ class Runtime:
             torch.cuda.synchronize(self.device)
 
 
-def eval_val(cfg: Hyperparameters, rt: Runtime, model: nn.Module, val: ValidationSet, tracer: Tracer,
-             log0: Callable, device_luts=None) -> tuple[float, float]:
+def eval_val(
+    cfg: Hyperparameters,
+    rt: Runtime,
+    model: nn.Module,
+    val: ValidationSet,
+    tracer: Tracer,
+    log0: Callable,
+    device_luts=None,
+) -> tuple[float, float]:
     """val_loss in nats per token and val_bpb. Per-token losses are summed in float64, so the result
     does not depend on how tokens are batched; token and byte totals are exact integers."""
     model.eval()
     loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
-    byte_sum = torch.zeros((), dtype=torch.int64, device=rt.device) if device_luts is not None else None
+    byte_sum = (
+        torch.zeros((), dtype=torch.int64, device=rt.device) if device_luts is not None else None
+    )
     t0 = time.perf_counter()
     # no_grad, not inference_mode: tensors cached during evaluation (RoPE tables) must stay usable in training
     with torch.no_grad(), contextlib.closing(val.batches(cfg, rt.device, tracer)) as batches:
         for i, (x, y) in enumerate(batches, 1):
             with tracer.span("val_forward"), rt.autocast():
                 loss_sum += model(x, y, reduction="none").to(torch.float64).sum()
-            if byte_sum is not None:  # VAL_BYTECOUNT_DEVICE=cuda: the baseline's per-batch lookup on the device
+            if (
+                byte_sum is not None
+            ):  # VAL_BYTECOUNT_DEVICE=cuda: the baseline's per-batch lookup on the device
                 base_bytes, has_leading_space, is_boundary = device_luts
                 prev, tgt = x.reshape(-1), y.reshape(-1)
-                byte_sum += (base_bytes[tgt] + (has_leading_space[tgt] & ~is_boundary[prev]).to(torch.int64)).sum()
+                byte_sum += (
+                    base_bytes[tgt] + (has_leading_space[tgt] & ~is_boundary[prev]).to(torch.int64)
+                ).sum()
             if cfg.val_progress_log_every and i % cfg.val_progress_log_every == 0:
-                log0(f"val_progress:{i}/{len(val.spans)} elapsed:{1000.0 * (time.perf_counter() - t0):.0f}ms")
+                log0(
+                    f"val_progress:{i}/{len(val.spans)} elapsed:{1000.0 * (time.perf_counter() - t0):.0f}ms"
+                )
     model.train()
     if rt.distributed:
         dist.all_reduce(loss_sum)
@@ -1194,19 +1573,32 @@ def eval_val(cfg: Hyperparameters, rt: Runtime, model: nn.Module, val: Validatio
 # MAIN
 # -----------------------------
 
+
 def init_runtime(world_size: int) -> Runtime:
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
     if torch.cuda.is_available():
-        if (local_world := env_int("LOCAL_WORLD_SIZE", 1)) > torch.cuda.device_count():  # the same on every rank
-            raise ConfigError(f"LOCAL_WORLD_SIZE={local_world}: only {torch.cuda.device_count()} CUDA devices are visible")
+        if (
+            local_world := env_int("LOCAL_WORLD_SIZE", 1)
+        ) > torch.cuda.device_count():  # the same on every rank
+            raise ConfigError(
+                f"LOCAL_WORLD_SIZE={local_world}: only {torch.cuda.device_count()} CUDA devices are visible"
+            )
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
     if distributed:
-        dist.init_process_group(**(dict(backend="nccl", device_id=device) if device.type == "cuda" else dict(backend="gloo")))
-    return Runtime(rank, local_rank, world_size, grad_accum_steps_for(world_size), device, distributed)
+        dist.init_process_group(
+            **(
+                dict(backend="nccl", device_id=device)
+                if device.type == "cuda"
+                else dict(backend="gloo")
+            )
+        )
+    return Runtime(
+        rank, local_rank, world_size, grad_accum_steps_for(world_size), device, distributed
+    )
 
 
 def make_logger(rt: Runtime, run_id: str) -> Callable:
@@ -1227,7 +1619,9 @@ def make_logger(rt: Runtime, run_id: str) -> Callable:
 
 def nvidia_smi() -> str:
     try:
-        return subprocess.run(["nvidia-smi"], capture_output=True, text=True, check=False, timeout=30).stdout
+        return subprocess.run(
+            ["nvidia-smi"], capture_output=True, text=True, check=False, timeout=30
+        ).stdout
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"nvidia-smi: unavailable ({e})"
 
@@ -1242,27 +1636,46 @@ def main() -> None:
         dist.broadcast_object_list(shared, src=0)
         cfg = dataclasses.replace(cfg, run_id=shared[0])
     log0 = make_logger(rt, cfg.run_id)
-    for header in (code, "=" * 100, f"Running Python {sys.version}", f"Running PyTorch {torch.__version__}", nvidia_smi(), "=" * 100):
+    for header in (
+        code,
+        "=" * 100,
+        f"Running Python {sys.version}",
+        f"Running PyTorch {torch.__version__}",
+        nvidia_smi(),
+        "=" * 100,
+    ):
         log0(header, console=False)  # the log alone says exactly what ran, and where
     log0(f"hyperparameters:{json.dumps(dataclasses.asdict(cfg), sort_keys=True)}")
-    tracer = Tracer(Path(cfg.pipeline_trace) / f"{cfg.run_id}_rank{rt.rank}.json" if cfg.pipeline_trace else None, rt.rank)
+    tracer = Tracer(
+        Path(cfg.pipeline_trace) / f"{cfg.run_id}_rank{rt.rank}.json"
+        if cfg.pipeline_trace
+        else None,
+        rt.rank,
+    )
     try:  # now, not after the run: a trace that cannot be written must not fail a finished run
         Path(cfg.pipeline_trace or ".").mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"PIPELINE_TRACE={cfg.pipeline_trace}: cannot create the directory ({e.strerror or e})") from None
+        raise ConfigError(
+            f"PIPELINE_TRACE={cfg.pipeline_trace}: cannot create the directory ({e.strerror or e})"
+        ) from None
     try:
         train_and_evaluate(cfg, rt, code, log0, tracer)
     finally:
         tracer.save()  # also on failure: the trace shows what ran up to it
-    if rt.distributed:  # ordered shutdown: loaders are closed, every rank is done, then the group goes
+    if (
+        rt.distributed
+    ):  # ordered shutdown: loaders are closed, every rank is done, then the group goes
         dist.barrier()
         dist.destroy_process_group()
     if rt.cuda:  # the compile workers' atexit shutdown, which os._exit (see __main__) would skip
         import torch._inductor.async_compile as inductor_compile
+
         inductor_compile.shutdown_compile_workers()
 
 
-def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Callable, tracer: Tracer) -> None:
+def train_and_evaluate(
+    cfg: Hyperparameters, rt: Runtime, code: str, log0: Callable, tracer: Tracer
+) -> None:
     # ---- DEVICE, TOKENIZER AND DATA CHECKS ----
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -1270,39 +1683,75 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
     if rt.cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-        from torch.backends.cuda import enable_cudnn_sdp, enable_flash_sdp, enable_math_sdp, enable_mem_efficient_sdp
+        from torch.backends.cuda import (
+            enable_cudnn_sdp,
+            enable_flash_sdp,
+            enable_math_sdp,
+            enable_mem_efficient_sdp,
+        )
 
-        enable_cudnn_sdp(False), enable_flash_sdp(True), enable_mem_efficient_sdp(False), enable_math_sdp(False)
+        (
+            enable_cudnn_sdp(False),
+            enable_flash_sdp(True),
+            enable_mem_efficient_sdp(False),
+            enable_math_sdp(False),
+        )
     else:
-        log0("cpu_mode: fp32 compute (no bf16 autocast), no torch.compile, no TF32; pinned memory and copy streams "
-             "are CUDA-only, so TRAIN_COPY_STREAM/VAL_COPY_STREAM are no-ops (prefetch threads still run)")
+        log0(
+            "cpu_mode: fp32 compute (no bf16 autocast), no torch.compile, no TF32; pinned memory and copy streams "
+            "are CUDA-only, so TRAIN_COPY_STREAM/VAL_COPY_STREAM are no-ops (prefetch threads still run)"
+        )
     if not Path(cfg.tokenizer_path).is_file():
-        raise DataError(f"TOKENIZER_PATH={cfg.tokenizer_path}: no such file (build or download the dataset first)")
+        raise DataError(
+            f"TOKENIZER_PATH={cfg.tokenizer_path}: no such file (build or download the dataset first)"
+        )
     sp = spm.SentencePieceProcessor(model_file=cfg.tokenizer_path)
     if int(sp.vocab_size()) != cfg.vocab_size:
-        raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size} does not match tokenizer vocab_size={int(sp.vocab_size())} ({cfg.tokenizer_path})")
+        raise ConfigError(
+            f"VOCAB_SIZE={cfg.vocab_size} does not match tokenizer vocab_size={int(sp.vocab_size())} ({cfg.tokenizer_path})"
+        )
     luts = build_sentencepiece_luts(sp, cfg.vocab_size)
     train_files, train_tokens = check_shards(cfg.train_files)
     val = ValidationSet(cfg, rt, luts)  # loads every val shard: header, size and token ids checked
-    device_luts = tuple(torch.from_numpy(t).to(rt.device) for t in luts) if cfg.val_bytecount_device == "cuda" else None
+    device_luts = (
+        tuple(torch.from_numpy(t).to(rt.device) for t in luts)
+        if cfg.val_bytecount_device == "cuda"
+        else None
+    )
     log0(f"val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path={cfg.tokenizer_path}")
-    log0(f"train_loader:dataset:{Path(cfg.data_path).resolve().name} train_shards:{len(train_files)}")
-    log0(f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} bytes:{val.target_bytes}")
+    log0(
+        f"train_loader:dataset:{Path(cfg.data_path).resolve().name} train_shards:{len(train_files)}"
+    )
+    log0(
+        f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} bytes:{val.target_bytes}"
+    )
     if cfg.max_val_tokens:
-        log0(f"WARNING: MAX_VAL_TOKENS={cfg.max_val_tokens} evaluates {val.target_tokens} of the split's {val.split_tokens} "
-             f"tokens: val_loss/val_bpb are NOT comparable to the challenge's score")
-    log0(f"train_tokens:{train_tokens} train_prefetch:{int(cfg.train_prefetch)} queue:{cfg.train_prefetch_queue} "
-         f"copy_stream:{int(cfg.train_copy_stream and rt.cuda)} val_prefetch:{int(cfg.val_prefetch)} queue:{cfg.val_prefetch_queue} "
-         f"copy_stream:{int(cfg.val_copy_stream and rt.cuda)} val_bytecount_device:{cfg.val_bytecount_device}")
+        log0(
+            f"WARNING: MAX_VAL_TOKENS={cfg.max_val_tokens} evaluates {val.target_tokens} of the split's {val.split_tokens} "
+            f"tokens: val_loss/val_bpb are NOT comparable to the challenge's score"
+        )
+    log0(
+        f"train_tokens:{train_tokens} train_prefetch:{int(cfg.train_prefetch)} queue:{cfg.train_prefetch_queue} "
+        f"copy_stream:{int(cfg.train_copy_stream and rt.cuda)} val_prefetch:{int(cfg.val_prefetch)} queue:{cfg.val_prefetch_queue} "
+        f"copy_stream:{int(cfg.val_copy_stream and rt.cuda)} val_bytecount_device:{cfg.val_bytecount_device}"
+    )
 
     # ---- MODEL AND OPTIMIZERS ----
     attention_name, attention = select_attention(cfg.attention_backend, rt.device)
     base_model = build_model(cfg, rt.device, attention)
-    compiled_model = torch.compile(base_model, dynamic=False, fullgraph=True) if rt.cuda else base_model
+    compiled_model = (
+        torch.compile(base_model, dynamic=False, fullgraph=True) if rt.cuda else base_model
+    )
     model = compiled_model
     if rt.distributed:
-        no_buffer_sync = {"forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP).parameters else "broadcast_buffers": False}
-        model = DDP(compiled_model, device_ids=[rt.local_rank] if rt.cuda else None, **no_buffer_sync)
+        no_buffer_sync = {
+            "forward_sync_buffers"
+            if "forward_sync_buffers" in inspect.signature(DDP).parameters
+            else "broadcast_buffers": False
+        }
+        model = DDP(
+            compiled_model, device_ids=[rt.local_rank] if rt.cuda else None, **no_buffer_sync
+        )
     optimizers, optimizer_muon = build_optimizers(cfg, base_model)
     log0(f"model_params:{sum(p.numel() for p in base_model.parameters())}")
     log0(f"world_size:{rt.world_size} grad_accum_steps:{rt.grad_accum_steps}")
@@ -1310,10 +1759,14 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
         log0("sdp_backends:cudnn=False flash=True mem_efficient=False math=False")
     log0(f"attention_backend:{attention_name}")
     log0(f"attention_mode:gqa num_heads:{cfg.num_heads} num_kv_heads:{cfg.num_kv_heads}")
-    log0(f"tie_embeddings:{cfg.tie_embeddings} embed_lr:{cfg.tied_embed_lr if cfg.tie_embeddings else cfg.embed_lr} "
-         f"head_lr:{cfg.head_lr if base_model.lm_head is not None else 0.0} matrix_lr:{cfg.matrix_lr} scalar_lr:{cfg.scalar_lr}")
-    log0(f"train_batch_tokens:{cfg.train_batch_tokens} train_seq_len:{cfg.train_seq_len} iterations:{cfg.iterations} "
-         f"warmup_steps:{cfg.warmup_steps} max_wallclock_seconds:{cfg.max_wallclock_seconds:.3f}")
+    log0(
+        f"tie_embeddings:{cfg.tie_embeddings} embed_lr:{cfg.tied_embed_lr if cfg.tie_embeddings else cfg.embed_lr} "
+        f"head_lr:{cfg.head_lr if base_model.lm_head is not None else 0.0} matrix_lr:{cfg.matrix_lr} scalar_lr:{cfg.scalar_lr}"
+    )
+    log0(
+        f"train_batch_tokens:{cfg.train_batch_tokens} train_seq_len:{cfg.train_seq_len} iterations:{cfg.iterations} "
+        f"warmup_steps:{cfg.warmup_steps} max_wallclock_seconds:{cfg.max_wallclock_seconds:.3f}"
+    )
     log0(f"seed:{cfg.seed}")
 
     # ---- TRAINING ----
@@ -1321,9 +1774,19 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
 
     def make_loader():
         if not cfg.train_prefetch:
-            return DistributedTokenLoader(cfg.train_files, rt.rank, rt.world_size, rt.device, vocab_size=cfg.vocab_size)
-        loader = PrefetchingDistributedTokenLoader(cfg.train_files, rt.rank, rt.world_size, rt.device, vocab_size=cfg.vocab_size,
-                                                   queue_depth=cfg.train_prefetch_queue, copy_stream=cfg.train_copy_stream, tracer=tracer)
+            return DistributedTokenLoader(
+                cfg.train_files, rt.rank, rt.world_size, rt.device, vocab_size=cfg.vocab_size
+            )
+        loader = PrefetchingDistributedTokenLoader(
+            cfg.train_files,
+            rt.rank,
+            rt.world_size,
+            rt.device,
+            vocab_size=cfg.vocab_size,
+            queue_depth=cfg.train_prefetch_queue,
+            copy_stream=cfg.train_copy_stream,
+            tracer=tracer,
+        )
         loader.copy_probe = lambda stream: probe.phase("h2d", stream)
         return loader
 
@@ -1337,12 +1800,16 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
             if rt.distributed:  # gradients are all-reduced on the last micro-step only
                 model.require_backward_grad_sync = micro_step == rt.grad_accum_steps - 1
             with probe.phase("data_wait"):
-                x, y = loader.next_batch(cfg.train_batch_tokens, cfg.train_seq_len, rt.grad_accum_steps)
+                x, y = loader.next_batch(
+                    cfg.train_batch_tokens, cfg.train_seq_len, rt.grad_accum_steps
+                )
             with probe.phase("forward"), rt.autocast():
                 loss = model(x, y)
             train_loss += loss.detach()
             with probe.phase("backward"):
-                (loss / rt.grad_accum_steps).backward()  # a power of 2: exactly the baseline's loss * (1/accum)
+                (
+                    loss / rt.grad_accum_steps
+                ).backward()  # a power of 2: exactly the baseline's loss * (1/accum)
         return train_loss / rt.grad_accum_steps
 
     def optimizer_step() -> None:
@@ -1356,15 +1823,23 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
     max_wallclock_ms = 1000.0 * cfg.max_wallclock_seconds if cfg.max_wallclock_seconds > 0 else None
     train_loader = make_loader()
     try:
-        if cfg.warmup_steps > 0:  # compile and warm the kernels, then restore everything "so we aren't cheating"
-            initial_model_state = {name: t.detach().cpu().clone() for name, t in base_model.state_dict().items()}
+        if (
+            cfg.warmup_steps > 0
+        ):  # compile and warm the kernels, then restore everything "so we aren't cheating"
+            initial_model_state = {
+                name: t.detach().cpu().clone() for name, t in base_model.state_dict().items()
+            }
             initial_optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in optimizers]
             model.train()
             for warmup_step in range(cfg.warmup_steps):
                 zero_grad_all()
                 train_step(train_loader)
                 optimizer_step()
-                if cfg.warmup_steps <= 20 or (warmup_step + 1) % 10 == 0 or warmup_step + 1 == cfg.warmup_steps:
+                if (
+                    cfg.warmup_steps <= 20
+                    or (warmup_step + 1) % 10 == 0
+                    or warmup_step + 1 == cfg.warmup_steps
+                ):
                     log0(f"warmup_step:{warmup_step + 1}/{cfg.warmup_steps}")
             base_model.load_state_dict(initial_model_state, strict=True)
             for opt, state in zip(optimizers, initial_optimizer_states, strict=True):
@@ -1382,29 +1857,45 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
         t0 = time.perf_counter()
         step = 0
         while True:
-            last_step = step == cfg.iterations or (stop_after_step is not None and step >= stop_after_step)
+            last_step = step == cfg.iterations or (
+                stop_after_step is not None and step >= stop_after_step
+            )
             if last_step or (cfg.val_loss_every > 0 and step % cfg.val_loss_every == 0):
                 rt.synchronize()
                 training_time_ms += 1000.0 * (time.perf_counter() - t0)
                 with tracer.span("validation"):
-                    val_loss, val_bpb = eval_val(cfg, rt, compiled_model, val, tracer, log0, device_luts)
-                log0(f"step:{step}/{cfg.iterations} val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f} "
-                     f"train_time:{training_time_ms:.0f}ms step_avg:{training_time_ms / max(step, 1):.2f}ms")
+                    val_loss, val_bpb = eval_val(
+                        cfg, rt, compiled_model, val, tracer, log0, device_luts
+                    )
+                log0(
+                    f"step:{step}/{cfg.iterations} val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f} "
+                    f"train_time:{training_time_ms:.0f}ms step_avg:{training_time_ms / max(step, 1):.2f}ms"
+                )
                 rt.synchronize()
                 t0 = time.perf_counter()
             if last_step:
                 if stop_after_step is not None and step < cfg.iterations:
-                    log0(f"stopping_early: wallclock_cap train_time:{training_time_ms:.0f}ms step:{step}/{cfg.iterations}")
+                    log0(
+                        f"stopping_early: wallclock_cap train_time:{training_time_ms:.0f}ms step:{step}/{cfg.iterations}"
+                    )
                 break
 
             elapsed_ms = training_time_ms + 1000.0 * (time.perf_counter() - t0)
-            scale = lr_multiplier(step, elapsed_ms, cfg.iterations, cfg.warmdown_iters, max_wallclock_ms)
+            scale = lr_multiplier(
+                step, elapsed_ms, cfg.iterations, cfg.warmdown_iters, max_wallclock_ms
+            )
             probe.begin_step(step + 1)
             zero_grad_all()
             train_loss = train_step(train_loader)
-            frac = min(step / cfg.muon_momentum_warmup_steps, 1.0) if cfg.muon_momentum_warmup_steps > 0 else 1.0
+            frac = (
+                min(step / cfg.muon_momentum_warmup_steps, 1.0)
+                if cfg.muon_momentum_warmup_steps > 0
+                else 1.0
+            )
             for group in optimizer_muon.param_groups:
-                group["momentum"] = (1 - frac) * cfg.muon_momentum_warmup_start + frac * cfg.muon_momentum
+                group["momentum"] = (
+                    1 - frac
+                ) * cfg.muon_momentum_warmup_start + frac * cfg.muon_momentum
             for opt in optimizers:
                 for group in opt.param_groups:
                     group["lr"] = group["base_lr"] * scale
@@ -1412,17 +1903,25 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
             probe.end_step(step + 1)
             step += 1
             approx_training_time_ms = training_time_ms + 1000.0 * (time.perf_counter() - t0)
-            if cfg.train_log_every > 0 and (step <= 10 or step % cfg.train_log_every == 0 or stop_after_step is not None):
-                if rt.distributed:  # the mean over every rank's micro-batches, so 1 GPU and 8 GPUs print the same
+            if cfg.train_log_every > 0 and (
+                step <= 10 or step % cfg.train_log_every == 0 or stop_after_step is not None
+            ):
+                if (
+                    rt.distributed
+                ):  # the mean over every rank's micro-batches, so 1 GPU and 8 GPUs print the same
                     dist.all_reduce(train_loss)
                     train_loss /= rt.world_size
-                log0(f"step:{step}/{cfg.iterations} train_loss:{train_loss.item():.4f} "
-                     f"train_time:{approx_training_time_ms:.0f}ms step_avg:{approx_training_time_ms / step:.2f}ms")
+                log0(
+                    f"step:{step}/{cfg.iterations} train_loss:{train_loss.item():.4f} "
+                    f"train_time:{approx_training_time_ms:.0f}ms step_avg:{approx_training_time_ms / step:.2f}ms"
+                )
             for line in probe.finished_lines():
                 log0(line)
             if step >= cfg.pipeline_trace_steps:
                 tracer.active = False
-            reached_cap = max_wallclock_ms is not None and approx_training_time_ms >= max_wallclock_ms
+            reached_cap = (
+                max_wallclock_ms is not None and approx_training_time_ms >= max_wallclock_ms
+            )
             if rt.distributed and max_wallclock_ms is not None:  # every rank stops on the same step
                 reached_cap_tensor = torch.tensor(int(reached_cap), device=rt.device)
                 dist.all_reduce(reached_cap_tensor, op=dist.ReduceOp.MAX)
@@ -1435,10 +1934,15 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
     for line in probe.finished_lines(wait=True):
         log0(line)
     if probe.enabled:
-        log0(f"timing_summary data_wait_total_ms:{probe.data_wait_total_ms:.2f} train_time_ms:{training_time_ms:.0f} "
-             f"data_wait_share:{100.0 * probe.data_wait_total_ms / max(training_time_ms, 1e-9):.3f}%")
+        log0(
+            f"timing_summary data_wait_total_ms:{probe.data_wait_total_ms:.2f} train_time_ms:{training_time_ms:.0f} "
+            f"data_wait_share:{100.0 * probe.data_wait_total_ms / max(training_time_ms, 1e-9):.3f}%"
+        )
     if rt.cuda:
-        allocated, reserved = torch.cuda.max_memory_allocated() >> 20, torch.cuda.max_memory_reserved() >> 20
+        allocated, reserved = (
+            torch.cuda.max_memory_allocated() >> 20,
+            torch.cuda.max_memory_reserved() >> 20,
+        )
     else:  # the process's peak resident memory
         allocated = reserved = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
     log0(f"peak memory allocated: {allocated} MiB reserved: {reserved} MiB")
@@ -1461,8 +1965,10 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
         atomic_write_bytes("final_model.int8.ptz", zlib.compress(quant_raw, level=9))
         quant_file_bytes = os.path.getsize("final_model.int8.ptz")
         ratio = quant_stats["baseline_tensor_bytes"] / max(quant_stats["int8_payload_bytes"], 1)
-        log0(f"Serialized model int8+zlib: {quant_file_bytes} bytes "
-             f"(payload:{quant_stats['int8_payload_bytes']} raw_torch:{len(quant_raw)} payload_ratio:{ratio:.2f}x)")
+        log0(
+            f"Serialized model int8+zlib: {quant_file_bytes} bytes "
+            f"(payload:{quant_stats['int8_payload_bytes']} raw_torch:{len(quant_raw)} payload_ratio:{ratio:.2f}x)"
+        )
         log0(f"Total submission size int8+zlib: {quant_file_bytes + code_bytes} bytes")
     if rt.distributed:
         dist.barrier()
@@ -1476,7 +1982,9 @@ def train_and_evaluate(cfg: Hyperparameters, rt: Runtime, code: str, log0: Calla
     with tracer.span("validation"):
         q_val_loss, q_val_bpb = eval_val(cfg, rt, compiled_model, val, tracer, log0, device_luts)
     rt.synchronize()
-    log0(f"final_int8_zlib_roundtrip val_loss:{q_val_loss:.4f} val_bpb:{q_val_bpb:.4f} eval_time:{1000.0 * (time.perf_counter() - t_qeval):.0f}ms")
+    log0(
+        f"final_int8_zlib_roundtrip val_loss:{q_val_loss:.4f} val_bpb:{q_val_bpb:.4f} eval_time:{1000.0 * (time.perf_counter() - t_qeval):.0f}ms"
+    )
     log0(f"final_int8_zlib_roundtrip_exact val_loss:{q_val_loss:.8f} val_bpb:{q_val_bpb:.8f}")
 
 
@@ -1485,7 +1993,10 @@ if __name__ == "__main__":
         main()
     except (ConfigError, DataError) as e:  # user mistakes: one clear line, not a traceback per rank
         rank = os.environ.get("RANK", "0")
-        if rank not in ("0", ""):  # rank 0 says it and torchrun stops us meanwhile, unless the error is ours alone
+        if rank not in (
+            "0",
+            "",
+        ):  # rank 0 says it and torchrun stops us meanwhile, unless the error is ours alone
             time.sleep(5)
         print(f"error: {e}" if rank in ("0", "") else f"[rank {rank}] error: {e}", file=sys.stderr)
         exit_code = 2

@@ -38,8 +38,11 @@ import train_gpt as tg  # noqa: E402
 from data.shard_io import shard_name, write_shard  # noqa: E402
 
 MODES = ("sync", "prefetch", "resident")
-MODEL_PRESETS = {"baseline": {}, "small": {"num_layers": 2, "model_dim": 256, "num_heads": 4, "num_kv_heads": 2},
-                 "tiny": {"num_layers": 2, "model_dim": 64, "num_heads": 2, "num_kv_heads": 1}}
+MODEL_PRESETS = {
+    "baseline": {},
+    "small": {"num_layers": 2, "model_dim": 256, "num_heads": 4, "num_kv_heads": 2},
+    "tiny": {"num_layers": 2, "model_dim": 64, "num_heads": 2, "num_kv_heads": 1},
+}
 tqdm.monitor_interval = 0  # no tqdm monitor thread competing with the loaders
 
 
@@ -48,16 +51,22 @@ tqdm.monitor_interval = 0  # no tqdm monitor thread competing with the loaders
 # -----------------------------
 
 
-def ensure_dataset(root: Path, shards: int, shard_tokens: int, val_tokens: int, vocab: int, seed: int) -> Path:
+def ensure_dataset(
+    root: Path, shards: int, shard_tokens: int, val_tokens: int, vocab: int, seed: int
+) -> Path:
     """Train and val shards of random tokens; reused when a previous run left the same set."""
     d = root / f"train{shards}x{shard_tokens}_val{val_tokens}_vocab{vocab}_seed{seed}"
-    want = {shard_name("train", i): shard_tokens for i in range(shards)} | {shard_name("val", 0): val_tokens}
+    want = {shard_name("train", i): shard_tokens for i in range(shards)} | {
+        shard_name("val", 0): val_tokens
+    }
     d.mkdir(parents=True, exist_ok=True)
     for i, (name, n) in enumerate(tqdm(list(want.items()), desc="synthetic shards", leave=False)):
         with contextlib.suppress(tg.DataError):
             if tg.read_shard_header(d / name) == n:
                 continue
-        write_shard(d / name, np.random.default_rng([seed, i]).integers(0, vocab, size=n, dtype=np.uint16))
+        write_shard(
+            d / name, np.random.default_rng([seed, i]).integers(0, vocab, size=n, dtype=np.uint16)
+        )
     for name in want:  # read once, so that every mode starts with a warm page cache
         tg.load_data_shard(d / name, vocab)
     return d
@@ -77,13 +86,28 @@ class ResidentLoader:
         pass
 
 
-def make_loader(mode: str, pattern: str, rank: int, world: int, device, vocab: int, queue: int, shape, n_batches: int):
+def make_loader(
+    mode: str,
+    pattern: str,
+    rank: int,
+    world: int,
+    device,
+    vocab: int,
+    queue: int,
+    shape,
+    n_batches: int,
+):
     if mode == "prefetch":
-        return tg.PrefetchingDistributedTokenLoader(pattern, rank, world, device, vocab_size=vocab, queue_depth=queue)
+        return tg.PrefetchingDistributedTokenLoader(
+            pattern, rank, world, device, vocab_size=vocab, queue_depth=queue
+        )
     loader = tg.DistributedTokenLoader(pattern, rank, world, device, vocab_size=vocab)
     if mode == "sync":
         return loader
-    batches = [loader.next_batch(*shape) for _ in tqdm(range(n_batches), desc="resident: prebuild", leave=False)]
+    batches = [
+        loader.next_batch(*shape)
+        for _ in tqdm(range(n_batches), desc="resident: prebuild", leave=False)
+    ]
     synchronize(device)
     return ResidentLoader(batches)
 
@@ -110,16 +134,28 @@ def wait_stats(waits_ms: list[float], boundaries: list[int], window: int) -> dic
     """p50/p99/max/total of per-step waits (step 0 excluded: it is start-up), and the largest wait
     within `window` steps after each boundary step (a prefetcher's stall may land a step later)."""
     w = np.asarray(waits_ms[1:])
-    near = [max(waits_ms[max(k - 1, 1): k + window + 1], default=0.0) for k in boundaries if k > 0]
-    return {"p50_ms": float(np.percentile(w, 50)), "p99_ms": float(np.percentile(w, 99)), "max_ms": float(w.max()),
-            "total_ms": float(w.sum()), "boundary_max_ms": max(near, default=0.0), "boundary_waits_ms": near}
+    near = [max(waits_ms[max(k - 1, 1) : k + window + 1], default=0.0) for k in boundaries if k > 0]
+    return {
+        "p50_ms": float(np.percentile(w, 50)),
+        "p99_ms": float(np.percentile(w, 99)),
+        "max_ms": float(w.max()),
+        "total_ms": float(w.sum()),
+        "boundary_max_ms": max(near, default=0.0),
+        "boundary_waits_ms": near,
+    }
 
 
 def table(rows: list[dict], cols: list[tuple[str, str, str]]) -> str:
     """Plain-text table: cols are (header, key, format)."""
-    cells = [[h for h, _, _ in cols]] + [[format(r[k], f) if isinstance(r[k], float) else str(r[k]) for _, k, f in cols] for r in rows]
+    cells = [[h for h, _, _ in cols]] + [
+        [format(r[k], f) if isinstance(r[k], float) else str(r[k]) for _, k, f in cols]
+        for r in rows
+    ]
     widths = [max(len(c[i]) for c in cells) for i in range(len(cols))]
-    return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths))) for line in cells)
+    return "\n".join(
+        "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths)))
+        for line in cells
+    )
 
 
 def check(checks: list, name: str, ok: bool, detail: str) -> None:
@@ -148,18 +184,33 @@ def bench_train(args, data: Path, device: torch.device, checks: list) -> dict:
     span = tg.rank_span(*shape, args.world_size)
     chunk = args.world_size * span * accum  # every rank walks the whole chunk of the 8-rank job
     bounds = boundary_steps(args.shards, args.shard_tokens, chunk, args.steps)
-    print(f"\n== train: rank {args.rank} of {args.world_size}, {args.batch_tokens} tokens/step, seq_len {args.seq_len}, "
-          f"grad_accum {accum}, {args.steps} steps, compute {args.compute_ms:g} ms/step ({args.compute}), "
-          f"queue {args.queue}, device {device.type}")
-    print(f"   {chunk} stream tokens/step, shard of {args.shard_tokens} lasts {args.shard_tokens / chunk:.1f} steps; "
-          f"shard loads at steps {bounds}")
+    print(
+        f"\n== train: rank {args.rank} of {args.world_size}, {args.batch_tokens} tokens/step, seq_len {args.seq_len}, "
+        f"grad_accum {accum}, {args.steps} steps, compute {args.compute_ms:g} ms/step ({args.compute}), "
+        f"queue {args.queue}, device {device.type}"
+    )
+    print(
+        f"   {chunk} stream tokens/step, shard of {args.shard_tokens} lasts {args.shard_tokens / chunk:.1f} steps; "
+        f"shard loads at steps {bounds}"
+    )
     out = {"boundary_steps": bounds, "modes": {}}
     for mode in MODES:
         t0 = time.perf_counter()
-        loader = make_loader(mode, str(data / "fineweb_train_*.bin"), args.rank, args.world_size, device, args.vocab,
-                             args.queue, shape, args.steps * accum)
+        loader = make_loader(
+            mode,
+            str(data / "fineweb_train_*.bin"),
+            args.rank,
+            args.world_size,
+            device,
+            args.vocab,
+            args.queue,
+            shape,
+            args.steps * accum,
+        )
         upload_ms = []
-        if mode == "prefetch":  # time the uint16 -> int64 conversion (on CUDA: just issuing the copy)
+        if (
+            mode == "prefetch"
+        ):  # time the uint16 -> int64 conversion (on CUDA: just issuing the copy)
             loader.copy_probe = lambda stream: timed(upload_ms)
         init_ms, waits, start = 1000 * (time.perf_counter() - t0), [], time.perf_counter()
         try:
@@ -175,26 +226,54 @@ def bench_train(args, data: Path, device: torch.device, checks: list) -> dict:
             loader.close()
         wall = time.perf_counter() - start
         stats = wait_stats(waits, bounds, args.queue + 1)
-        out["modes"][mode] = {"mode": mode, "init_ms": init_ms, "first_ms": waits[0], **stats, "wall_s": wall,
-                              "upload_total_ms": float(sum(upload_ms)) if mode == "prefetch" else 0.0}
+        out["modes"][mode] = {
+            "mode": mode,
+            "init_ms": init_ms,
+            "first_ms": waits[0],
+            **stats,
+            "wall_s": wall,
+            "upload_total_ms": float(sum(upload_ms)) if mode == "prefetch" else 0.0,
+        }
     m = out["modes"]
     for mode in MODES:
         r = m[mode]
         r["vs_sync"] = r["total_ms"] / max(m["sync"]["total_ms"], 1e-9)
         r["over_resident_ms"] = r["total_ms"] - m["resident"]["total_ms"]
         r["wall_vs_resident"] = r["wall_s"] / m["resident"]["wall_s"]
-    print(table(list(m.values()), [("mode", "mode", ""), ("init ms", "init_ms", ".1f"), ("first ms", "first_ms", ".2f"),
-                                   ("p50 ms", "p50_ms", ".3f"), ("p99 ms", "p99_ms", ".3f"), ("max ms", "max_ms", ".2f"),
-                                   ("boundary max ms", "boundary_max_ms", ".2f"), ("total wait ms", "total_ms", ".1f"),
-                                   ("of it upload ms", "upload_total_ms", ".1f"), ("wait/sync", "vs_sync", ".3f"),
-                                   ("wait-resident ms", "over_resident_ms", ".1f"), ("wall s", "wall_s", ".2f"),
-                                   ("wall/resident", "wall_vs_resident", ".4f")]))
+    print(
+        table(
+            list(m.values()),
+            [
+                ("mode", "mode", ""),
+                ("init ms", "init_ms", ".1f"),
+                ("first ms", "first_ms", ".2f"),
+                ("p50 ms", "p50_ms", ".3f"),
+                ("p99 ms", "p99_ms", ".3f"),
+                ("max ms", "max_ms", ".2f"),
+                ("boundary max ms", "boundary_max_ms", ".2f"),
+                ("total wait ms", "total_ms", ".1f"),
+                ("of it upload ms", "upload_total_ms", ".1f"),
+                ("wait/sync", "vs_sync", ".3f"),
+                ("wait-resident ms", "over_resident_ms", ".1f"),
+                ("wall s", "wall_s", ".2f"),
+                ("wall/resident", "wall_vs_resident", ".4f"),
+            ],
+        )
+    )
     print("   (per-step stats exclude step 0; init = loader construction, first = step 0's wait)")
     p, s = m["prefetch"], m["sync"]
-    check(checks, "train: prefetch total exposed wait <= 5% of sync's", p["total_ms"] <= 0.05 * s["total_ms"],
-          f"{p['total_ms']:.1f} ms vs {s['total_ms']:.1f} ms = {100 * p['vs_sync']:.1f}%")
-    check(checks, "train: no prefetch wait over 10 ms at shard boundaries", p["boundary_max_ms"] <= 10.0,
-          f"max {p['boundary_max_ms']:.2f} ms over {len(p['boundary_waits_ms'])} boundaries (sync: {s['boundary_max_ms']:.2f} ms)")
+    check(
+        checks,
+        "train: prefetch total exposed wait <= 5% of sync's",
+        p["total_ms"] <= 0.05 * s["total_ms"],
+        f"{p['total_ms']:.1f} ms vs {s['total_ms']:.1f} ms = {100 * p['vs_sync']:.1f}%",
+    )
+    check(
+        checks,
+        "train: no prefetch wait over 10 ms at shard boundaries",
+        p["boundary_max_ms"] <= 10.0,
+        f"max {p['boundary_max_ms']:.2f} ms over {len(p['boundary_waits_ms'])} boundaries (sync: {s['boundary_max_ms']:.2f} ms)",
+    )
     return out
 
 
@@ -226,8 +305,15 @@ class ResidentVal:
     """A ValidationSet whose batches were copied to the device beforehand (for eval_val)."""
 
     def __init__(self, val: tg.ValidationSet, cfg, device: torch.device):
-        self.seq_len, self.spans, self.target_tokens, self.target_bytes = val.seq_len, val.spans, val.target_tokens, val.target_bytes
-        self.prebuilt = list(val.batches(dataclasses.replace(cfg, val_prefetch=False), device, tg.NULL_TRACER))
+        self.seq_len, self.spans, self.target_tokens, self.target_bytes = (
+            val.seq_len,
+            val.spans,
+            val.target_tokens,
+            val.target_bytes,
+        )
+        self.prebuilt = list(
+            val.batches(dataclasses.replace(cfg, val_prefetch=False), device, tg.NULL_TRACER)
+        )
         synchronize(device)
 
     def batches(self, cfg, device, tracer):
@@ -236,10 +322,17 @@ class ResidentVal:
 
 def build_gpt(cfg: tg.Hyperparameters, device: torch.device):
     torch.manual_seed(cfg.seed)
-    if device.type == "cuda":  # train_gpt's CUDA settings; a fresh compile cache (recompile limit) per model
+    if (
+        device.type == "cuda"
+    ):  # train_gpt's CUDA settings; a fresh compile cache (recompile limit) per model
         torch._dynamo.reset()
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        for name, on in (("cudnn", False), ("flash", True), ("mem_efficient", False), ("math", False)):
+        for name, on in (
+            ("cudnn", False),
+            ("flash", True),
+            ("mem_efficient", False),
+            ("math", False),
+        ):
             getattr(torch.backends.cuda, f"enable_{name}_sdp")(on)
     attention_name, attention = tg.select_attention(cfg.attention_backend, device)
     base = tg.build_model(cfg, device, attention)
@@ -250,22 +343,36 @@ def build_gpt(cfg: tg.Hyperparameters, device: torch.device):
 def bench_val(args, data: Path, device: torch.device, checks: list) -> dict:
     accum = tg.grad_accum_steps_for(args.world_size)
     rt = tg.Runtime(args.rank, 0, args.world_size, accum, device, False)
-    base = dict(data_path=str(data), vocab_size=args.vocab, train_seq_len=args.seq_len, val_batch_size=args.batch_tokens,
-                val_prefetch_queue=args.queue)
+    base = dict(
+        data_path=str(data),
+        vocab_size=args.vocab,
+        train_seq_len=args.seq_len,
+        val_batch_size=args.batch_tokens,
+        val_prefetch_queue=args.queue,
+    )
     cfg = tg.Hyperparameters(**base, **MODEL_PRESETS.get(args.val_model, {}))
-    luts = tg.ByteLuts(np.full(args.vocab, 3, np.int64), np.zeros(args.vocab, bool), np.zeros(args.vocab, bool))
+    luts = tg.ByteLuts(
+        np.full(args.vocab, 3, np.int64), np.zeros(args.vocab, bool), np.zeros(args.vocab, bool)
+    )
     val = tg.ValidationSet(cfg, rt, luts)
     if args.val_model == "sleep":
-        model, desc = SleepForward(args.val_forward_ms), f"sleeping forward {args.val_forward_ms:g} ms/batch"
+        model, desc = (
+            SleepForward(args.val_forward_ms),
+            f"sleeping forward {args.val_forward_ms:g} ms/batch",
+        )
     else:
         model, desc = build_gpt(cfg, device)[1], f"{args.val_model} GPT forward"
-    print(f"\n== val: rank {args.rank} of {args.world_size}, {len(val.spans)} batches of <= {val.max_span - 1} tokens "
-          f"({val.target_tokens} target tokens in all), {desc}, {args.val_repeats} repeats, device {device.type}")
+    print(
+        f"\n== val: rank {args.rank} of {args.world_size}, {len(val.spans)} batches of <= {val.max_span - 1} tokens "
+        f"({val.target_tokens} target tokens in all), {desc}, {args.val_repeats} repeats, device {device.type}"
+    )
     sets = {"sync": val, "prefetch": val, "resident": ResidentVal(val, cfg, device)}
     runs = {m: [] for m in MODES}
     losses = {}
     quiet = lambda *a, **k: None  # noqa: E731
-    tg.eval_val(cfg, rt, model, val, tg.NULL_TRACER, quiet)  # warm-up (compiles the eval graphs on CUDA)
+    tg.eval_val(
+        cfg, rt, model, val, tg.NULL_TRACER, quiet
+    )  # warm-up (compiles the eval graphs on CUDA)
     for _ in tqdm(range(args.val_repeats), desc="val repeats", leave=False):
         for mode in MODES:
             mcfg = dataclasses.replace(cfg, val_prefetch=mode == "prefetch")
@@ -276,15 +383,37 @@ def bench_val(args, data: Path, device: torch.device, checks: list) -> dict:
     rows = {}
     for mode in MODES:
         med = float(np.median(runs[mode]))
-        rows[mode] = {"mode": mode, "median_s": med, "min_s": min(runs[mode]), "max_s": max(runs[mode]), "val_loss": losses[mode],
-                      "vs_sync": med / float(np.median(runs["sync"])), "vs_resident": med / float(np.median(runs["resident"])),
-                      "runs_s": runs[mode]}
-    print(table(list(rows.values()), [("mode", "mode", ""), ("median s", "median_s", ".4f"), ("min s", "min_s", ".4f"),
-                                      ("max s", "max_s", ".4f"), ("/sync", "vs_sync", ".4f"), ("/resident", "vs_resident", ".4f"),
-                                      ("val_loss", "val_loss", ".6f")]))
+        rows[mode] = {
+            "mode": mode,
+            "median_s": med,
+            "min_s": min(runs[mode]),
+            "max_s": max(runs[mode]),
+            "val_loss": losses[mode],
+            "vs_sync": med / float(np.median(runs["sync"])),
+            "vs_resident": med / float(np.median(runs["resident"])),
+            "runs_s": runs[mode],
+        }
+    print(
+        table(
+            list(rows.values()),
+            [
+                ("mode", "mode", ""),
+                ("median s", "median_s", ".4f"),
+                ("min s", "min_s", ".4f"),
+                ("max s", "max_s", ".4f"),
+                ("/sync", "vs_sync", ".4f"),
+                ("/resident", "vs_resident", ".4f"),
+                ("val_loss", "val_loss", ".6f"),
+            ],
+        )
+    )
     p, s = rows["prefetch"], rows["sync"]
-    check(checks, "val: prefetching no slower than synchronous (median)", p["median_s"] <= s["median_s"],
-          f"{p['median_s']:.4f} s vs {s['median_s']:.4f} s ({100 * (p['vs_sync'] - 1):+.2f}%)")
+    check(
+        checks,
+        "val: prefetching no slower than synchronous (median)",
+        p["median_s"] <= s["median_s"],
+        f"{p['median_s']:.4f} s vs {s['median_s']:.4f} s ({100 * (p['vs_sync'] - 1):+.2f}%)",
+    )
     return {"batches": len(val.spans), "model": args.val_model, "modes": rows}
 
 
@@ -298,24 +427,48 @@ def bench_steps(args, data: Path, device: torch.device, checks: list) -> dict:
     loop is timed (no sync inside the timed steps)."""
     accum, out = tg.grad_accum_steps_for(1), {}
     for preset in args.models:
-        cfg = tg.Hyperparameters(data_path=str(data), vocab_size=args.vocab, train_seq_len=args.seq_len,
-                                 train_batch_tokens=args.batch_tokens, **MODEL_PRESETS[preset])
+        cfg = tg.Hyperparameters(
+            data_path=str(data),
+            vocab_size=args.vocab,
+            train_seq_len=args.seq_len,
+            train_batch_tokens=args.batch_tokens,
+            **MODEL_PRESETS[preset],
+        )
         cfg.validate(1)
         base, model, attention_name = build_gpt(cfg, device)
         optimizers, _ = tg.build_optimizers(cfg, base)
-        autocast = (lambda: torch.autocast("cuda", torch.bfloat16)) if device.type == "cuda" else contextlib.nullcontext
+        autocast = (
+            (lambda: torch.autocast("cuda", torch.bfloat16))
+            if device.type == "cuda"
+            else contextlib.nullcontext
+        )
         shape = (cfg.train_batch_tokens, cfg.train_seq_len, accum)
         n_params = sum(p.numel() for p in base.parameters())
-        print(f"\n== steps: {preset} GPT ({cfg.num_layers}L d{cfg.model_dim}, {n_params} params, {attention_name}), "
-              f"world 1, grad_accum {accum}, {args.gpu_warmup} warm-up + {args.gpu_steps} timed steps, device {device}")
+        print(
+            f"\n== steps: {preset} GPT ({cfg.num_layers}L d{cfg.model_dim}, {n_params} params, {attention_name}), "
+            f"world 1, grad_accum {accum}, {args.gpu_warmup} warm-up + {args.gpu_steps} timed steps, device {device}"
+        )
         rows = {}
         for mode in MODES:
-            loader = make_loader(mode, str(data / "fineweb_train_*.bin"), 0, 1, device, args.vocab, args.queue, shape,
-                                 (args.gpu_warmup + args.gpu_steps) * accum)
+            loader = make_loader(
+                mode,
+                str(data / "fineweb_train_*.bin"),
+                0,
+                1,
+                device,
+                args.vocab,
+                args.queue,
+                shape,
+                (args.gpu_warmup + args.gpu_steps) * accum,
+            )
             waits = []
             try:
-                for i in tqdm(range(args.gpu_warmup + args.gpu_steps), desc=f"{preset} {mode}", leave=False):
-                    if i == args.gpu_warmup:  # warm-up done (compile, allocator, recompiles for this mode's inputs)
+                for i in tqdm(
+                    range(args.gpu_warmup + args.gpu_steps), desc=f"{preset} {mode}", leave=False
+                ):
+                    if (
+                        i == args.gpu_warmup
+                    ):  # warm-up done (compile, allocator, recompiles for this mode's inputs)
                         synchronize(device)
                         start, waits = time.perf_counter(), []
                     for _ in range(accum):
@@ -333,17 +486,35 @@ def bench_steps(args, data: Path, device: torch.device, checks: list) -> dict:
                 elapsed = time.perf_counter() - start
             finally:
                 loader.close()
-            rows[mode] = {"mode": mode, "ms_per_step": 1000 * elapsed / args.gpu_steps, "host_wait_ms_per_step": sum(waits) / args.gpu_steps,
-                          "host_wait_max_ms": max(waits)}
+            rows[mode] = {
+                "mode": mode,
+                "ms_per_step": 1000 * elapsed / args.gpu_steps,
+                "host_wait_ms_per_step": sum(waits) / args.gpu_steps,
+                "host_wait_max_ms": max(waits),
+            }
         for r in rows.values():
             r["exposed_ms_per_step"] = r["ms_per_step"] - rows["resident"]["ms_per_step"]
             r["vs_resident"] = r["ms_per_step"] / rows["resident"]["ms_per_step"]
-        print(table(list(rows.values()), [("mode", "mode", ""), ("ms/step", "ms_per_step", ".2f"),
-                                          ("exposed ms/step", "exposed_ms_per_step", ".2f"), ("/resident", "vs_resident", ".4f"),
-                                          ("host wait ms/step", "host_wait_ms_per_step", ".3f"), ("host wait max ms", "host_wait_max_ms", ".2f")]))
+        print(
+            table(
+                list(rows.values()),
+                [
+                    ("mode", "mode", ""),
+                    ("ms/step", "ms_per_step", ".2f"),
+                    ("exposed ms/step", "exposed_ms_per_step", ".2f"),
+                    ("/resident", "vs_resident", ".4f"),
+                    ("host wait ms/step", "host_wait_ms_per_step", ".3f"),
+                    ("host wait max ms", "host_wait_max_ms", ".2f"),
+                ],
+            )
+        )
         p, s = rows["prefetch"], rows["sync"]
-        check(checks, f"steps {preset}: prefetch ms/step <= sync ms/step", p["ms_per_step"] <= s["ms_per_step"],
-              f"{p['ms_per_step']:.2f} vs {s['ms_per_step']:.2f} ms/step (resident {rows['resident']['ms_per_step']:.2f})")
+        check(
+            checks,
+            f"steps {preset}: prefetch ms/step <= sync ms/step",
+            p["ms_per_step"] <= s["ms_per_step"],
+            f"{p['ms_per_step']:.2f} vs {s['ms_per_step']:.2f} ms/step (resident {rows['resident']['ms_per_step']:.2f})",
+        )
         out[preset] = {"params": n_params, "attention": attention_name, "modes": rows}
         del base, model, optimizers
         if device.type == "cuda":
@@ -358,36 +529,92 @@ def bench_steps(args, data: Path, device: torch.device, checks: list) -> dict:
 
 def parse_args(argv=None) -> argparse.Namespace:
     cuda = torch.cuda.is_available()
-    fmt = type("Fmt", (argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter), {})
+    fmt = type(
+        "Fmt", (argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter), {}
+    )
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=fmt)
-    ap.add_argument("--what", default="train,val,steps" if cuda else "train,val", help="comma list of train, val, steps")
-    ap.add_argument("--device", default="cuda" if cuda else "cpu", help="where batches go (and the model runs)")
-    ap.add_argument("--data-dir", type=Path, default=REPO / "data" / ".cache" / "loader_bench", help="synthetic shard cache")
+    ap.add_argument(
+        "--what",
+        default="train,val,steps" if cuda else "train,val",
+        help="comma list of train, val, steps",
+    )
+    ap.add_argument(
+        "--device", default="cuda" if cuda else "cpu", help="where batches go (and the model runs)"
+    )
+    ap.add_argument(
+        "--data-dir",
+        type=Path,
+        default=REPO / "data" / ".cache" / "loader_bench",
+        help="synthetic shard cache",
+    )
     ap.add_argument("--shards", type=int, default=4, help="train shards")
     ap.add_argument("--shard-tokens", type=int, default=30_000_000, help="tokens per train shard")
-    ap.add_argument("--val-tokens", type=int, default=62_021_633, help="tokens in the synthetic val split (the real one: 62,021,632 + 1)")
+    ap.add_argument(
+        "--val-tokens",
+        type=int,
+        default=62_021_633,
+        help="tokens in the synthetic val split (the real one: 62,021,632 + 1)",
+    )
     ap.add_argument("--seed", type=int, default=1234, help="of the synthetic tokens")
     ap.add_argument("--vocab", type=int, default=1024, help="VOCAB_SIZE; tokens are drawn below it")
-    ap.add_argument("--world-size", type=int, default=8, help="ranks of the simulated job (train, val)")
+    ap.add_argument(
+        "--world-size", type=int, default=8, help="ranks of the simulated job (train, val)"
+    )
     ap.add_argument("--rank", type=int, default=0, help="the rank whose span is measured")
-    ap.add_argument("--batch-tokens", type=int, default=524_288, help="TRAIN_BATCH_TOKENS and VAL_BATCH_SIZE")
+    ap.add_argument(
+        "--batch-tokens", type=int, default=524_288, help="TRAIN_BATCH_TOKENS and VAL_BATCH_SIZE"
+    )
     ap.add_argument("--seq-len", type=int, default=1024, help="TRAIN_SEQ_LEN")
-    ap.add_argument("--queue", type=int, default=2, help="TRAIN_PREFETCH_QUEUE / VAL_PREFETCH_QUEUE")
+    ap.add_argument(
+        "--queue", type=int, default=2, help="TRAIN_PREFETCH_QUEUE / VAL_PREFETCH_QUEUE"
+    )
     ap.add_argument("--steps", type=int, default=240, help="train: steps per mode")
-    ap.add_argument("--compute-ms", type=float, default=80.0, help="train: simulated compute per step")
-    ap.add_argument("--compute", choices=("sleep", "busy"), default="sleep", help="train: how the compute holds the main thread")
-    ap.add_argument("--val-model", choices=("sleep", "tiny", "small", "baseline"), default="baseline" if cuda else "sleep",
-                    help="val: the forward (a GPT preset, or a sleep of --val-forward-ms)")
-    ap.add_argument("--val-forward-ms", type=float, default=10.0, help="val: per-batch time of the sleeping forward")
-    ap.add_argument("--val-repeats", type=int, default=3 if not cuda else 1, help="val: full evaluations per mode (median)")
-    ap.add_argument("--models", default="baseline,small", help="steps: comma list of " + ", ".join(MODEL_PRESETS))
+    ap.add_argument(
+        "--compute-ms", type=float, default=80.0, help="train: simulated compute per step"
+    )
+    ap.add_argument(
+        "--compute",
+        choices=("sleep", "busy"),
+        default="sleep",
+        help="train: how the compute holds the main thread",
+    )
+    ap.add_argument(
+        "--val-model",
+        choices=("sleep", "tiny", "small", "baseline"),
+        default="baseline" if cuda else "sleep",
+        help="val: the forward (a GPT preset, or a sleep of --val-forward-ms)",
+    )
+    ap.add_argument(
+        "--val-forward-ms",
+        type=float,
+        default=10.0,
+        help="val: per-batch time of the sleeping forward",
+    )
+    ap.add_argument(
+        "--val-repeats",
+        type=int,
+        default=3 if not cuda else 1,
+        help="val: full evaluations per mode (median)",
+    )
+    ap.add_argument(
+        "--models",
+        default="baseline,small",
+        help="steps: comma list of " + ", ".join(MODEL_PRESETS),
+    )
     ap.add_argument("--gpu-steps", type=int, default=50, help="steps: timed steps per mode")
     ap.add_argument("--gpu-warmup", type=int, default=10, help="steps: untimed steps per mode")
-    ap.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads(N) first; 0 = torch's default")
+    ap.add_argument(
+        "--torch-threads",
+        type=int,
+        default=0,
+        help="torch.set_num_threads(N) first; 0 = torch's default",
+    )
     ap.add_argument("--json", type=Path, help="write every number here")
     args = ap.parse_args(argv)
     args.what, args.models = args.what.split(","), args.models.split(",")
-    bad = [w for w in args.what if w not in ("train", "val", "steps")] + [m for m in args.models if m not in MODEL_PRESETS]
+    bad = [w for w in args.what if w not in ("train", "val", "steps")] + [
+        m for m in args.models if m not in MODEL_PRESETS
+    ]
     if bad:
         ap.error(f"unknown --what/--models entries: {bad}")
     if min(args.steps - 1, args.gpu_steps, args.val_repeats, args.shards, args.queue) < 1:
@@ -396,7 +623,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         ap.error(f"--rank {args.rank}: expected 0 <= rank < --world-size {args.world_size}")
     try:
         tg.grad_accum_steps_for(args.world_size)
-        tg.rank_span(args.batch_tokens, args.seq_len, tg.grad_accum_steps_for(args.world_size), args.world_size)
+        tg.rank_span(
+            args.batch_tokens,
+            args.seq_len,
+            tg.grad_accum_steps_for(args.world_size),
+            args.world_size,
+        )
     except ValueError as e:
         ap.error(str(e))
     return args
@@ -407,10 +639,19 @@ def main(argv=None) -> int:
     device = torch.device(args.device)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
-    machine = {"torch_threads": torch.get_num_threads(), "loadavg_start": os.getloadavg(), "python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
-               "platform": platform.platform(), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
+    machine = {
+        "torch_threads": torch.get_num_threads(),
+        "loadavg_start": os.getloadavg(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+    }
     print(f"machine: {machine}")
-    data = ensure_dataset(args.data_dir, args.shards, args.shard_tokens, args.val_tokens, args.vocab, args.seed)
+    data = ensure_dataset(
+        args.data_dir, args.shards, args.shard_tokens, args.val_tokens, args.vocab, args.seed
+    )
     checks, results, t0 = [], {}, time.perf_counter()
     benches = {"train": bench_train, "val": bench_val, "steps": bench_steps}
     for what in args.what:
@@ -420,11 +661,23 @@ def main(argv=None) -> int:
         print(f"{'PASS' if c['pass'] else 'FAIL'}  {c['name']}: {c['detail']}")
     machine["loadavg_end"] = os.getloadavg()
     busy = max(machine["loadavg_start"][0], machine["loadavg_end"][0]) > 0.5 * (os.cpu_count() or 1)
-    print(f"benchmark time: {time.perf_counter() - t0:.1f} s; load average {machine['loadavg_start'][0]:.2f} at start, "
-          f"{machine['loadavg_end'][0]:.2f} at end, {os.cpu_count()} CPUs" + ("  WARNING: other processes shared the CPUs" if busy else ""))
+    print(
+        f"benchmark time: {time.perf_counter() - t0:.1f} s; load average {machine['loadavg_start'][0]:.2f} at start, "
+        f"{machine['loadavg_end'][0]:.2f} at end, {os.cpu_count()} CPUs"
+        + ("  WARNING: other processes shared the CPUs" if busy else "")
+    )
     if args.json:
-        doc = {"argv": sys.argv, "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "json"},
-               "machine": machine, "results": results, "checks": checks}
+        doc = {
+            "argv": sys.argv,
+            "config": {
+                k: (str(v) if isinstance(v, Path) else v)
+                for k, v in vars(args).items()
+                if k != "json"
+            },
+            "machine": machine,
+            "results": results,
+            "checks": checks,
+        }
         tg.atomic_write_bytes(args.json, json.dumps(doc, indent=1).encode())
     return 0 if all(c["pass"] for c in checks) else 1
 

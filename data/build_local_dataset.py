@@ -66,8 +66,9 @@ DEFAULT_SHARD_TOKENS = 2**17  # small, so even this small dataset spans several 
 BUILD_INFO = "build_info.json"
 BUILD_INFO_VERSION = 1
 # Directory names never read: tests are code-shaped noise, site-packages is not the stdlib.
-SKIP_DIRS = frozenset({"test", "tests", "idle_test", "site-packages", "dist-packages",
-                       "__pycache__"})
+SKIP_DIRS = frozenset(
+    {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
+)
 DOC_NODES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 
@@ -149,14 +150,14 @@ def module_document(path: Path) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def collect_documents(source_dir: Path, max_text_bytes: int | None,
-                      progress: bool) -> list[str]:
+def collect_documents(source_dir: Path, max_text_bytes: int | None, progress: bool) -> list[str]:
     """Documents in file order, stopping before the one that would pass max_text_bytes."""
     from tqdm import tqdm
 
     docs, total = [], 0
-    for rel in tqdm(list_source_files(source_dir), desc="reading docstrings", unit="file",
-                    disable=not progress):
+    for rel in tqdm(
+        list_source_files(source_dir), desc="reading docstrings", unit="file", disable=not progress
+    ):
         doc = module_document(source_dir / rel)
         if not doc:
             continue
@@ -181,11 +182,22 @@ def tokenizer_settings(vocab_size: int) -> dict:
     one thread and no sampling or shuffling, so the same text always gives the same model.
     """
     return dict(
-        model_type="bpe", vocab_size=vocab_size, character_coverage=0.999,
-        byte_fallback=True, split_digits=True, normalization_rule_name="nmt_nfkc",
-        add_dummy_prefix=False, hard_vocab_limit=False,
-        pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
-        num_threads=1, input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2,
+        model_type="bpe",
+        vocab_size=vocab_size,
+        character_coverage=0.999,
+        byte_fallback=True,
+        split_digits=True,
+        normalization_rule_name="nmt_nfkc",
+        add_dummy_prefix=False,
+        hard_vocab_limit=False,
+        pad_id=PAD_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        unk_id=UNK_ID,
+        num_threads=1,
+        input_sentence_size=0,
+        shuffle_input_sentence=False,
+        minloglevel=2,
     )
 
 
@@ -200,15 +212,22 @@ def train_tokenizer(docs: list[str], vocab_size: int) -> bytes:
 
     model = io.BytesIO()  # in memory: no temp path ends up inside the model's trainer_spec
     try:
-        spm.SentencePieceTrainer.train(sentence_iterator=iter(training_sentences(docs)),
-                                       model_writer=model, **tokenizer_settings(vocab_size))
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(training_sentences(docs)),
+            model_writer=model,
+            **tokenizer_settings(vocab_size),
+        )
     except RuntimeError as exc:
-        raise BuildError(f"SentencePiece training failed ({exc}); with little text, raise "
-                         f"--max-text-bytes or lower --vocab-size") from exc
+        raise BuildError(
+            f"SentencePiece training failed ({exc}); with little text, raise "
+            f"--max-text-bytes or lower --vocab-size"
+        ) from exc
     got = spm.SentencePieceProcessor(model_proto=model.getvalue()).get_piece_size()
     if got != vocab_size:
-        raise BuildError(f"tokenizer has {got} pieces, not {vocab_size}: too little text for "
-                         f"this vocabulary; raise --max-text-bytes or lower --vocab-size")
+        raise BuildError(
+            f"tokenizer has {got} pieces, not {vocab_size}: too little text for "
+            f"this vocabulary; raise --max-text-bytes or lower --vocab-size"
+        )
     return model.getvalue()
 
 
@@ -217,8 +236,9 @@ def vocab_listing(model: bytes) -> str:
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_proto=model)
-    return "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n"
-                   for i in range(sp.get_piece_size()))
+    return "".join(
+        f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size())
+    )
 
 
 def encode_documents(docs: list[str], model: bytes, progress: bool) -> list[np.ndarray]:
@@ -227,8 +247,10 @@ def encode_documents(docs: list[str], model: bytes, progress: bool) -> list[np.n
     from tqdm import tqdm
 
     sp = spm.SentencePieceProcessor(model_proto=model)
-    return [np.array([BOS_ID] + sp.encode(doc), dtype=np.uint16)
-            for doc in tqdm(docs, desc="tokenizing", unit="doc", disable=not progress)]
+    return [
+        np.array([BOS_ID] + sp.encode(doc), dtype=np.uint16)
+        for doc in tqdm(docs, desc="tokenizing", unit="doc", disable=not progress)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,19 +270,36 @@ def write_split(out_dir: Path, split: str, docs: list[np.ndarray], shard_tokens:
     stream = np.concatenate(docs) if docs else np.zeros(0, dtype=np.uint16)
     records = []
     for index, start in enumerate(range(0, len(stream), shard_tokens)):
-        path = write_shard(out_dir / shard_name(split, index), stream[start:start + shard_tokens])
-        records.append({"file": path.name, "tokens": int(min(shard_tokens, len(stream) - start)),
-                        "sha256": sha256_file(path)})
+        path = write_shard(out_dir / shard_name(split, index), stream[start : start + shard_tokens])
+        records.append(
+            {
+                "file": path.name,
+                "tokens": int(min(shard_tokens, len(stream) - start)),
+                "sha256": sha256_file(path),
+            }
+        )
     return records
 
 
-def build_recipe(source_dir: Path, vocab_size: int, val_docs: int | None, shard_tokens: int,
-                 max_text_bytes: int | None, tokenizer_name: str) -> dict:
+def build_recipe(
+    source_dir: Path,
+    vocab_size: int,
+    val_docs: int | None,
+    shard_tokens: int,
+    max_text_bytes: int | None,
+    tokenizer_name: str,
+) -> dict:
     """Everything the outputs depend on; an existing build counts only if its recipe matches."""
-    return {"source_dir": str(source_dir), "python": platform.python_version(),
-            "vocab_size": vocab_size, "val_docs": val_docs, "shard_tokens": shard_tokens,
-            "max_text_bytes": max_text_bytes, "tokenizer": tokenizer_name,
-            "tokenizer_settings": tokenizer_settings(vocab_size)}
+    return {
+        "source_dir": str(source_dir),
+        "python": platform.python_version(),
+        "vocab_size": vocab_size,
+        "val_docs": val_docs,
+        "shard_tokens": shard_tokens,
+        "max_text_bytes": max_text_bytes,
+        "tokenizer": tokenizer_name,
+        "tokenizer_settings": tokenizer_settings(vocab_size),
+    }
 
 
 def read_build_info(dataset_dir: Path) -> dict | None:
@@ -301,17 +340,24 @@ def build_info_mismatch(dataset_dir: Path, tokenizer_path: Path, recipe: dict) -
     return None
 
 
-def result_from_info(info: dict, dataset_dir: Path, tokenizer_path: Path, built: bool,
-                     seconds: float) -> BuildResult:
+def result_from_info(
+    info: dict, dataset_dir: Path, tokenizer_path: Path, built: bool, seconds: float
+) -> BuildResult:
     shards = info["shards"]
     return BuildResult(
-        dataset_dir=dataset_dir, tokenizer_path=tokenizer_path,
-        vocab_size=info["recipe"]["vocab_size"], num_docs=info["docs"],
-        num_val_docs=info["val_docs"], text_bytes=info["text_bytes"],
-        train_tokens=info["train_tokens"], val_tokens=info["val_tokens"],
+        dataset_dir=dataset_dir,
+        tokenizer_path=tokenizer_path,
+        vocab_size=info["recipe"]["vocab_size"],
+        num_docs=info["docs"],
+        num_val_docs=info["val_docs"],
+        text_bytes=info["text_bytes"],
+        train_tokens=info["train_tokens"],
+        val_tokens=info["val_tokens"],
         num_train_shards=sum(r["file"].startswith("fineweb_train_") for r in shards),
         num_val_shards=sum(r["file"].startswith("fineweb_val_") for r in shards),
-        built=built, seconds=seconds)
+        built=built,
+        seconds=seconds,
+    )
 
 
 def write_file_atomically(path: Path, data: bytes) -> None:
@@ -341,8 +387,9 @@ def move_into_place(built_dir: Path, dataset_dir: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # BUILD
 # ---------------------------------------------------------------------------------------------
-def check_options(vocab_size: int, val_docs: int | None, shard_tokens: int,
-                  max_text_bytes: int | None) -> None:
+def check_options(
+    vocab_size: int, val_docs: int | None, shard_tokens: int, max_text_bytes: int | None
+) -> None:
     # 4 special pieces + 256 byte-fallback pieces must fit, and ids must fit uint16 shards.
     if not 260 < vocab_size <= 65536:
         raise OptionError(f"vocab_size must be in 261..65536, got {vocab_size}")
@@ -358,17 +405,26 @@ def split_point(num_docs: int, val_docs: int | None) -> int:
     """How many leading documents form the val split; both splits must be non-empty."""
     n_val = val_docs if val_docs is not None else max(1, math.ceil(num_docs * DEFAULT_VAL_FRACTION))
     if num_docs < 2 or n_val >= num_docs:
-        raise BuildError(f"{num_docs} documents cannot give {n_val} val documents and a "
-                         f"non-empty train split; raise --max-text-bytes or lower --val-docs")
+        raise BuildError(
+            f"{num_docs} documents cannot give {n_val} val documents and a "
+            f"non-empty train split; raise --max-text-bytes or lower --val-docs"
+        )
     return n_val
 
 
-def build(out_root: str | os.PathLike = DEFAULT_OUT_ROOT, name: str | None = None,
-          vocab_size: int = DEFAULT_VOCAB_SIZE, val_docs: int | None = None,
-          shard_tokens: int = DEFAULT_SHARD_TOKENS, max_text_bytes: int | None = None,
-          source_dir: str | os.PathLike | None = None, tokenizer_name: str | None = None,
-          force: bool = False, progress: bool = True,
-          log: Callable[[str], None] | None = print) -> BuildResult:
+def build(
+    out_root: str | os.PathLike = DEFAULT_OUT_ROOT,
+    name: str | None = None,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    val_docs: int | None = None,
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    max_text_bytes: int | None = None,
+    source_dir: str | os.PathLike | None = None,
+    tokenizer_name: str | None = None,
+    force: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] | None = print,
+) -> BuildResult:
     """Build (or find up to date) the dataset `name` under out_root/datasets and its tokenizer
     under out_root/tokenizers. val_docs=None means the first 10% of documents."""
     start = time.perf_counter()
@@ -380,18 +436,26 @@ def build(out_root: str | os.PathLike = DEFAULT_OUT_ROOT, name: str | None = Non
     tokenizer_name = tokenizer_name or default_tokenizer_name(name, vocab_size)
     dataset_dir = out_root / "datasets" / name
     tokenizer_path = out_root / "tokenizers" / f"{tokenizer_name}.model"
-    recipe = build_recipe(source_dir, vocab_size, val_docs, shard_tokens, max_text_bytes,
-                          tokenizer_name)
+    recipe = build_recipe(
+        source_dir, vocab_size, val_docs, shard_tokens, max_text_bytes, tokenizer_name
+    )
 
     if dataset_dir.exists():
         if not force and read_build_info(dataset_dir) is None:
-            raise BuildError(f"{dataset_dir} exists but was not made by this builder; "
-                             f"pick another --name, or pass --force to replace it")
+            raise BuildError(
+                f"{dataset_dir} exists but was not made by this builder; "
+                f"pick another --name, or pass --force to replace it"
+            )
         problem = None if force else existing_build_problem(dataset_dir, tokenizer_path, recipe)
         if not force and problem is None:
             log(f"{dataset_dir} is already built and valid; nothing to do (--force rebuilds)")
-            return result_from_info(read_build_info(dataset_dir), dataset_dir, tokenizer_path,
-                                    built=False, seconds=time.perf_counter() - start)
+            return result_from_info(
+                read_build_info(dataset_dir),
+                dataset_dir,
+                tokenizer_path,
+                built=False,
+                seconds=time.perf_counter() - start,
+            )
         log(f"rebuilding {dataset_dir}: " + ("--force" if force else problem))
     if not source_dir.is_dir():
         raise BuildError(f"source directory {source_dir} does not exist")
@@ -406,16 +470,21 @@ def build(out_root: str | os.PathLike = DEFAULT_OUT_ROOT, name: str | None = Non
     tokenizer_path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=dataset_dir.parent))
     try:
-        shards = (write_split(staging, "val", encoded[:n_val], shard_tokens)
-                  + write_split(staging, "train", encoded[n_val:], shard_tokens))
+        shards = write_split(staging, "val", encoded[:n_val], shard_tokens) + write_split(
+            staging, "train", encoded[n_val:], shard_tokens
+        )
         info = {
-            "format": BUILD_INFO_VERSION, "recipe": recipe,
-            "docs": len(docs), "val_docs": n_val,
+            "format": BUILD_INFO_VERSION,
+            "recipe": recipe,
+            "docs": len(docs),
+            "val_docs": n_val,
             "text_bytes": sum(len(d.encode("utf-8")) for d in docs),
             "val_tokens": int(sum(len(e) for e in encoded[:n_val])),
             "train_tokens": int(sum(len(e) for e in encoded[n_val:])),
-            "tokenizer": {"file": f"tokenizers/{tokenizer_path.name}",
-                          "sha256": hashlib.sha256(model).hexdigest()},
+            "tokenizer": {
+                "file": f"tokenizers/{tokenizer_path.name}",
+                "sha256": hashlib.sha256(model).hexdigest(),
+            },
             "shards": shards,
         }
         (staging / BUILD_INFO).write_text(json.dumps(info, indent=1) + "\n")
@@ -423,13 +492,15 @@ def build(out_root: str | os.PathLike = DEFAULT_OUT_ROOT, name: str | None = Non
         # Tokenizer first: if we die between the two renames, the old build_info's tokenizer
         # hash no longer matches, so the next run sees an invalid build and redoes it.
         write_file_atomically(tokenizer_path, model)
-        write_file_atomically(tokenizer_path.with_suffix(".vocab"),
-                              vocab_listing(model).encode("utf-8"))
+        write_file_atomically(
+            tokenizer_path.with_suffix(".vocab"), vocab_listing(model).encode("utf-8")
+        )
         move_into_place(staging, dataset_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return result_from_info(info, dataset_dir, tokenizer_path, built=True,
-                            seconds=time.perf_counter() - start)
+    return result_from_info(
+        info, dataset_dir, tokenizer_path, built=True, seconds=time.perf_counter() - start
+    )
 
 
 def verify_shards(directory: Path, shards: list[dict]) -> None:
@@ -444,44 +515,74 @@ def verify_shards(directory: Path, shards: list[dict]) -> None:
 # CLI
 # ---------------------------------------------------------------------------------------------
 def summary(result: BuildResult) -> str:
-    return "\n".join([
-        f"dataset:   {result.dataset_dir}",
-        f"tokenizer: {result.tokenizer_path}",
-        f"documents: {result.num_docs} ({result.num_val_docs} val), "
-        f"{result.text_bytes:,} bytes of text",
-        f"val:       {result.val_tokens:,} tokens in {result.num_val_shards} shard(s)",
-        f"train:     {result.train_tokens:,} tokens in {result.num_train_shards} shard(s)",
-        f"time:      {result.seconds:.1f} s" + ("" if result.built else " (already built)"),
-        f"use:       DATA_PATH={result.dataset_dir} TOKENIZER_PATH={result.tokenizer_path} "
-        f"VOCAB_SIZE={result.vocab_size}",
-    ])
+    return "\n".join(
+        [
+            f"dataset:   {result.dataset_dir}",
+            f"tokenizer: {result.tokenizer_path}",
+            f"documents: {result.num_docs} ({result.num_val_docs} val), "
+            f"{result.text_bytes:,} bytes of text",
+            f"val:       {result.val_tokens:,} tokens in {result.num_val_shards} shard(s)",
+            f"train:     {result.train_tokens:,} tokens in {result.num_train_shards} shard(s)",
+            f"time:      {result.seconds:.1f} s" + ("" if result.built else " (already built)"),
+            f"use:       DATA_PATH={result.dataset_dir} TOKENIZER_PATH={result.tokenizer_path} "
+            f"VOCAB_SIZE={result.vocab_size}",
+        ]
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\nFrom Python")[0],
         epilog="Exit codes: 0 built or already up to date, 1 build failed, 2 bad arguments.",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out-root", type=Path, default=DEFAULT_OUT_ROOT,
-                        help="writes <out-root>/datasets/<name>/ and <out-root>/tokenizers/ "
-                             "(default: %(default)s)")
-    parser.add_argument("--name", default=None,
-                        help="dataset directory name (default: stdlib_sp<vocab-size>)")
-    parser.add_argument("--tokenizer-name", default=None,
-                        help="tokenizer file stem (default: stdlib_<vocab-size>_bpe for the "
-                             "default name, else <name>_bpe)")
-    parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE,
-                        help="tokenizer vocabulary size (default: %(default)s)")
-    parser.add_argument("--val-docs", type=int, default=None,
-                        help="the first N documents form the val split (default: the first 10%%)")
-    parser.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS,
-                        help="tokens per shard file (default: %(default)s)")
-    parser.add_argument("--max-text-bytes", type=int, default=None,
-                        help="stop reading text after this many bytes, e.g. 1000000 for a tiny "
-                             "dataset (default: all of it)")
-    parser.add_argument("--source-dir", type=Path, default=None,
-                        help="directory of .py files to read (default: this Python's stdlib, "
-                             f"{default_source_dir()})")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--out-root",
+        type=Path,
+        default=DEFAULT_OUT_ROOT,
+        help="writes <out-root>/datasets/<name>/ and <out-root>/tokenizers/ (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--name", default=None, help="dataset directory name (default: stdlib_sp<vocab-size>)"
+    )
+    parser.add_argument(
+        "--tokenizer-name",
+        default=None,
+        help="tokenizer file stem (default: stdlib_<vocab-size>_bpe for the "
+        "default name, else <name>_bpe)",
+    )
+    parser.add_argument(
+        "--vocab-size",
+        type=int,
+        default=DEFAULT_VOCAB_SIZE,
+        help="tokenizer vocabulary size (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--val-docs",
+        type=int,
+        default=None,
+        help="the first N documents form the val split (default: the first 10%%)",
+    )
+    parser.add_argument(
+        "--shard-tokens",
+        type=int,
+        default=DEFAULT_SHARD_TOKENS,
+        help="tokens per shard file (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-text-bytes",
+        type=int,
+        default=None,
+        help="stop reading text after this many bytes, e.g. 1000000 for a tiny "
+        "dataset (default: all of it)",
+    )
+    parser.add_argument(
+        "--source-dir",
+        type=Path,
+        default=None,
+        help="directory of .py files to read (default: this Python's stdlib, "
+        f"{default_source_dir()})",
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser.parse_args(argv)
@@ -490,11 +591,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        result = build(args.out_root, name=args.name, vocab_size=args.vocab_size,
-                       val_docs=args.val_docs, shard_tokens=args.shard_tokens,
-                       max_text_bytes=args.max_text_bytes, source_dir=args.source_dir,
-                       tokenizer_name=args.tokenizer_name, force=args.force,
-                       progress=not args.no_progress)
+        result = build(
+            args.out_root,
+            name=args.name,
+            vocab_size=args.vocab_size,
+            val_docs=args.val_docs,
+            shard_tokens=args.shard_tokens,
+            max_text_bytes=args.max_text_bytes,
+            source_dir=args.source_dir,
+            tokenizer_name=args.tokenizer_name,
+            force=args.force,
+            progress=not args.no_progress,
+        )
     except OptionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -83,8 +83,9 @@ def hub_fetcher(repo_id: str, revision: str | None, staging_dir: Path) -> Fetch:
         from huggingface_hub import hf_hub_download
 
         try:
-            path = hf_hub_download(repo_id, remote, repo_type="dataset", revision=revision,
-                                   local_dir=staging_dir)
+            path = hf_hub_download(
+                repo_id, remote, repo_type="dataset", revision=revision, local_dir=staging_dir
+            )
         except Exception as exc:  # noqa: BLE001 - narrowed by is_hub_failure just below
             if not is_hub_failure(exc):
                 raise
@@ -100,8 +101,7 @@ def mirror_fetcher(mirror_dir: Path) -> Fetch:
     def fetch(remote: str, dest: Path) -> None:
         source = mirror_dir / remote
         if not source.is_file():
-            raise DownloadError(f"{remote} is not in the mirror {mirror_dir} "
-                                f"(expected {source})")
+            raise DownloadError(f"{remote} is not in the mirror {mirror_dir} (expected {source})")
         shutil.copyfile(source, dest)
 
     return fetch
@@ -111,8 +111,12 @@ def is_hub_failure(exc: BaseException) -> bool:
     """Errors that mean 'the hub did not give us the file' (network, offline, 404, auth), as
     opposed to bugs. Checked by module so it holds across huggingface_hub versions."""
     package = type(exc).__module__.split(".")[0]
-    return isinstance(exc, OSError) or package in {"huggingface_hub", "requests", "httpx",
-                                                   "urllib3"}
+    return isinstance(exc, OSError) or package in {
+        "huggingface_hub",
+        "requests",
+        "httpx",
+        "urllib3",
+    }
 
 
 def hub_error_message(exc: BaseException, repo_id: str, remote: str) -> str:
@@ -120,18 +124,26 @@ def hub_error_message(exc: BaseException, repo_id: str, remote: str) -> str:
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
     if offline or kinds & {"LocalEntryNotFoundError", "OfflineModeIsEnabled"}:
         why = "HF_HUB_OFFLINE is set" if offline else "no connection and no local copy"
-        return (f"cannot download {remote} from the Hugging Face Hub ({repo_id}): offline "
-                f"({why}). Connect to the internet (and unset HF_HUB_OFFLINE), or pass "
-                f"--mirror DIR to read a local copy laid out like the hub repo.")
+        return (
+            f"cannot download {remote} from the Hugging Face Hub ({repo_id}): offline "
+            f"({why}). Connect to the internet (and unset HF_HUB_OFFLINE), or pass "
+            f"--mirror DIR to read a local copy laid out like the hub repo."
+        )
     if kinds & {"RepositoryNotFoundError", "GatedRepoError"}:
-        return (f"dataset repo {repo_id} not found on the Hugging Face Hub, or not accessible "
-                f"with your credentials; check --repo-id.")
+        return (
+            f"dataset repo {repo_id} not found on the Hugging Face Hub, or not accessible "
+            f"with your credentials; check --repo-id."
+        )
     if kinds & {"RemoteEntryNotFoundError", "EntryNotFoundError", "RevisionNotFoundError"}:
-        return (f"{remote} is not in {repo_id} at this revision; the repo layout may have "
-                f"changed (check its {MANIFEST}).")
+        return (
+            f"{remote} is not in {repo_id} at this revision; the repo layout may have "
+            f"changed (check its {MANIFEST})."
+        )
     detail = (str(exc).strip().splitlines() or [""])[0][:200]
-    return (f"could not download {remote} from the Hugging Face Hub ({repo_id}): "
-            f"{type(exc).__name__}: {detail}. Check your network, or pass --mirror DIR.")
+    return (
+        f"could not download {remote} from the Hugging Face Hub ({repo_id}): "
+        f"{type(exc).__name__}: {detail}. Check your network, or pass --mirror DIR."
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,8 +181,10 @@ def find_tokenizer(manifest: dict, entry: dict) -> dict:
     wanted = entry.get("tokenizer_name")
     matches = [t for t in tokenizers if t.get("name") == wanted] if wanted else tokenizers
     if len(matches) != 1 or not matches[0].get("model_path"):
-        raise DownloadError(f"{MANIFEST} names no single tokenizer with a model_path for "
-                            f"{entry.get('name')} (tokenizer_name={wanted!r})")
+        raise DownloadError(
+            f"{MANIFEST} names no single tokenizer with a model_path for "
+            f"{entry.get('name')} (tokenizer_name={wanted!r})"
+        )
     return matches[0]
 
 
@@ -186,19 +200,34 @@ def plan_files(manifest: dict, variant: str, train_shards: int, out_root: Path) 
     entry = find_dataset(manifest, variant)
     available = count_in_manifest(entry, "files_train")
     if train_shards > available:
-        raise UsageError(f"--train-shards {train_shards}: {entry['name']} has only "
-                         f"{available} train shards")
+        raise UsageError(
+            f"--train-shards {train_shards}: {entry['name']} has only {available} train shards"
+        )
     tokenizer = find_tokenizer(manifest, entry)
-    jobs = [FileJob(f"{REMOTE_ROOT}/{tokenizer['model_path']}",
-                    out_root / "tokenizers" / Path(tokenizer["model_path"]).name, "tokenizer")]
+    jobs = [
+        FileJob(
+            f"{REMOTE_ROOT}/{tokenizer['model_path']}",
+            out_root / "tokenizers" / Path(tokenizer["model_path"]).name,
+            "tokenizer",
+        )
+    ]
     if tokenizer.get("vocab_path"):
-        jobs.append(FileJob(f"{REMOTE_ROOT}/{tokenizer['vocab_path']}",
-                            out_root / "tokenizers" / Path(tokenizer["vocab_path"]).name, "text"))
+        jobs.append(
+            FileJob(
+                f"{REMOTE_ROOT}/{tokenizer['vocab_path']}",
+                out_root / "tokenizers" / Path(tokenizer["vocab_path"]).name,
+                "text",
+            )
+        )
     remote_dir = f"{REMOTE_ROOT}/datasets/{entry['name']}"
     local_dir = out_root / "datasets" / entry["name"]
     for split, count in (("val", count_in_manifest(entry, "files_val")), ("train", train_shards)):
-        jobs += [FileJob(f"{remote_dir}/{shard_name(split, i)}", local_dir / shard_name(split, i),
-                         "shard") for i in range(count)]
+        jobs += [
+            FileJob(
+                f"{remote_dir}/{shard_name(split, i)}", local_dir / shard_name(split, i), "shard"
+            )
+            for i in range(count)
+        ]
     return jobs
 
 
@@ -240,18 +269,24 @@ def download_one(job: FileJob, fetch: Fetch) -> None:
         try:
             verify(job, part)
         except (ValueError, OSError) as exc:
-            raise DownloadError(f"{job.remote} failed verification after download, not kept: "
-                                f"{exc}") from exc
+            raise DownloadError(
+                f"{job.remote} failed verification after download, not kept: {exc}"
+            ) from exc
         os.replace(part, job.local)
     finally:
         part.unlink(missing_ok=True)
 
 
-def download_dataset(variant: str = DEFAULT_VARIANT, train_shards: int = DEFAULT_TRAIN_SHARDS,
-                     out_root: str | os.PathLike = DEFAULT_OUT_ROOT,
-                     repo_id: str = DEFAULT_REPO_ID, mirror: str | os.PathLike | None = None,
-                     revision: str | None = None, progress: bool = True,
-                     log: Callable[[str], None] | None = print) -> DownloadResult:
+def download_dataset(
+    variant: str = DEFAULT_VARIANT,
+    train_shards: int = DEFAULT_TRAIN_SHARDS,
+    out_root: str | os.PathLike = DEFAULT_OUT_ROOT,
+    repo_id: str = DEFAULT_REPO_ID,
+    mirror: str | os.PathLike | None = None,
+    revision: str | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = print,
+) -> DownloadResult:
     """Make out_root hold the variant's tokenizer, its val shards and its first train_shards
     train shards, fetching from `mirror` if given, else from the hub repo `repo_id`."""
     from tqdm import tqdm
@@ -269,8 +304,9 @@ def download_dataset(variant: str = DEFAULT_VARIANT, train_shards: int = DEFAULT
         fetch = hub_fetcher(repo_id, revision, out_root / ".cache" / "hub")
     jobs = plan_files(read_manifest(fetch, out_root), variant, train_shards, out_root)
 
-    result = DownloadResult(dataset_dir=out_root / "datasets" / dataset_name(variant),
-                            tokenizer_path=jobs[0].local)
+    result = DownloadResult(
+        dataset_dir=out_root / "datasets" / dataset_name(variant), tokenizer_path=jobs[0].local
+    )
     todo = []
     for job in jobs:
         problem = problem_with_local_copy(job)
@@ -280,8 +316,10 @@ def download_dataset(variant: str = DEFAULT_VARIANT, train_shards: int = DEFAULT
             if problem != "missing":
                 log(f"re-downloading {job.local.name}: {problem}")
             todo.append(job)
-    log(f"{len(result.skipped)} of {len(jobs)} files already present and verified; "
-        f"fetching {len(todo)} from {mirror or repo_id}")
+    log(
+        f"{len(result.skipped)} of {len(jobs)} files already present and verified; "
+        f"fetching {len(todo)} from {mirror or repo_id}"
+    )
     with tqdm(todo, desc="downloading", unit="file", disable=not progress) as bar:
         for job in bar:
             bar.set_postfix_str(job.local.name)
@@ -301,24 +339,43 @@ def non_negative_int(text: str) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variant", default=DEFAULT_VARIANT,
-                        help="tokenizer variant: sp1024 means dataset fineweb10B_sp1024, the "
-                             "only one published officially (default: %(default)s)")
-    parser.add_argument("--train-shards", type=non_negative_int, default=DEFAULT_TRAIN_SHARDS,
-                        help="how many train shards (1e8 tokens, ~200 MB each) to fetch "
-                             "(default: %(default)s)")
-    parser.add_argument("--out-root", type=Path, default=DEFAULT_OUT_ROOT,
-                        help="writes <out-root>/datasets/fineweb10B_<variant>/ and "
-                             "<out-root>/tokenizers/ (default: %(default)s)")
-    parser.add_argument("--repo-id", default=DEFAULT_REPO_ID,
-                        help="Hugging Face dataset repo (default: %(default)s)")
-    parser.add_argument("--revision", default=None,
-                        help="repo branch, tag or commit, hub only (default: main)")
-    parser.add_argument("--mirror", type=Path, default=None,
-                        help="read from this local directory laid out like the hub repo "
-                             "(DIR/datasets/manifest.json, ...) instead of the hub")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--variant",
+        default=DEFAULT_VARIANT,
+        help="tokenizer variant: sp1024 means dataset fineweb10B_sp1024, the "
+        "only one published officially (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--train-shards",
+        type=non_negative_int,
+        default=DEFAULT_TRAIN_SHARDS,
+        help="how many train shards (1e8 tokens, ~200 MB each) to fetch (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--out-root",
+        type=Path,
+        default=DEFAULT_OUT_ROOT,
+        help="writes <out-root>/datasets/fineweb10B_<variant>/ and "
+        "<out-root>/tokenizers/ (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--repo-id",
+        default=DEFAULT_REPO_ID,
+        help="Hugging Face dataset repo (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--revision", default=None, help="repo branch, tag or commit, hub only (default: main)"
+    )
+    parser.add_argument(
+        "--mirror",
+        type=Path,
+        default=None,
+        help="read from this local directory laid out like the hub repo "
+        "(DIR/datasets/manifest.json, ...) instead of the hub",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser.parse_args(argv)
 
@@ -326,16 +383,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        result = download_dataset(args.variant, args.train_shards, args.out_root, args.repo_id,
-                                  args.mirror, args.revision, progress=not args.no_progress)
+        result = download_dataset(
+            args.variant,
+            args.train_shards,
+            args.out_root,
+            args.repo_id,
+            args.mirror,
+            args.revision,
+            progress=not args.no_progress,
+        )
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (DownloadError, OSError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"done: {len(result.downloaded)} downloaded, {len(result.skipped)} already present\n"
-          f"dataset:   {result.dataset_dir}\ntokenizer: {result.tokenizer_path}")
+    print(
+        f"done: {len(result.downloaded)} downloaded, {len(result.skipped)} already present\n"
+        f"dataset:   {result.dataset_dir}\ntokenizer: {result.tokenizer_path}"
+    )
     return 0
 
 

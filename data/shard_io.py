@@ -51,8 +51,9 @@ def as_uint16_tokens(tokens: Iterable[int] | np.ndarray) -> np.ndarray:
     if arr.size and arr.dtype.kind not in "iu":
         raise ValueError(f"tokens must be integers, got dtype {arr.dtype}")
     if arr.size and (int(arr.min()) < 0 or int(arr.max()) > MAX_TOKEN):
-        raise ValueError(f"tokens must fit uint16 (0..{MAX_TOKEN}), got range "
-                         f"{int(arr.min())}..{int(arr.max())}")
+        raise ValueError(
+            f"tokens must fit uint16 (0..{MAX_TOKEN}), got range {int(arr.min())}..{int(arr.max())}"
+        )
     if arr.size > np.iinfo(np.int32).max:
         raise ValueError(f"{arr.size} tokens do not fit the int32 count in the header")
     return arr.astype("<u2", copy=False)
@@ -83,6 +84,7 @@ def trainer_shard_reader() -> Callable[[str | os.PathLike], int]:
     try:
         from train_gpt import read_shard_header
     except ImportError as exc:
-        raise ImportError(f"cannot import read_shard_header from {REPO_ROOT / 'train_gpt.py'}: "
-                          f"{exc}") from exc
+        raise ImportError(
+            f"cannot import read_shard_header from {REPO_ROOT / 'train_gpt.py'}: {exc}"
+        ) from exc
     return read_shard_header

@@ -134,7 +134,9 @@ _UNIT = r"\s*(ms|s|min|m|h)?(?![A-Za-z])"
 _TRAIN_TIME_RE = re.compile(r"(?<![\w])train_time:\s*" + _NUM + _UNIT)
 _EVAL_TIME_RE = re.compile(r"(?<![\w])eval_time:\s*" + _NUM + _UNIT)
 _STEP_AVG_RE = re.compile(r"(?<![\w])step_avg:\s*" + _NUM + r"\s*ms")
-_STOP_RE = re.compile(r"^stopping_early:.*?train_time:\s*" + _NUM + _UNIT + r".*?step:\s*(\d+)/(\d+)")
+_STOP_RE = re.compile(
+    r"^stopping_early:.*?train_time:\s*" + _NUM + _UNIT + r".*?step:\s*(\d+)/(\d+)"
+)
 _SEED_RE = re.compile(r"^seed\s*[:=]\s*(\d+)$", re.IGNORECASE)
 _WORLD_RE = re.compile(r"(?<![\w])world_size:\s*(\d+)")
 _CODE_RE = re.compile(r"^Code size:\s*(\d+)\s*bytes")
@@ -142,7 +144,9 @@ _MODEL_RE = re.compile(r"^Serialized model[^:]*:\s*(\d+)\s*bytes")
 _TOTAL_RE = re.compile(r"^Total submission size[^:]*:\s*(\d+)\s*bytes")
 _GPU_RE = re.compile(r"^\|\s*(\d+)\s+(.+?)\s+(?:On|Off)\s*\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:")
 _TOKEN_LABEL_RE = re.compile(r"^[A-Za-z][\w.+\-]*$")
-_KNOWN_FINAL_RE = re.compile(r"^(final|quantized|legal_ttt|ttt|roundtrip|sliding|int\d)", re.IGNORECASE)
+_KNOWN_FINAL_RE = re.compile(
+    r"^(final|quantized|legal_ttt|ttt|roundtrip|sliding|int\d)", re.IGNORECASE
+)
 _UNIT_MS = {None: 1.0, "ms": 1.0, "s": 1000.0, "m": 60_000.0, "min": 60_000.0, "h": 3_600_000.0}
 
 
@@ -186,7 +190,9 @@ class Evaluation:
     @property
     def is_known_final(self) -> bool:
         """A label that reports a scored number (`*_exact`, final_*, quantized*, legal_ttt*, ...)."""
-        return self.is_final and (self.label.endswith("_exact") or bool(_KNOWN_FINAL_RE.match(self.label)))
+        return self.is_final and (
+            self.label.endswith("_exact") or bool(_KNOWN_FINAL_RE.match(self.label))
+        )
 
 
 @dataclass
@@ -274,7 +280,9 @@ class TrainLog:
     @property
     def all_eval_time_ms(self) -> float:
         """Sum of every final evaluation's eval_time (diagnostic ones included)."""
-        return sum(e.eval_time_ms for e in self.evaluations if e.is_final and e.eval_time_ms is not None)
+        return sum(
+            e.eval_time_ms for e in self.evaluations if e.is_final and e.eval_time_ms is not None
+        )
 
     @property
     def artifact_bytes(self) -> int | None:
@@ -331,7 +339,7 @@ def split_embedded_source(data: bytes) -> tuple[bytes | None, bytes]:
             compile(source.decode("utf-8"), "<embedded source>", "exec")
         except (SyntaxError, ValueError, UnicodeDecodeError):
             return None, data
-    return source, data[idx + len(marker):]
+    return source, data[idx + len(marker) :]
 
 
 def parse_log(data: bytes | str, path: str | Path | None = None) -> TrainLog:
@@ -355,7 +363,7 @@ def read_log(path: str | Path) -> TrainLog:
 
 def _parse_line(log: TrainLog, line: str, line_no: int) -> None:
     if line.startswith("Running Python"):
-        log.python_version = line[len("Running Python"):].strip()
+        log.python_version = line[len("Running Python") :].strip()
         return
     if line.startswith("Running PyTorch"):
         parts = line.split()
@@ -373,7 +381,11 @@ def _parse_line(log: TrainLog, line: str, line_no: int) -> None:
     if m:
         log.seed_line = int(m.group(1))
         return
-    for regex, attr in ((_CODE_RE, "code_bytes"), (_MODEL_RE, "model_bytes"), (_TOTAL_RE, "total_bytes")):
+    for regex, attr in (
+        (_CODE_RE, "code_bytes"),
+        (_MODEL_RE, "model_bytes"),
+        (_TOTAL_RE, "total_bytes"),
+    ):
         m = regex.match(line)
         if m:
             setattr(log, attr, int(m.group(1)))  # the last one printed wins (the compressed one)
@@ -402,13 +414,28 @@ def _parse_line(log: TrainLog, line: str, line_no: int) -> None:
         if "train_loss" in line:
             log.train_lines += 1
         if loss and bpb:
-            log.step_evals.append(Evaluation(f"step:{step}", float(loss.group(1)), float(bpb.group(1)),
-                                             loss.group(1), bpb.group(1), line_no=line_no, step=step))
+            log.step_evals.append(
+                Evaluation(
+                    f"step:{step}",
+                    float(loss.group(1)),
+                    float(bpb.group(1)),
+                    loss.group(1),
+                    bpb.group(1),
+                    line_no=line_no,
+                    step=step,
+                )
+            )
         return
     if loss and bpb and "train_loss" not in line:
         label = line[: min(loss.start(), bpb.start())].strip().rstrip(":").strip() or "eval"
-        ev = Evaluation(label, float(loss.group(1)), float(bpb.group(1)), loss.group(1), bpb.group(1),
-                        line_no=line_no)
+        ev = Evaluation(
+            label,
+            float(loss.group(1)),
+            float(bpb.group(1)),
+            loss.group(1),
+            bpb.group(1),
+            line_no=line_no,
+        )
         t = _EVAL_TIME_RE.search(line)
         if t:
             ev.eval_time_ms, ev.eval_time_tol_ms = _ms(t.group(1), t.group(2))
@@ -446,7 +473,8 @@ def find_logs(folder: Path) -> tuple[list[TrainLog], list[str]]:
     for p in _files(folder):
         low = p.name.lower()
         if not (low.endswith(LOG_SUFFIXES) or "log" in low or "seed" in low) or low.endswith(
-                (".py", ".json", ".md", ".pt", ".ptz", ".bin", ".model")):
+            (".py", ".json", ".md", ".pt", ".ptz", ".bin", ".model")
+        ):
             continue
         if low.startswith(("requirements", "readme")):
             continue
@@ -553,7 +581,9 @@ def compliance_of(logs: list[TrainLog]) -> dict[str, bool | None]:
     sizes = [lg.artifact_bytes for lg in logs]
     return {
         "train_under_600s": all_of(train_within_limit(lg) for lg in logs),
-        "artifact_under_16mb": all_of(None if s is None else s <= ARTIFACT_LIMIT_BYTES for s in sizes),
+        "artifact_under_16mb": all_of(
+            None if s is None else s <= ARTIFACT_LIMIT_BYTES for s in sizes
+        ),
         "eval_under_600s": all_of(eval_within_limit(lg) for lg in logs),
         "three_seeds": len({lg.seed if lg.seed is not None else lg.name for lg in logs}) >= 3,
     }
@@ -567,9 +597,17 @@ def _dedupe(logs: list[TrainLog], add) -> list[TrainLog]:
         if twin is None:
             kept.append(lg)
         elif twin.scored and lg.scored and twin.scored.val_bpb == lg.scored.val_bpb:
-            add(WARN, "logs", f"{lg.name} repeats seed {lg.seed} of {twin.name} with the same result; counted once")
+            add(
+                WARN,
+                "logs",
+                f"{lg.name} repeats seed {lg.seed} of {twin.name} with the same result; counted once",
+            )
         else:
-            add(WARN, "logs", f"{lg.name} and {twin.name} are both seed {lg.seed} with different results")
+            add(
+                WARN,
+                "logs",
+                f"{lg.name} and {twin.name} are both seed {lg.seed} with different results",
+            )
             kept.append(lg)
     return kept
 
@@ -597,8 +635,15 @@ def _metric_candidates(logs: list[TrainLog], metric: str) -> list[_Candidate]:
     if scored and all(scored):
         vals = [getattr(e, metric) for e in scored]
         labels = sorted({e.label for e in scored})
-        out.append(_Candidate(f"the scored {'/'.join(labels)}", scored[0].group, statistics.fmean(vals),
-                              max(_tol(e, metric) for e in scored), vals))
+        out.append(
+            _Candidate(
+                f"the scored {'/'.join(labels)}",
+                scored[0].group,
+                statistics.fmean(vals),
+                max(_tol(e, metric) for e in scored),
+                vals,
+            )
+        )
     by_label = [lg.last_by_label() for lg in logs]
     common = set.intersection(*(set(d) for d in by_label)) if by_label else set()
     for label in sorted(common):
@@ -606,7 +651,11 @@ def _metric_candidates(logs: list[TrainLog], metric: str) -> list[_Candidate]:
         if not all(e.is_known_final for e in evs):
             continue
         vals = [getattr(e, metric) for e in evs]
-        out.append(_Candidate(label, evs[0].group, statistics.fmean(vals), max(_tol(e, metric) for e in evs), vals))
+        out.append(
+            _Candidate(
+                label, evs[0].group, statistics.fmean(vals), max(_tol(e, metric) for e in evs), vals
+            )
+        )
     return out
 
 
@@ -628,19 +677,30 @@ def _check_metric(add, sub: dict, logs: list[TrainLog], metric: str) -> None:
     json_tol = min(json_tolerance(value), SCORE_JSON_TOL)
     for c in cands:
         if _plausible(c, cands, json_tol) and agrees(value, c.mean, c.tol, SCORE_JSON_TOL):
-            add(PASS, metric, f"submission.json {metric} {value} = mean of {c.desc} over {len(c.values)} "
-                              f"log(s) ({_fmt(c.mean)})")
+            add(
+                PASS,
+                metric,
+                f"submission.json {metric} {value} = mean of {c.desc} over {len(c.values)} "
+                f"log(s) ({_fmt(c.mean)})",
+            )
             return
     desc, mean, vals = cands[0].desc, cands[0].mean, cands[0].values
     hint = ""
-    matches = [(_tol(e, metric), e.label, lg.name) for lg in logs
-               for e in lg.evaluations + lg.step_evals
-               if agrees(value, getattr(e, metric), _tol(e, metric), SCORE_JSON_TOL)]
+    matches = [
+        (_tol(e, metric), e.label, lg.name)
+        for lg in logs
+        for e in lg.evaluations + lg.step_evals
+        if agrees(value, getattr(e, metric), _tol(e, metric), SCORE_JSON_TOL)
+    ]
     if matches:
         _, label, name = min(matches)  # the most precisely printed match
         hint = f"; it matches {label} in {name}, which is not the mean of the final scores"
-    add(FAIL, metric, f"submission.json {metric} {value} disagrees with the logs: mean of {desc} over "
-                      f"{len(vals)} log(s) is {_fmt(mean)}{hint}")
+    add(
+        FAIL,
+        metric,
+        f"submission.json {metric} {value} disagrees with the logs: mean of {desc} over "
+        f"{len(vals)} log(s) is {_fmt(mean)}{hint}",
+    )
 
 
 def _check_std(add, sub: dict, logs: list[TrainLog], metric: str) -> None:
@@ -651,12 +711,20 @@ def _check_std(add, sub: dict, logs: list[TrainLog], metric: str) -> None:
         return
     options = []
     for c in _metric_candidates(logs, metric):
-        spreads = [statistics.stdev(c.values), statistics.pstdev(c.values)] if len(c.values) > 1 else [0.0]
+        spreads = (
+            [statistics.stdev(c.values), statistics.pstdev(c.values)]
+            if len(c.values) > 1
+            else [0.0]
+        )
         options += [(s, 2 * c.tol) for s in spreads]
     if any(agrees(value, s, tol, SCORE_JSON_TOL) for s, tol in options):
         add(PASS, key, f"submission.json {key} {value} matches the logs")
     elif options:
-        add(FAIL, key, f"submission.json {key} {value} disagrees with the logs (std {_fmt(options[0][0])})")
+        add(
+            FAIL,
+            key,
+            f"submission.json {key} {value} disagrees with the logs (std {_fmt(options[0][0])})",
+        )
 
 
 def _seed_key(key) -> int | None:
@@ -687,13 +755,16 @@ def _check_seed_results(add, sub: dict, logs: list[TrainLog]) -> None:
         finals = list(lg.last_by_label().values()) + ([lg.scored] if lg.scored else [])
         for metric in ("val_bpb", "val_loss"):
             v = entry.get(metric)
-            if v is not None and not any(agrees(v, getattr(e, metric), _tol(e, metric),
-                                                SCORE_JSON_TOL) for e in finals):
+            if v is not None and not any(
+                agrees(v, getattr(e, metric), _tol(e, metric), SCORE_JSON_TOL) for e in finals
+            ):
                 got = _fmt(getattr(lg.scored, metric)) if lg.scored else "nothing"
                 problems.append(f"seed {key}: {metric} {v} but {lg.name} says {got}")
         v = entry.get("artifact_bytes")
         if v is not None and lg.artifact_bytes is not None and v != lg.artifact_bytes:
-            problems.append(f"seed {key}: artifact_bytes {v} but {lg.name} says {lg.artifact_bytes}")
+            problems.append(
+                f"seed {key}: artifact_bytes {v} but {lg.name} says {lg.artifact_bytes}"
+            )
         v = entry.get("steps")
         if v is not None and lg.steps is not None and (not is_number(v) or abs(v - lg.steps) > 1):
             problems.append(f"seed {key}: steps {v} but {lg.name} stops at step {lg.steps}")
@@ -702,11 +773,20 @@ def _check_seed_results(add, sub: dict, logs: list[TrainLog]) -> None:
         if v is not None and avg is not None and not agrees(v, avg, avg_tol):
             problems.append(f"seed {key}: step_avg_ms {v} but {lg.name} says {_fmt(avg, 2)}")
         v = entry.get("train_time_s")
-        if v is not None and lg.train_time_ms is not None and not agrees(
-                v, lg.train_time_ms / 1000.0, lg.train_time_tol_ms / 1000.0):
-            problems.append(f"seed {key}: train_time_s {v} but {lg.name} says {lg.train_time_ms / 1000.0:.3f}")
+        if (
+            v is not None
+            and lg.train_time_ms is not None
+            and not agrees(v, lg.train_time_ms / 1000.0, lg.train_time_tol_ms / 1000.0)
+        ):
+            problems.append(
+                f"seed {key}: train_time_s {v} but {lg.name} says {lg.train_time_ms / 1000.0:.3f}"
+            )
         v = entry.get("eval_time_s")
-        times = [(e.eval_time_ms, e.eval_time_tol_ms) for e in lg.evaluations if e.eval_time_ms is not None]
+        times = [
+            (e.eval_time_ms, e.eval_time_tol_ms)
+            for e in lg.evaluations
+            if e.eval_time_ms is not None
+        ]
         if v is not None and times:
             options = times + [(sum(t for t, _ in times), sum(t for _, t in times))]
             if not any(agrees(v, t / 1000.0, tol / 1000.0) for t, tol in options):
@@ -719,15 +799,26 @@ def _check_seed_results(add, sub: dict, logs: list[TrainLog]) -> None:
 
 
 _TYPE_RULES = {
-    "author": ((str,), "a string"), "github_id": ((str, int), "a string"), "name": ((str,), "a string"),
-    "blurb": ((str,), "a string"), "date": ((str,), "a string"), "track": ((str,), "a string"),
-    "val_bpb": ("number", "a number"), "val_loss": ("number", "a number"),
-    "val_bpb_std": ("number", "a number"), "val_loss_std": ("number", "a number"),
-    "bytes_total": ("int", "an integer"), "bytes_code": ("int", "an integer"),
-    "seeds": ((list,), "a list"), "seed_results": ((dict, list), "an object"),
-    "hardware": ((str,), "a string"), "pytorch_version": ((str,), "a string"),
-    "compliance": ((dict,), "an object"), "p_value": ("number", "a number"),
-    "t_statistic": ("number", "a number"), "welch_df": ("number", "a number"),
+    "author": ((str,), "a string"),
+    "github_id": ((str, int), "a string"),
+    "name": ((str,), "a string"),
+    "blurb": ((str,), "a string"),
+    "date": ((str,), "a string"),
+    "track": ((str,), "a string"),
+    "val_bpb": ("number", "a number"),
+    "val_loss": ("number", "a number"),
+    "val_bpb_std": ("number", "a number"),
+    "val_loss_std": ("number", "a number"),
+    "bytes_total": ("int", "an integer"),
+    "bytes_code": ("int", "an integer"),
+    "seeds": ((list,), "a list"),
+    "seed_results": ((dict, list), "an object"),
+    "hardware": ((str,), "a string"),
+    "pytorch_version": ((str,), "a string"),
+    "compliance": ((dict,), "an object"),
+    "p_value": ("number", "a number"),
+    "t_statistic": ("number", "a number"),
+    "welch_df": ("number", "a number"),
     "base_pr": ((int, str), "a number or string"),
 }
 
@@ -761,7 +852,11 @@ def _check_json(add, path: Path | None, exact: bool) -> dict | None:
             bad = True
     for key, (rule, what) in _TYPE_RULES.items():
         if key in sub and sub[key] is not None and not _type_ok(sub[key], rule):
-            add(FAIL, "json", f"{path.name}: {key} must be {what}, not {type(sub[key]).__name__} {sub[key]!r}")
+            add(
+                FAIL,
+                "json",
+                f"{path.name}: {key} must be {what}, not {type(sub[key]).__name__} {sub[key]!r}",
+            )
             bad = True
     date = sub.get("date")
     if isinstance(date, str) and not re.match(r"^\d{4}-\d{2}-\d{2}", date):
@@ -769,7 +864,11 @@ def _check_json(add, path: Path | None, exact: bool) -> dict | None:
     if isinstance(sub.get("track"), str) and sub["track"] not in TRACKS:
         add(WARN, "json", f"track {sub['track']!r} is not one of {', '.join(TRACKS)}")
     if not bad:
-        add(PASS, "json", f"{path.name} parses with the required keys ({', '.join(REQUIRED_JSON_KEYS)})")
+        add(
+            PASS,
+            "json",
+            f"{path.name} parses with the required keys ({', '.join(REQUIRED_JSON_KEYS)})",
+        )
     return {k: v for k, v in sub.items() if v is None or key_type_ok(k, v)}
 
 
@@ -810,14 +909,26 @@ def check_folder(folder: str | Path, track: str | None = None) -> list[Check]:
         track = folder_track or json_track
         if track is None:
             track = "10min_16mb"
-            add(WARN, "track", "track unknown (folder is not under track_*/ and the JSON names none); "
-                               "checking as 10min_16mb")
+            add(
+                WARN,
+                "track",
+                "track unknown (folder is not under track_*/ and the JSON names none); "
+                "checking as 10min_16mb",
+            )
         else:
-            add(PASS, "track", f"{track}" + (" (from the folder)" if folder_track else " (from submission.json)"))
+            add(
+                PASS,
+                "track",
+                f"{track}" + (" (from the folder)" if folder_track else " (from submission.json)"),
+            )
     else:
         add(PASS, "track", f"{track} (from --track)")
     if folder_track and json_track and folder_track != json_track:
-        add(WARN, "track", f"submission.json says {json_track} but the folder is under {TRACKS[folder_track]}/")
+        add(
+            WARN,
+            "track",
+            f"submission.json says {json_track} but the folder is under {TRACKS[folder_track]}/",
+        )
     ten_min = track == "10min_16mb"
 
     # script
@@ -837,11 +948,18 @@ def check_folder(folder: str | Path, track: str | None = None) -> list[Check]:
         else:
             try:
                 compile(script_bytes.decode("utf-8"), str(script), "exec")
-                add(PASS if script.name == "train_gpt.py" else WARN, "script",
-                    f"{script.name} compiles ({len(script_bytes)} bytes)")
+                add(
+                    PASS if script.name == "train_gpt.py" else WARN,
+                    "script",
+                    f"{script.name} compiles ({len(script_bytes)} bytes)",
+                )
             except (SyntaxError, ValueError, UnicodeDecodeError) as exc:
                 v = sys.version_info
-                add(FAIL, "script", f"{script.name} does not compile under Python {v.major}.{v.minor}: {exc}")
+                add(
+                    FAIL,
+                    "script",
+                    f"{script.name} does not compile under Python {v.major}.{v.minor}: {exc}",
+                )
         for other in scripts:
             if other == script:
                 continue
@@ -862,8 +980,15 @@ def check_folder(folder: str | Path, track: str | None = None) -> list[Check]:
     if not scored:
         add(FAIL, "logs", "no train log with a val_bpb result" if logs else "no train log")
         return out
-    add(PASS, "logs", f"{len(scored)} train log(s): " + ", ".join(
-        f"{lg.name} (seed {lg.seed if lg.seed is not None else '?'}, {lg.scored.label})" for lg in scored))
+    add(
+        PASS,
+        "logs",
+        f"{len(scored)} train log(s): "
+        + ", ".join(
+            f"{lg.name} (seed {lg.seed if lg.seed is not None else '?'}, {lg.scored.label})"
+            for lg in scored
+        ),
+    )
     labels = {lg.scored.group for lg in scored}
     if len(labels) > 1:
         add(WARN, "logs", f"logs end on different evaluations: {', '.join(sorted(labels))}")
@@ -898,29 +1023,57 @@ def check_folder(folder: str | Path, track: str | None = None) -> list[Check]:
     if sizes:
         worst = max(sizes, key=sizes.get)
         if sizes[worst] > ARTIFACT_LIMIT_BYTES:
-            add(FAIL, "artifact", f"{worst}: artifact is {sizes[worst]:,} bytes > {ARTIFACT_LIMIT_BYTES:,}")
+            add(
+                FAIL,
+                "artifact",
+                f"{worst}: artifact is {sizes[worst]:,} bytes > {ARTIFACT_LIMIT_BYTES:,}",
+            )
         else:
-            add(PASS, "artifact", f"largest artifact {sizes[worst]:,} bytes ({worst}) <= {ARTIFACT_LIMIT_BYTES:,}")
+            add(
+                PASS,
+                "artifact",
+                f"largest artifact {sizes[worst]:,} bytes ({worst}) <= {ARTIFACT_LIMIT_BYTES:,}",
+            )
         if bytes_total is not None:
             if bytes_total == sizes[worst]:
                 add(PASS, "bytes_total", f"bytes_total {bytes_total} = max over the logs")
             elif bytes_total in sizes.values():
-                add(WARN, "bytes_total", f"bytes_total {bytes_total} is one seed's size, not the max {sizes[worst]}")
+                add(
+                    WARN,
+                    "bytes_total",
+                    f"bytes_total {bytes_total} is one seed's size, not the max {sizes[worst]}",
+                )
             else:
-                add(FAIL, "bytes_total", f"bytes_total {bytes_total} disagrees with the logs "
-                                         f"(max {sizes[worst]} in {worst})")
+                add(
+                    FAIL,
+                    "bytes_total",
+                    f"bytes_total {bytes_total} disagrees with the logs "
+                    f"(max {sizes[worst]} in {worst})",
+                )
         missing = [lg.name for lg in logs if lg.artifact_bytes is None]
         if missing:
             add(WARN, "artifact", f"no submission size in {', '.join(missing)}")
     elif is_number(bytes_total):
         status = FAIL if bytes_total > ARTIFACT_LIMIT_BYTES else WARN
-        add(status, "artifact", f"the logs print no submission size; submission.json says {bytes_total:,} bytes"
-                                + (f" > {ARTIFACT_LIMIT_BYTES:,}" if status == FAIL else ""))
+        add(
+            status,
+            "artifact",
+            f"the logs print no submission size; submission.json says {bytes_total:,} bytes"
+            + (f" > {ARTIFACT_LIMIT_BYTES:,}" if status == FAIL else ""),
+        )
     else:
-        add(WARN, "artifact", "artifact size unknown: no `Total submission size` line and no bytes_total")
+        add(
+            WARN,
+            "artifact",
+            "artifact size unknown: no `Total submission size` line and no bytes_total",
+        )
     logs_under = sizes and max(sizes.values()) <= ARTIFACT_LIMIT_BYTES
     if is_number(bytes_total) and bytes_total > ARTIFACT_LIMIT_BYTES and logs_under:
-        add(FAIL, "artifact", f"submission.json bytes_total {bytes_total:,} > {ARTIFACT_LIMIT_BYTES:,}")
+        add(
+            FAIL,
+            "artifact",
+            f"submission.json bytes_total {bytes_total:,} > {ARTIFACT_LIMIT_BYTES:,}",
+        )
 
     code_sizes = {lg.code_bytes for lg in logs if lg.code_bytes is not None}
     bytes_code = sub.get("bytes_code")
@@ -929,23 +1082,43 @@ def check_folder(folder: str | Path, track: str | None = None) -> list[Check]:
         if bytes_code in options:
             add(PASS, "bytes_code", f"bytes_code {bytes_code} matches the script/logs")
         else:
-            add(FAIL, "bytes_code", f"bytes_code {bytes_code} matches neither the script nor a `Code size` line "
-                                    f"({', '.join(str(o) for o in sorted(options)) or 'none'})")
+            add(
+                FAIL,
+                "bytes_code",
+                f"bytes_code {bytes_code} matches neither the script nor a `Code size` line "
+                f"({', '.join(str(o) for o in sorted(options)) or 'none'})",
+            )
 
     # the script is the one that ran
     if script_bytes is not None:
         embedded = [lg for lg in logs if lg.source is not None]
         differ = [lg.name for lg in embedded if lg.source != script_bytes]
         if differ:
-            add(WARN, "source", f"{script.name} differs from the source embedded in {', '.join(differ)}")
+            add(
+                WARN,
+                "source",
+                f"{script.name} differs from the source embedded in {', '.join(differ)}",
+            )
         elif embedded:
-            add(PASS, "source", f"{script.name} is byte-identical to the source embedded in {len(embedded)} log(s)")
+            add(
+                PASS,
+                "source",
+                f"{script.name} is byte-identical to the source embedded in {len(embedded)} log(s)",
+            )
         wrong = sorted(c for c in code_sizes if c != len(script_bytes))
         if wrong:
-            add(WARN, "source", f"`Code size` in the logs ({', '.join(map(str, wrong))}) differs from "
-                                f"{script.name} ({len(script_bytes)} bytes)")
+            add(
+                WARN,
+                "source",
+                f"`Code size` in the logs ({', '.join(map(str, wrong))}) differs from "
+                f"{script.name} ({len(script_bytes)} bytes)",
+            )
         elif code_sizes:
-            add(PASS, "source", f"`Code size: {len(script_bytes)} bytes` in the logs matches {script.name}")
+            add(
+                PASS,
+                "source",
+                f"`Code size: {len(script_bytes)} bytes` in the logs matches {script.name}",
+            )
 
     # time limits
     for lg in logs:
@@ -959,26 +1132,48 @@ def check_folder(folder: str | Path, track: str | None = None) -> list[Check]:
         elif secs <= TIME_LIMIT_S:
             add(PASS, "train_time", f"{lg.name}: {secs:.3f} s <= {TIME_LIMIT_S:.0f} s")
         elif train_within_limit(lg):
-            add(PASS, "train_time", f"{lg.name}: {secs:.3f} s, past {TIME_LIMIT_S:.0f} s by "
-                                    f"{lg.train_time_ms - TIME_LIMIT_S * 1000:.0f} ms, within one step "
-                                    f"({avg:.2f} ms): accepted" if avg else f"{lg.name}: {secs:.3f} s")
+            add(
+                PASS,
+                "train_time",
+                f"{lg.name}: {secs:.3f} s, past {TIME_LIMIT_S:.0f} s by "
+                f"{lg.train_time_ms - TIME_LIMIT_S * 1000:.0f} ms, within one step "
+                f"({avg:.2f} ms): accepted"
+                if avg
+                else f"{lg.name}: {secs:.3f} s",
+            )
         else:
             step = f"{avg:.2f} ms" if avg else "unknown"
-            add(FAIL, "train_time", f"{lg.name}: train_time {secs:.3f} s exceeds {TIME_LIMIT_S:.0f} s by more "
-                                    f"than one step (step_avg {step})")
+            add(
+                FAIL,
+                "train_time",
+                f"{lg.name}: train_time {secs:.3f} s exceeds {TIME_LIMIT_S:.0f} s by more "
+                f"than one step (step_avg {step})",
+            )
     for lg in logs:
         ms, _ = lg.eval_time
         if ms is None:
             add(WARN, "eval_time", f"{lg.name}: no eval_time for {lg.scored.label}")
             continue
         if not ten_min or eval_within_limit(lg):
-            add(PASS, "eval_time", f"{lg.name}: {lg.scored.group} took {ms / 1000.0:.3f} s"
-                                   + (f" <= {TIME_LIMIT_S:.0f} s" if ten_min else ""))
+            add(
+                PASS,
+                "eval_time",
+                f"{lg.name}: {lg.scored.group} took {ms / 1000.0:.3f} s"
+                + (f" <= {TIME_LIMIT_S:.0f} s" if ten_min else ""),
+            )
         else:
-            add(FAIL, "eval_time", f"{lg.name}: evaluation took {ms / 1000.0:.3f} s > {TIME_LIMIT_S:.0f} s")
+            add(
+                FAIL,
+                "eval_time",
+                f"{lg.name}: evaluation took {ms / 1000.0:.3f} s > {TIME_LIMIT_S:.0f} s",
+            )
         if ten_min and lg.all_eval_time_ms > TIME_LIMIT_S * 1000.0:
-            add(WARN, "eval_time", f"{lg.name}: all final evaluations together took "
-                                   f"{lg.all_eval_time_ms / 1000.0:.1f} s")
+            add(
+                WARN,
+                "eval_time",
+                f"{lg.name}: all final evaluations together took "
+                f"{lg.all_eval_time_ms / 1000.0:.1f} s",
+            )
 
     # compliance claims
     claims = sub.get("compliance")
@@ -991,10 +1186,17 @@ def check_folder(folder: str | Path, track: str | None = None) -> list[Check]:
             if not isinstance(claim, bool):
                 add(FAIL, "compliance", f"compliance.{key} must be true or false, not {claim!r}")
             elif truth is None:
-                add(WARN, "compliance", f"compliance.{key} = {str(claim).lower()} cannot be checked from the logs")
+                add(
+                    WARN,
+                    "compliance",
+                    f"compliance.{key} = {str(claim).lower()} cannot be checked from the logs",
+                )
             elif claim and not truth:
-                add(WARN if key == "three_seeds" else FAIL, "compliance",
-                    f"compliance.{key} = true but the logs say false")
+                add(
+                    WARN if key == "three_seeds" else FAIL,
+                    "compliance",
+                    f"compliance.{key} = true but the logs say false",
+                )
             elif truth and not claim:
                 add(WARN, "compliance", f"compliance.{key} = false but the logs say true")
         if not any(c.name == "compliance" for c in out):
@@ -1003,14 +1205,26 @@ def check_folder(folder: str | Path, track: str | None = None) -> list[Check]:
     # hardware, versions (informational)
     hardware = sub.get("hardware") or next((lg.hardware for lg in logs if lg.hardware), None)
     if hardware is None:
-        add(WARN, "hardware", "hardware unknown (no nvidia-smi table in the logs, no hardware in submission.json)")
+        add(
+            WARN,
+            "hardware",
+            "hardware unknown (no nvidia-smi table in the logs, no hardware in submission.json)",
+        )
     elif ten_min and "H100" not in hardware:
         add(WARN, "hardware", f"{hardware}: the 10-minute track is timed on 8xH100 SXM")
     else:
         add(PASS, "hardware", hardware)
     versions = {lg.pytorch_version for lg in logs if lg.pytorch_version}
-    if isinstance(sub.get("pytorch_version"), str) and versions and sub["pytorch_version"] not in versions:
-        add(WARN, "pytorch", f"pytorch_version {sub['pytorch_version']} but the logs ran {', '.join(sorted(versions))}")
+    if (
+        isinstance(sub.get("pytorch_version"), str)
+        and versions
+        and sub["pytorch_version"] not in versions
+    ):
+        add(
+            WARN,
+            "pytorch",
+            f"pytorch_version {sub['pytorch_version']} but the logs ran {', '.join(sorted(versions))}",
+        )
     return out
 
 
@@ -1039,13 +1253,17 @@ def collect_runs(paths: list[str | Path], seeds: list[int] | None = None) -> lis
         except OSError as exc:
             raise SubmissionError(f"cannot read {p}: {exc.strerror or exc}") from None
         if lg.scored is None:
-            raise SubmissionError(f"{p} has no val_bpb result (is it a train log of a finished run?)")
+            raise SubmissionError(
+                f"{p} has no val_bpb result (is it a train log of a finished run?)"
+            )
         if seeds is not None:
             if lg.seed_line is not None and lg.seed_line != seeds[i]:
                 raise SubmissionError(f"{p} says seed:{lg.seed_line} but --seeds gives {seeds[i]}")
             lg.seed_line = seeds[i]
         elif lg.seed is None:
-            raise SubmissionError(f"{p}: no `seed:N` line and no seed in the file name; pass --seeds")
+            raise SubmissionError(
+                f"{p}: no `seed:N` line and no seed in the file name; pass --seeds"
+            )
         logs.append(lg)
     seen: dict[int, str] = {}
     for lg in logs:
@@ -1060,26 +1278,34 @@ def resolve_script(logs: list[TrainLog], script: str | Path | None = None) -> by
     embedded = [lg for lg in logs if lg.source is not None]
     for lg in embedded[1:]:
         if lg.source != embedded[0].source:
-            raise SubmissionError(f"{lg.path} and {embedded[0].path} embed different scripts; "
-                                  "one record folder holds one train_gpt.py")
+            raise SubmissionError(
+                f"{lg.path} and {embedded[0].path} embed different scripts; "
+                "one record folder holds one train_gpt.py"
+            )
     if script is not None:
         try:
             code = Path(script).read_bytes()
         except OSError as exc:
             raise SubmissionError(f"cannot read --script {script}: {exc.strerror or exc}") from None
         if embedded and code != embedded[0].source:
-            raise SubmissionError(f"--script {script} differs from the source embedded in {embedded[0].path}; "
-                                  "leave out --script to use the embedded one")
+            raise SubmissionError(
+                f"--script {script} differs from the source embedded in {embedded[0].path}; "
+                "leave out --script to use the embedded one"
+            )
     elif embedded:
         code = embedded[0].source
     else:
-        raise SubmissionError("no log embeds the script (console captures don't): pass --script path/to/train_gpt.py")
+        raise SubmissionError(
+            "no log embeds the script (console captures don't): pass --script path/to/train_gpt.py"
+        )
     if not code.strip():
         raise SubmissionError("the script is empty")
     for lg in logs:
         if lg.code_bytes is not None and lg.code_bytes != len(code):
-            raise SubmissionError(f"{lg.path} says `Code size: {lg.code_bytes} bytes` but the script is "
-                                  f"{len(code)} bytes: it is not the script that ran")
+            raise SubmissionError(
+                f"{lg.path} says `Code size: {lg.code_bytes} bytes` but the script is "
+                f"{len(code)} bytes: it is not the script that ran"
+            )
     return code
 
 
@@ -1087,9 +1313,19 @@ def _r(x: float | None, nd: int = 8) -> float | None:
     return None if x is None else round(x, nd)
 
 
-def build_submission(logs: list[TrainLog], code: bytes, *, name: str, author: str, github_id: str,
-                     blurb: str = "", date: str, track: str = "10min_16mb", hardware: str | None = None,
-                     pytorch_version: str | None = None) -> dict:
+def build_submission(
+    logs: list[TrainLog],
+    code: bytes,
+    *,
+    name: str,
+    author: str,
+    github_id: str,
+    blurb: str = "",
+    date: str,
+    track: str = "10min_16mb",
+    hardware: str | None = None,
+    pytorch_version: str | None = None,
+) -> dict:
     """submission.json for the runs, every number computed from the logs."""
     bpbs = [lg.scored.val_bpb for lg in logs]
     losses = [lg.scored.val_loss for lg in logs]
@@ -1105,7 +1341,9 @@ def build_submission(logs: list[TrainLog], code: bytes, *, name: str, author: st
             "artifact_bytes": lg.artifact_bytes,
             "steps": lg.steps,
             "step_avg_ms": _r(avg, 2 if lg.step_avg_text else 3),
-            "train_time_s": _r(lg.train_time_ms / 1000.0 if lg.train_time_ms is not None else None, 3),
+            "train_time_s": _r(
+                lg.train_time_ms / 1000.0 if lg.train_time_ms is not None else None, 3
+            ),
             "eval_time_s": _r(ms / 1000.0 if ms is not None else None, 3),
         }
     sub = {
@@ -1123,7 +1361,9 @@ def build_submission(logs: list[TrainLog], code: bytes, *, name: str, author: st
         "bytes_code": len(code),
         "seeds": [lg.seed for lg in logs],
         "seed_results": results,
-        "hardware": hardware or next((lg.hardware for lg in logs if lg.hardware), None) or "unknown",
+        "hardware": hardware
+        or next((lg.hardware for lg in logs if lg.hardware), None)
+        or "unknown",
         "pytorch_version": pytorch_version or (versions[0] if versions else "unknown"),
         "compliance": {k: bool(v) for k, v in compliance_of(logs).items()},  # unknown -> false
     }
@@ -1162,14 +1402,17 @@ def render_readme(sub: dict, logs: list[TrainLog]) -> str:
 
     for lg in logs:
         r = sub["seed_results"][str(lg.seed)]
-        lines.append(f"| {lg.seed} | {lg.scored.bpb_text} | {lg.scored.loss_text} | {cell(r['steps'])} | "
-                     f"{cell(r['step_avg_ms'])} | {cell(r['train_time_s'])} | {cell(r['eval_time_s'])} | "
-                     f"{cell(r['artifact_bytes'])} |")
+        lines.append(
+            f"| {lg.seed} | {lg.scored.bpb_text} | {lg.scored.loss_text} | {cell(r['steps'])} | "
+            f"{cell(r['step_avg_ms'])} | {cell(r['train_time_s'])} | {cell(r['eval_time_s'])} | "
+            f"{cell(r['artifact_bytes'])} |"
+        )
     lines += [
         f"| **mean** | **{sub['val_bpb']:.8f}** | **{sub['val_loss']:.8f}** | | | | | |",
         "",
         f"Scored line: {labels} (the last evaluation each log prints). Logs: "
-        + ", ".join(f"`train_seed{lg.seed}.log`" for lg in logs) + ".",
+        + ", ".join(f"`train_seed{lg.seed}.log`" for lg in logs)
+        + ".",
         "",
         "## Compliance",
         "",
@@ -1237,11 +1480,23 @@ def write_folder_atomic(dest: Path, files: dict[str, bytes], force: bool = False
         raise
 
 
-def create_record(log_paths: list[str | Path], *, name: str, author: str, github_id: str, blurb: str = "",
-                  date: str | None = None, track: str = "10min_16mb", script: str | Path | None = None,
-                  seeds: list[int] | None = None, hardware: str | None = None,
-                  pytorch_version: str | None = None, records_dir: str | Path | None = None,
-                  out: str | Path | None = None, force: bool = False) -> Path:
+def create_record(
+    log_paths: list[str | Path],
+    *,
+    name: str,
+    author: str,
+    github_id: str,
+    blurb: str = "",
+    date: str | None = None,
+    track: str = "10min_16mb",
+    script: str | Path | None = None,
+    seeds: list[int] | None = None,
+    hardware: str | None = None,
+    pytorch_version: str | None = None,
+    records_dir: str | Path | None = None,
+    out: str | Path | None = None,
+    force: bool = False,
+) -> Path:
     """Scaffold a record folder from train logs; returns its path (see `new --help`)."""
     if track not in TRACKS:
         raise SubmissionError(f"track must be one of {', '.join(TRACKS)}, not {track!r}")
@@ -1250,8 +1505,18 @@ def create_record(log_paths: list[str | Path], *, name: str, author: str, github
         raise SubmissionError(f"--date {date!r} is not YYYY-MM-DD")
     logs = collect_runs(log_paths, seeds)
     code = resolve_script(logs, script)
-    sub = build_submission(logs, code, name=name, author=author, github_id=github_id, blurb=blurb, date=date,
-                           track=track, hardware=hardware, pytorch_version=pytorch_version)
+    sub = build_submission(
+        logs,
+        code,
+        name=name,
+        author=author,
+        github_id=github_id,
+        blurb=blurb,
+        date=date,
+        track=track,
+        hardware=hardware,
+        pytorch_version=pytorch_version,
+    )
     if out is None:
         base = Path(records_dir) if records_dir is not None else Path(__file__).resolve().parent
         dest = base / TRACKS[track] / f"{date}_{slugify(name)}"
@@ -1293,7 +1558,9 @@ def welch_test(new: list[float], old: list[float], margin: float = MARGIN_NATS) 
     from scipy import stats
 
     if len(new) < 2 or len(old) < 2:
-        raise SubmissionError("Welch's test needs at least 2 values on each side (use --sota for one old value)")
+        raise SubmissionError(
+            "Welch's test needs at least 2 values on each side (use --sota for one old value)"
+        )
     a, b = np.asarray(new, dtype=float), np.asarray(old, dtype=float) - margin
     with np.errstate(all="ignore"):
         res = stats.ttest_ind(a, b, equal_var=False, alternative="less")
@@ -1301,7 +1568,9 @@ def welch_test(new: list[float], old: list[float], margin: float = MARGIN_NATS) 
     df = getattr(res, "df", None)
     if df is None:  # older scipy: Welch–Satterthwaite by hand
         df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    return TTest("welch", float(res.statistic), float(df), float(res.pvalue), list(new), list(old), margin)
+    return TTest(
+        "welch", float(res.statistic), float(df), float(res.pvalue), list(new), list(old), margin
+    )
 
 
 def one_sample_test(new: list[float], sota: float, margin: float = MARGIN_NATS) -> TTest:
@@ -1313,7 +1582,15 @@ def one_sample_test(new: list[float], sota: float, margin: float = MARGIN_NATS) 
         raise SubmissionError("the t-test needs at least 2 new values")
     with np.errstate(all="ignore"):
         res = stats.ttest_1samp(np.asarray(new, dtype=float), sota - margin, alternative="less")
-    return TTest("one-sample", float(res.statistic), float(len(new) - 1), float(res.pvalue), list(new), [sota], margin)
+    return TTest(
+        "one-sample",
+        float(res.statistic),
+        float(len(new) - 1),
+        float(res.pvalue),
+        list(new),
+        [sota],
+        margin,
+    )
 
 
 def _number(text: str) -> float | None:
@@ -1347,7 +1624,11 @@ def val_losses_from(item: str) -> tuple[list[float], str]:
         results = sub.get("seed_results") if isinstance(sub, dict) else None
         if isinstance(results, list):
             results = {str(r.get("seed")): r for r in results if isinstance(r, dict)}
-        vals = [r["val_loss"] for r in (results or {}).values() if isinstance(r, dict) and is_number(r.get("val_loss"))]
+        vals = [
+            r["val_loss"]
+            for r in (results or {}).values()
+            if isinstance(r, dict) and is_number(r.get("val_loss"))
+        ]
         if vals:
             return [float(x) for x in vals], f"{path.name} seed_results"
         if isinstance(sub, dict) and is_number(sub.get("val_loss")):
@@ -1377,16 +1658,22 @@ def _describe(vals: list[float]) -> str:
 
 def report_ttest(res: TTest, alpha: float) -> list[str]:
     if res.kind == "welch":
-        head = (f"Welch's t-test, one-sided: H1 mean(new) < mean(old) - {res.margin:g} nats")
+        head = f"Welch's t-test, one-sided: H1 mean(new) < mean(old) - {res.margin:g} nats"
     else:
         head = f"one-sample t-test, one-sided: H1 mean(new) < SOTA {res.old[0]:.8f} - {res.margin:g} nats"
     gain = statistics.fmean(res.old) - statistics.fmean(res.new)
-    verdict = (f"PASS significance: p = {res.p:.6g} < {alpha:g}: beats the old result by at least {res.margin:g} nats"
-               if res.significant(alpha) else
-               f"FAIL significance: p = {res.p:.6g} >= {alpha:g}: not shown to beat the old result by "
-               f"{res.margin:g} nats")
-    return [head, f"improvement: {gain:.8f} nats (needs > {res.margin:g})",
-            f"t = {res.t:.6f}  df = {res.df:.6f}  p = {res.p:.6g}", verdict]
+    verdict = (
+        f"PASS significance: p = {res.p:.6g} < {alpha:g}: beats the old result by at least {res.margin:g} nats"
+        if res.significant(alpha)
+        else f"FAIL significance: p = {res.p:.6g} >= {alpha:g}: not shown to beat the old result by "
+        f"{res.margin:g} nats"
+    )
+    return [
+        head,
+        f"improvement: {gain:.8f} nats (needs > {res.margin:g})",
+        f"t = {res.t:.6f}  df = {res.df:.6f}  p = {res.p:.6g}",
+        verdict,
+    ]
 
 
 # -----------------------------
@@ -1397,10 +1684,22 @@ _HELP = __doc__
 
 
 def _cmd_new(args) -> int:
-    dest = create_record(args.logs, name=args.name, author=args.author, github_id=args.github_id,
-                         blurb=args.blurb, date=args.date, track=args.track, script=args.script, seeds=args.seeds,
-                         hardware=args.hardware, pytorch_version=args.pytorch_version,
-                         records_dir=args.records_dir, out=args.out, force=args.force)
+    dest = create_record(
+        args.logs,
+        name=args.name,
+        author=args.author,
+        github_id=args.github_id,
+        blurb=args.blurb,
+        date=args.date,
+        track=args.track,
+        script=args.script,
+        seeds=args.seeds,
+        hardware=args.hardware,
+        pytorch_version=args.pytorch_version,
+        records_dir=args.records_dir,
+        out=args.out,
+        force=args.force,
+    )
     print(f"created {dest}")
     checks = check_folder(dest)
     for c in checks:
@@ -1421,32 +1720,46 @@ def _cmd_check(args) -> int:
                 print(c.line())
         if fails:
             names = ", ".join(dict.fromkeys(c.name for c in fails))
-            print(f"VERDICT rejected: {folder}: {len(fails)} failed check(s) ({names}), {len(warns)} warning(s)")
+            print(
+                f"VERDICT rejected: {folder}: {len(fails)} failed check(s) ({names}), {len(warns)} warning(s)"
+            )
             all_ok = False
         else:
-            print(f"VERDICT accepted: {folder}: {len(checks) - len(warns)} passed, {len(warns)} warning(s)")
+            print(
+                f"VERDICT accepted: {folder}: {len(checks) - len(warns)} passed, {len(warns)} warning(s)"
+            )
     return 0 if all_ok else 1
 
 
 def _cmd_stats(args) -> int:
     if args.systems_only:
-        print("EXEMPT systems-only: pure systems speed-ups that leave the ML unchanged are exempt from the "
-              "significance requirement")
+        print(
+            "EXEMPT systems-only: pure systems speed-ups that leave the ML unchanged are exempt from the "
+            "significance requirement"
+        )
     if not args.new:
         if args.systems_only:
             return 0
-        raise SubmissionError("give --new values (per-seed val_loss numbers, logs, record folders or JSON files)")
+        raise SubmissionError(
+            "give --new values (per-seed val_loss numbers, logs, record folders or JSON files)"
+        )
     if args.old is None and args.sota is None:
         if args.systems_only:
             return 0
-        raise SubmissionError("give --old (the previous record's per-seed val_loss) or --sota (one value)")
+        raise SubmissionError(
+            "give --old (the previous record's per-seed val_loss) or --sota (one value)"
+        )
     new, sources = gather(args.new)
     print(f"new: {_describe(new)}  [{'; '.join(sources)}]")
     results = []
     if args.old is not None:
         old, sources = gather(args.old)
         print(f"old: {_describe(old)}  [{'; '.join(sources)}]")
-        results.append(welch_test(new, old, args.margin) if len(old) > 1 else one_sample_test(new, old[0], args.margin))
+        results.append(
+            welch_test(new, old, args.margin)
+            if len(old) > 1
+            else one_sample_test(new, old[0], args.margin)
+        )
     if args.sota is not None:
         results.append(one_sample_test(new, args.sota, args.margin))
     for res in results:
@@ -1459,66 +1772,110 @@ def _cmd_stats(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="submission.py", description=_HELP,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="submission.py",
+        description=_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{new,check,stats}")
 
-    p = sub.add_parser("new", formatter_class=argparse.RawDescriptionHelpFormatter,
-                       help="scaffold a record folder from train logs",
-                       description="Scaffold records/<track>/YYYY-MM-DD_<Name>/ from one log per seed: our own "
-                                   "logs/<RUN_ID>.txt (which embed the script) or console captures (then pass "
-                                   "--script). Writes train_gpt.py (the exact script that ran; its size must match "
-                                   "`Code size:`), train_seed{SEED}.log, submission.json (per-seed results, mean/std, "
-                                   "bytes_total = max over seeds, compliance computed from the logs) and README.md, "
-                                   "atomically; then runs `check` on the result. Exit 0 when the new folder would be "
-                                   "accepted, 1 when it would not, 2 on bad input.")
+    p = sub.add_parser(
+        "new",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="scaffold a record folder from train logs",
+        description="Scaffold records/<track>/YYYY-MM-DD_<Name>/ from one log per seed: our own "
+        "logs/<RUN_ID>.txt (which embed the script) or console captures (then pass "
+        "--script). Writes train_gpt.py (the exact script that ran; its size must match "
+        "`Code size:`), train_seed{SEED}.log, submission.json (per-seed results, mean/std, "
+        "bytes_total = max over seeds, compliance computed from the logs) and README.md, "
+        "atomically; then runs `check` on the result. Exit 0 when the new folder would be "
+        "accepted, 1 when it would not, 2 on bad input.",
+    )
     p.add_argument("logs", nargs="+", help="train logs, one per seed")
-    p.add_argument("--name", required=True, help="submission name; also names the folder (spaces become _)")
+    p.add_argument(
+        "--name", required=True, help="submission name; also names the folder (spaces become _)"
+    )
     p.add_argument("--author", required=True, help="author's name")
     p.add_argument("--github-id", required=True, help="author's GitHub user name")
     p.add_argument("--blurb", default="", help="one-paragraph description")
     p.add_argument("--date", help="YYYY-MM-DD (default: today)")
-    p.add_argument("--track", default="10min_16mb", choices=sorted(TRACKS), help="default: 10min_16mb")
-    p.add_argument("--script", help="the train_gpt.py that ran (needed when no log embeds the source)")
-    p.add_argument("--seeds", nargs="+", type=int,
-                   help="seeds in log order, for logs without a `seed:N` line or a seed in the file name")
-    p.add_argument("--hardware", help="e.g. '8xH100 80GB SXM' (default: from the logs' nvidia-smi table)")
+    p.add_argument(
+        "--track", default="10min_16mb", choices=sorted(TRACKS), help="default: 10min_16mb"
+    )
+    p.add_argument(
+        "--script", help="the train_gpt.py that ran (needed when no log embeds the source)"
+    )
+    p.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        help="seeds in log order, for logs without a `seed:N` line or a seed in the file name",
+    )
+    p.add_argument(
+        "--hardware", help="e.g. '8xH100 80GB SXM' (default: from the logs' nvidia-smi table)"
+    )
     p.add_argument("--pytorch-version", help="default: from the logs' `Running PyTorch` line")
-    p.add_argument("--records-dir", help="records/ folder to create the record in (default: this script's folder)")
+    p.add_argument(
+        "--records-dir",
+        help="records/ folder to create the record in (default: this script's folder)",
+    )
     p.add_argument("--out", help="exact folder to create (overrides --records-dir/track/date_name)")
     p.add_argument("--force", action="store_true", help="replace the folder if it already exists")
     p.set_defaults(func=_cmd_new)
 
-    p = sub.add_parser("check", formatter_class=argparse.RawDescriptionHelpFormatter,
-                       help="validate record folders (exit 0 only if accepted)",
-                       description="Validate record folders: README, submission.json (parses; author, github_id, "
-                                   "name, date, val_bpb; types), a non-empty .py script that compiles, at least one "
-                                   "train log; JSON numbers agree with the logs to their printed precision; "
-                                   "artifact <= 16,000,000 bytes; on the 10-minute track training within 600 s (one "
-                                   "step of overshoot allowed) and evaluation within 600 s. Prints one "
-                                   "`PASS|WARN|FAIL name: message` line per check and a VERDICT line per folder. "
-                                   "Exit 0 when every folder would be accepted (warnings allowed), 1 otherwise.")
+    p = sub.add_parser(
+        "check",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="validate record folders (exit 0 only if accepted)",
+        description="Validate record folders: README, submission.json (parses; author, github_id, "
+        "name, date, val_bpb; types), a non-empty .py script that compiles, at least one "
+        "train log; JSON numbers agree with the logs to their printed precision; "
+        "artifact <= 16,000,000 bytes; on the 10-minute track training within 600 s (one "
+        "step of overshoot allowed) and evaluation within 600 s. Prints one "
+        "`PASS|WARN|FAIL name: message` line per check and a VERDICT line per folder. "
+        "Exit 0 when every folder would be accepted (warnings allowed), 1 otherwise.",
+    )
     p.add_argument("folders", nargs="+", help="record folders")
-    p.add_argument("--track", choices=sorted(TRACKS), help="override the track (default: from the folder or JSON)")
+    p.add_argument(
+        "--track",
+        choices=sorted(TRACKS),
+        help="override the track (default: from the folder or JSON)",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="print only the verdict lines")
     p.set_defaults(func=_cmd_check)
 
-    p = sub.add_parser("stats", formatter_class=argparse.RawDescriptionHelpFormatter,
-                       help="significance of a new result against the current record",
-                       description="One-sided Welch t-test (scipy.stats.ttest_ind, equal_var=False) of per-seed "
-                                   "val_loss (nats): H1 mean(new) < mean(old) - margin; or, with --sota (or a single "
-                                   "--old value), the one-sample form (scipy.stats.ttest_1samp) against SOTA - margin. "
-                                   "Prints t, df and p. Values may be numbers, train logs, record folders (per-seed "
-                                   "val_loss read from their logs) or submission.json files (seed_results). Exit 0 "
-                                   "when p < alpha (or with --systems-only), 1 when not significant, 2 on bad input.")
-    p.add_argument("--new", nargs="+", metavar="VALUE|PATH", help="the new result's per-seed val_loss")
-    p.add_argument("--old", nargs="+", metavar="VALUE|PATH", help="the previous record's per-seed val_loss")
+    p = sub.add_parser(
+        "stats",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="significance of a new result against the current record",
+        description="One-sided Welch t-test (scipy.stats.ttest_ind, equal_var=False) of per-seed "
+        "val_loss (nats): H1 mean(new) < mean(old) - margin; or, with --sota (or a single "
+        "--old value), the one-sample form (scipy.stats.ttest_1samp) against SOTA - margin. "
+        "Prints t, df and p. Values may be numbers, train logs, record folders (per-seed "
+        "val_loss read from their logs) or submission.json files (seed_results). Exit 0 "
+        "when p < alpha (or with --systems-only), 1 when not significant, 2 on bad input.",
+    )
+    p.add_argument(
+        "--new", nargs="+", metavar="VALUE|PATH", help="the new result's per-seed val_loss"
+    )
+    p.add_argument(
+        "--old", nargs="+", metavar="VALUE|PATH", help="the previous record's per-seed val_loss"
+    )
     p.add_argument("--sota", type=float, help="a single SOTA val_loss for the one-sample test")
-    p.add_argument("--margin", type=float, default=MARGIN_NATS,
-                   help=f"required improvement in nats (default {MARGIN_NATS})")
-    p.add_argument("--alpha", type=float, default=ALPHA, help=f"significance level (default {ALPHA})")
-    p.add_argument("--systems-only", action="store_true",
-                   help="the change is a pure systems speed-up that leaves the ML unchanged: exempt from significance")
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=MARGIN_NATS,
+        help=f"required improvement in nats (default {MARGIN_NATS})",
+    )
+    p.add_argument(
+        "--alpha", type=float, default=ALPHA, help=f"significance level (default {ALPHA})"
+    )
+    p.add_argument(
+        "--systems-only",
+        action="store_true",
+        help="the change is a pure systems speed-up that leaves the ML unchanged: exempt from significance",
+    )
     p.set_defaults(func=_cmd_stats)
     return parser
 

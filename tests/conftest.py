@@ -17,14 +17,37 @@ sys.path.insert(0, str(REPO))
 # A model small enough for CPU (2 cores) but exercising every path: 2 ranks x 4 micro-steps,
 # warm-up with restore, mid-run validation, the wall-clock-free schedule and warm-down.
 TINY_ENV = {
-    "NUM_LAYERS": "2", "MODEL_DIM": "64", "NUM_HEADS": "4", "NUM_KV_HEADS": "2", "MLP_MULT": "2",
-    "TRAIN_SEQ_LEN": "64", "TRAIN_BATCH_TOKENS": "1024", "VAL_BATCH_SIZE": "4096",
-    "ITERATIONS": "6", "WARMUP_STEPS": "2", "VAL_LOSS_EVERY": "3", "TRAIN_LOG_EVERY": "1",
-    "WARMDOWN_ITERS": "2", "MAX_WALLCLOCK_SECONDS": "0", "SEED": "1337",
+    "NUM_LAYERS": "2",
+    "MODEL_DIM": "64",
+    "NUM_HEADS": "4",
+    "NUM_KV_HEADS": "2",
+    "MLP_MULT": "2",
+    "TRAIN_SEQ_LEN": "64",
+    "TRAIN_BATCH_TOKENS": "1024",
+    "VAL_BATCH_SIZE": "4096",
+    "ITERATIONS": "6",
+    "WARMUP_STEPS": "2",
+    "VAL_LOSS_EVERY": "3",
+    "TRAIN_LOG_EVERY": "1",
+    "WARMDOWN_ITERS": "2",
+    "MAX_WALLCLOCK_SECONDS": "0",
+    "SEED": "1337",
 }
 # Variables of the caller's shell that would leak into the runs.
-_SCRUB = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-          "TORCHELASTIC_RUN_ID", "RUN_ID", "DATA_PATH", "TOKENIZER_PATH", "PIPELINE_TRACE")
+_SCRUB = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "TORCHELASTIC_RUN_ID",
+    "RUN_ID",
+    "DATA_PATH",
+    "TOKENIZER_PATH",
+    "PIPELINE_TRACE",
+)
 
 
 @dataclass
@@ -48,8 +71,14 @@ class Run:
 
     def numbers(self) -> list[str]:
         """Every line that carries a computed number, with the wall-clock fields removed."""
-        keep = re.compile(r"^(step:\d+/\d+ (train_loss|val_loss)|final_int8_zlib_roundtrip_exact|val_loader:)")
-        return [re.sub(r" train_time:.*", "", line) for line in self.stdout.splitlines() if keep.match(line)]
+        keep = re.compile(
+            r"^(step:\d+/\d+ (train_loss|val_loss)|final_int8_zlib_roundtrip_exact|val_loader:)"
+        )
+        return [
+            re.sub(r" train_time:.*", "", line)
+            for line in self.stdout.splitlines()
+            if keep.match(line)
+        ]
 
 
 def run_train(workdir: Path, dataset, nproc: int = 2, timeout: float = 240, **env) -> Run:
@@ -58,15 +87,30 @@ def run_train(workdir: Path, dataset, nproc: int = 2, timeout: float = 240, **en
     run_id = env.pop("RUN_ID", f"run_{workdir.name}")
     full_env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
     full_env.update(TINY_ENV)
-    full_env.update(DATA_PATH=str(dataset.dataset_dir), TOKENIZER_PATH=str(dataset.tokenizer_path),
-                    VOCAB_SIZE=str(dataset.vocab_size), RUN_ID=run_id, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    full_env.update(
+        DATA_PATH=str(dataset.dataset_dir),
+        TOKENIZER_PATH=str(dataset.tokenizer_path),
+        VOCAB_SIZE=str(dataset.vocab_size),
+        RUN_ID=run_id,
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS="1",
+    )
     full_env.update({k: str(v) for k, v in env.items()})
     script = str(REPO / "train_gpt.py")
     if nproc:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", script]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            script,
+        ]
     else:
         cmd = [sys.executable, script]
-    proc = subprocess.run(cmd, cwd=workdir, env=full_env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        cmd, cwd=workdir, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
     return Run(workdir, proc.returncode, proc.stdout, proc.stderr, run_id)
 
 
@@ -75,7 +119,13 @@ def tiny_dataset(tmp_path_factory):
     """A real-English dataset (stdlib docstrings) with its own 1024-piece tokenizer, built offline."""
     from data.build_local_dataset import build
 
-    return build(tmp_path_factory.mktemp("data"), max_text_bytes=1_000_000, shard_tokens=100_000, progress=False, log=None)
+    return build(
+        tmp_path_factory.mktemp("data"),
+        max_text_bytes=1_000_000,
+        shard_tokens=100_000,
+        progress=False,
+        log=None,
+    )
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,9 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 
-@pytest.mark.parametrize("shard_tokens", [5000, 1040, 700])  # 1040 = exactly two steps: loads on the step after the end
+@pytest.mark.parametrize(
+    "shard_tokens", [5000, 1040, 700]
+)  # 1040 = exactly two steps: loads on the step after the end
 def test_boundary_steps_match_the_sync_loader(tmp_path, shard_tokens):
     shards, world, steps = 3, 2, 40
     for i in range(shards):
@@ -50,11 +52,40 @@ def test_wait_stats_skip_step_zero_and_look_past_the_boundary():
 
 def test_cli_tiny_run_reports_three_modes(tmp_path):
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(TOOL), "--what", "train,val", "--device", "cpu", "--steps", "6",
-                           "--compute-ms", "1", "--shards", "2", "--shard-tokens", "600000", "--val-tokens", "140000",
-                           "--val-repeats", "1", "--val-forward-ms", "1", "--data-dir", str(tmp_path / "data"),
-                           "--json", str(out)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1 = a target FAILed, which timing on a CI box may do
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(TOOL),
+            "--what",
+            "train,val",
+            "--device",
+            "cpu",
+            "--steps",
+            "6",
+            "--compute-ms",
+            "1",
+            "--shards",
+            "2",
+            "--shard-tokens",
+            "600000",
+            "--val-tokens",
+            "140000",
+            "--val-repeats",
+            "1",
+            "--val-forward-ms",
+            "1",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode in (0, 1), proc.stderr[
+        -3000:
+    ]  # 1 = a target FAILed, which timing on a CI box may do
     doc = json.loads(out.read_text())
     assert set(doc["results"]["train"]["modes"]) == {"sync", "prefetch", "resident"}
     assert set(doc["results"]["val"]["modes"]) == {"sync", "prefetch", "resident"}
@@ -64,5 +95,7 @@ def test_cli_tiny_run_reports_three_modes(tmp_path):
 
 
 def test_cli_rejects_bad_arguments():
-    proc = subprocess.run([sys.executable, str(TOOL), "--what", "nope"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(TOOL), "--what", "nope"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2 and "unknown --what" in proc.stderr

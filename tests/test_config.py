@@ -13,38 +13,86 @@ def cfg(world_size=8, **env):
 
 def test_defaults_are_the_baselines():
     c = cfg()
-    assert (c.train_batch_tokens, c.train_seq_len, c.iterations, c.warmup_steps, c.warmdown_iters) == (524_288, 1024, 20000, 20, 1200)
-    assert (c.num_layers, c.model_dim, c.num_heads, c.num_kv_heads, c.mlp_mult, c.vocab_size) == (9, 512, 8, 4, 2, 1024)
-    assert (c.matrix_lr, c.scalar_lr, c.tied_embed_lr, c.muon_momentum, c.qk_gain_init) == (0.04, 0.04, 0.05, 0.95, 1.5)
-    assert c.tie_embeddings and c.train_prefetch and c.val_prefetch and c.val_bytecount_device == "cpu"
+    assert (
+        c.train_batch_tokens,
+        c.train_seq_len,
+        c.iterations,
+        c.warmup_steps,
+        c.warmdown_iters,
+    ) == (524_288, 1024, 20000, 20, 1200)
+    assert (c.num_layers, c.model_dim, c.num_heads, c.num_kv_heads, c.mlp_mult, c.vocab_size) == (
+        9,
+        512,
+        8,
+        4,
+        2,
+        1024,
+    )
+    assert (c.matrix_lr, c.scalar_lr, c.tied_embed_lr, c.muon_momentum, c.qk_gain_init) == (
+        0.04,
+        0.04,
+        0.05,
+        0.95,
+        1.5,
+    )
+    assert (
+        c.tie_embeddings and c.train_prefetch and c.val_prefetch and c.val_bytecount_device == "cpu"
+    )
     assert c.max_wallclock_seconds == 600.0 and len(c.run_id) == 36
 
 
 def test_values_are_parsed_with_their_types():
-    c = cfg(ITERATIONS="500", MATRIX_LR="0.02", TIE_EMBEDDINGS="0", RUN_ID="abc", PIPELINE_TRACE="/tmp/t")
-    assert (c.iterations, c.matrix_lr, c.tie_embeddings, c.run_id, c.pipeline_trace) == (500, 0.02, False, "abc", "/tmp/t")
+    c = cfg(
+        ITERATIONS="500",
+        MATRIX_LR="0.02",
+        TIE_EMBEDDINGS="0",
+        RUN_ID="abc",
+        PIPELINE_TRACE="/tmp/t",
+    )
+    assert (c.iterations, c.matrix_lr, c.tie_embeddings, c.run_id, c.pipeline_trace) == (
+        500,
+        0.02,
+        False,
+        "abc",
+        "/tmp/t",
+    )
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"ITERATIONS": "abc"}, "ITERATIONS='abc': expected an integer"),
-    ({"ITERATIONS": "-1"}, "ITERATIONS=-1: expected a value >= 0"),
-    ({"MATRIX_LR": "fast"}, "MATRIX_LR='fast': expected a finite number"),
-    ({"MATRIX_LR": "nan"}, "MATRIX_LR='nan': expected a finite number"),
-    ({"LOGIT_SOFTCAP": "0"}, "LOGIT_SOFTCAP=0.0: expected a value > 0"),
-    ({"TRAIN_PREFETCH": "2"}, "TRAIN_PREFETCH='2': expected 0 or 1"),
-    ({"TRAIN_PREFETCH_QUEUE": "0"}, "TRAIN_PREFETCH_QUEUE=0: expected a value >= 1"),
-    ({"VAL_BYTECOUNT_DEVICE": "gpu"}, "VAL_BYTECOUNT_DEVICE='gpu': expected one of cpu, cuda"),
-    ({"ATTENTION_BACKEND": "xformers"}, "ATTENTION_BACKEND='xformers': expected one of auto, fa3, fa2, sdpa"),
-    ({"VOCAB_SIZE": "70000"}, "VOCAB_SIZE=70000: expected a value >= 2 and <= 65536"),
-    ({"MUON_MOMENTUM": "1.5"}, "MUON_MOMENTUM=1.5: expected a value >= 0 and <= 1"),
-    ({"TRAIN_SEQ_LEN": "1000"}, "TRAIN_BATCH_TOKENS=524288 with TRAIN_SEQ_LEN=1000: expected a multiple of"),
-    ({"TRAIN_BATCH_TOKENS": "1000"}, "TRAIN_BATCH_TOKENS=1000 with TRAIN_SEQ_LEN=1024"),
-    ({"VAL_BATCH_SIZE": "1024"}, "VAL_BATCH_SIZE=1024: expected at least one sequence per rank"),
-    ({"MODEL_DIM": "500"}, "MODEL_DIM=500: expected a multiple of NUM_HEADS=8"),
-    ({"NUM_KV_HEADS": "3"}, "NUM_KV_HEADS=3: expected a divisor of NUM_HEADS=8"),
-    ({"MAX_VAL_TOKENS": "100"}, "MAX_VAL_TOKENS=100: expected 0 (full split) or >= TRAIN_SEQ_LEN=1024"),
-    ({"RUN_ID": "../escape"}, "RUN_ID='../escape': expected a plain file name"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"ITERATIONS": "abc"}, "ITERATIONS='abc': expected an integer"),
+        ({"ITERATIONS": "-1"}, "ITERATIONS=-1: expected a value >= 0"),
+        ({"MATRIX_LR": "fast"}, "MATRIX_LR='fast': expected a finite number"),
+        ({"MATRIX_LR": "nan"}, "MATRIX_LR='nan': expected a finite number"),
+        ({"LOGIT_SOFTCAP": "0"}, "LOGIT_SOFTCAP=0.0: expected a value > 0"),
+        ({"TRAIN_PREFETCH": "2"}, "TRAIN_PREFETCH='2': expected 0 or 1"),
+        ({"TRAIN_PREFETCH_QUEUE": "0"}, "TRAIN_PREFETCH_QUEUE=0: expected a value >= 1"),
+        ({"VAL_BYTECOUNT_DEVICE": "gpu"}, "VAL_BYTECOUNT_DEVICE='gpu': expected one of cpu, cuda"),
+        (
+            {"ATTENTION_BACKEND": "xformers"},
+            "ATTENTION_BACKEND='xformers': expected one of auto, fa3, fa2, sdpa",
+        ),
+        ({"VOCAB_SIZE": "70000"}, "VOCAB_SIZE=70000: expected a value >= 2 and <= 65536"),
+        ({"MUON_MOMENTUM": "1.5"}, "MUON_MOMENTUM=1.5: expected a value >= 0 and <= 1"),
+        (
+            {"TRAIN_SEQ_LEN": "1000"},
+            "TRAIN_BATCH_TOKENS=524288 with TRAIN_SEQ_LEN=1000: expected a multiple of",
+        ),
+        ({"TRAIN_BATCH_TOKENS": "1000"}, "TRAIN_BATCH_TOKENS=1000 with TRAIN_SEQ_LEN=1024"),
+        (
+            {"VAL_BATCH_SIZE": "1024"},
+            "VAL_BATCH_SIZE=1024: expected at least one sequence per rank",
+        ),
+        ({"MODEL_DIM": "500"}, "MODEL_DIM=500: expected a multiple of NUM_HEADS=8"),
+        ({"NUM_KV_HEADS": "3"}, "NUM_KV_HEADS=3: expected a divisor of NUM_HEADS=8"),
+        (
+            {"MAX_VAL_TOKENS": "100"},
+            "MAX_VAL_TOKENS=100: expected 0 (full split) or >= TRAIN_SEQ_LEN=1024",
+        ),
+        ({"RUN_ID": "../escape"}, "RUN_ID='../escape': expected a plain file name"),
+    ],
+)
 def test_bad_values_name_the_variable_and_what_was_expected(env, message):
     with pytest.raises(tg.ConfigError) as err:
         cfg(**env)

@@ -35,13 +35,17 @@ def shard_files(directory: Path, split: str) -> list[Path]:
 
 
 def split_tokens(directory: Path, split: str, vocab_size: int | None = None) -> np.ndarray:
-    return np.concatenate([train_gpt.load_data_shard(p, vocab_size)
-                           for p in shard_files(directory, split)])
+    return np.concatenate(
+        [train_gpt.load_data_shard(p, vocab_size) for p in shard_files(directory, split)]
+    )
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,8 +150,12 @@ def test_builder_text_is_english_prose(tiny, tokenizer):
 
 def test_tokenizer_has_1024_pieces_and_challenge_special_ids(tokenizer):
     assert tokenizer.get_piece_size() == 1024
-    assert (tokenizer.pad_id(), tokenizer.bos_id(), tokenizer.eos_id(), tokenizer.unk_id()) \
-        == (0, 1, 2, 3)
+    assert (tokenizer.pad_id(), tokenizer.bos_id(), tokenizer.eos_id(), tokenizer.unk_id()) == (
+        0,
+        1,
+        2,
+        3,
+    )
 
 
 def test_tokenizer_falls_back_to_bytes_not_unk(tokenizer):
@@ -262,32 +270,47 @@ def mirror(tmp_path, tiny):
     for i in range(MIRROR_TRAIN_SHARDS):
         write_shard(shards / shard_name("train", i), np.arange(i * 500, i * 500 + 500) % 1024)
     manifest = {
-        "datasets": [{"name": "fineweb10B_sp1024", "tokenizer_name": "sp_bpe_1024",
-                      "stats": {"files_train": MIRROR_TRAIN_SHARDS, "files_val": 1}}],
-        "tokenizers": [{"name": "sp_bpe_1024", "model_path": "tokenizers/fineweb_1024_bpe.model",
-                        "vocab_path": "tokenizers/fineweb_1024_bpe.vocab"}],
+        "datasets": [
+            {
+                "name": "fineweb10B_sp1024",
+                "tokenizer_name": "sp_bpe_1024",
+                "stats": {"files_train": MIRROR_TRAIN_SHARDS, "files_val": 1},
+            }
+        ],
+        "tokenizers": [
+            {
+                "name": "sp_bpe_1024",
+                "model_path": "tokenizers/fineweb_1024_bpe.model",
+                "vocab_path": "tokenizers/fineweb_1024_bpe.vocab",
+            }
+        ],
     }
     (root / "datasets" / "manifest.json").write_text(json.dumps(manifest))
     return root
 
 
 def fetch_from(mirror_dir: Path, out: Path, train_shards: int):
-    return downloader.download_dataset(train_shards=train_shards, out_root=out,
-                                       mirror=mirror_dir, progress=False, log=None)
+    return downloader.download_dataset(
+        train_shards=train_shards, out_root=out, mirror=mirror_dir, progress=False, log=None
+    )
 
 
 def test_download_fetches_tokenizer_val_and_requested_train_shards(mirror, tmp_path):
     out = tmp_path / "out"
     fetch_from(mirror, out, train_shards=2)
     got = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert got == ["datasets/fineweb10B_sp1024/fineweb_train_000000.bin",
-                   "datasets/fineweb10B_sp1024/fineweb_train_000001.bin",
-                   "datasets/fineweb10B_sp1024/fineweb_val_000000.bin",
-                   "tokenizers/fineweb_1024_bpe.model", "tokenizers/fineweb_1024_bpe.vocab"]
+    assert got == [
+        "datasets/fineweb10B_sp1024/fineweb_train_000000.bin",
+        "datasets/fineweb10B_sp1024/fineweb_train_000001.bin",
+        "datasets/fineweb10B_sp1024/fineweb_val_000000.bin",
+        "tokenizers/fineweb_1024_bpe.model",
+        "tokenizers/fineweb_1024_bpe.vocab",
+    ]
     remote = mirror / "datasets" / "datasets" / "fineweb10B_sp1024"
     for name in ("fineweb_val_000000.bin", "fineweb_train_000001.bin"):
-        assert (out / "datasets" / "fineweb10B_sp1024" / name).read_bytes() \
-            == (remote / name).read_bytes()
+        assert (out / "datasets" / "fineweb10B_sp1024" / name).read_bytes() == (
+            remote / name
+        ).read_bytes()
 
 
 def test_download_rerun_skips_verified_files_without_fetching(mirror, tmp_path):
@@ -303,8 +326,10 @@ def test_download_resumes_by_fetching_only_missing_files(mirror, tmp_path):
     out = tmp_path / "out"
     fetch_from(mirror, out, train_shards=1)
     result = fetch_from(mirror, out, train_shards=3)
-    assert [p.name for p in result.downloaded] == ["fineweb_train_000001.bin",
-                                                   "fineweb_train_000002.bin"]
+    assert [p.name for p in result.downloaded] == [
+        "fineweb_train_000001.bin",
+        "fineweb_train_000002.bin",
+    ]
 
 
 def test_download_replaces_a_truncated_local_shard(mirror, tmp_path):
@@ -323,8 +348,9 @@ def test_download_rejects_a_corrupt_shard_naming_it(mirror, tmp_path, capsys):
     raw[0:4] = (12345).to_bytes(4, "little")  # wrong magic
     bad.write_bytes(bytes(raw))
     out = tmp_path / "out"
-    code = downloader.main(["--mirror", str(mirror), "--out-root", str(out),
-                            "--train-shards", "2", "--no-progress"])
+    code = downloader.main(
+        ["--mirror", str(mirror), "--out-root", str(out), "--train-shards", "2", "--no-progress"]
+    )
     err = capsys.readouterr().err
     assert code == 1
     assert "fineweb_train_000001.bin" in err and "magic" in err
@@ -334,24 +360,51 @@ def test_download_rejects_a_corrupt_shard_naming_it(mirror, tmp_path, capsys):
 
 
 def test_download_errors_when_more_train_shards_than_the_manifest_lists(mirror, tmp_path, capsys):
-    code = downloader.main(["--mirror", str(mirror), "--out-root", str(tmp_path / "out"),
-                            "--train-shards", str(MIRROR_TRAIN_SHARDS + 1), "--no-progress"])
+    code = downloader.main(
+        [
+            "--mirror",
+            str(mirror),
+            "--out-root",
+            str(tmp_path / "out"),
+            "--train-shards",
+            str(MIRROR_TRAIN_SHARDS + 1),
+            "--no-progress",
+        ]
+    )
     assert code == 2
     assert f"only {MIRROR_TRAIN_SHARDS} train shards" in capsys.readouterr().err
     assert not (tmp_path / "out" / "datasets").exists()  # checked before fetching anything
 
 
 def test_download_unknown_variant_lists_what_the_manifest_has(mirror, tmp_path, capsys):
-    code = downloader.main(["--mirror", str(mirror), "--out-root", str(tmp_path / "out"),
-                            "--variant", "sp4096", "--no-progress"])
+    code = downloader.main(
+        [
+            "--mirror",
+            str(mirror),
+            "--out-root",
+            str(tmp_path / "out"),
+            "--variant",
+            "sp4096",
+            "--no-progress",
+        ]
+    )
     assert code == 2
     assert "fineweb10B_sp1024" in capsys.readouterr().err
 
 
 def test_download_names_a_file_missing_from_the_mirror(mirror, tmp_path, capsys):
     (mirror / "datasets" / "datasets" / "fineweb10B_sp1024" / "fineweb_val_000000.bin").unlink()
-    code = downloader.main(["--mirror", str(mirror), "--out-root", str(tmp_path / "out"),
-                            "--train-shards", "1", "--no-progress"])
+    code = downloader.main(
+        [
+            "--mirror",
+            str(mirror),
+            "--out-root",
+            str(tmp_path / "out"),
+            "--train-shards",
+            "1",
+            "--no-progress",
+        ]
+    )
     assert code == 1
     assert "fineweb_val_000000.bin" in capsys.readouterr().err
 
@@ -359,9 +412,19 @@ def test_download_names_a_file_missing_from_the_mirror(mirror, tmp_path, capsys)
 def test_download_offline_hub_fails_fast_with_one_clear_line(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"))
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "data" / "download_fineweb.py"),
-                           "--out-root", str(tmp_path / "out"), "--no-progress"],
-                          env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "data" / "download_fineweb.py"),
+            "--out-root",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     assert time.monotonic() - start < 30
     lines = proc.stderr.strip().splitlines()

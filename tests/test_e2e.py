@@ -29,7 +29,11 @@ FORMATS = {  # the baseline's lines, byte for byte (people grep them)
 
 
 def losses(run) -> list[float]:
-    return [float(re.search(r"train_loss:(\S+)", line).group(1)) for line in run.lines("step:") if "train_loss" in line]
+    return [
+        float(re.search(r"train_loss:(\S+)", line).group(1))
+        for line in run.lines("step:")
+        if "train_loss" in line
+    ]
 
 
 def exact(run) -> tuple[float, float]:
@@ -40,10 +44,20 @@ def exact(run) -> tuple[float, float]:
 def test_log_lines_match_the_baseline_formats(tiny_run):
     out = tiny_run.stdout.splitlines()
     for name, pattern in FORMATS.items():
-        assert any(re.fullmatch(pattern, line) for line in out), f"no {name} line matching {pattern}"
-    steps = [int(re.match(r"step:(\d+)/", line).group(1)) for line in tiny_run.lines("step:") if "train_loss" in line]
+        assert any(re.fullmatch(pattern, line) for line in out), (
+            f"no {name} line matching {pattern}"
+        )
+    steps = [
+        int(re.match(r"step:(\d+)/", line).group(1))
+        for line in tiny_run.lines("step:")
+        if "train_loss" in line
+    ]
     assert steps == list(range(1, int(TINY_ENV["ITERATIONS"]) + 1))
-    val_steps = [int(re.match(r"step:(\d+)/", line).group(1)) for line in tiny_run.lines("step:") if "val_loss" in line]
+    val_steps = [
+        int(re.match(r"step:(\d+)/", line).group(1))
+        for line in tiny_run.lines("step:")
+        if "val_loss" in line
+    ]
     assert val_steps == [0, 3, 6]
     assert out[-1].startswith("final_int8_zlib_roundtrip_exact ")
 
@@ -72,11 +86,20 @@ def test_warmup_with_restore_gives_the_same_numbers_as_no_warmup(tmp_path, tiny_
     assert run.numbers() == tiny_run.numbers()
 
 
-@pytest.mark.parametrize("toggles", [
-    {"TRAIN_PREFETCH": 0},
-    {"TRAIN_PREFETCH_QUEUE": 1, "TRAIN_COPY_STREAM": 0, "VAL_PREFETCH": 0},
-    {"TRAIN_PREFETCH_QUEUE": 5, "VAL_PREFETCH_QUEUE": 1, "VAL_COPY_STREAM": 0, "VAL_BYTECOUNT_DEVICE": "cuda"},
-], ids=["sync_loader", "queue1_no_streams_sync_val", "queue5_device_bytecount"])
+@pytest.mark.parametrize(
+    "toggles",
+    [
+        {"TRAIN_PREFETCH": 0},
+        {"TRAIN_PREFETCH_QUEUE": 1, "TRAIN_COPY_STREAM": 0, "VAL_PREFETCH": 0},
+        {
+            "TRAIN_PREFETCH_QUEUE": 5,
+            "VAL_PREFETCH_QUEUE": 1,
+            "VAL_COPY_STREAM": 0,
+            "VAL_BYTECOUNT_DEVICE": "cuda",
+        },
+    ],
+    ids=["sync_loader", "queue1_no_streams_sync_val", "queue5_device_bytecount"],
+)
 def test_pipeline_toggles_change_no_number(tmp_path, tiny_dataset, tiny_run, toggles):
     run = run_train(tmp_path / "toggled", tiny_dataset, **toggles)
     assert run.returncode == 0, run.why()
@@ -88,9 +111,13 @@ def test_world_sizes_agree(tmp_path, tiny_dataset, tiny_run, nproc):
     """grad_accum_steps = 8 // WORLD_SIZE keeps the math; only float summation order differs."""
     run = run_train(tmp_path / f"ws{nproc}", tiny_dataset, nproc=nproc)
     assert run.returncode == 0, run.why()
-    assert run.lines("world_size:") == [f"world_size:{max(nproc, 1)} grad_accum_steps:{8 // max(nproc, 1)}"]
+    assert run.lines("world_size:") == [
+        f"world_size:{max(nproc, 1)} grad_accum_steps:{8 // max(nproc, 1)}"
+    ]
     assert run.lines("val_loader:") == tiny_run.lines("val_loader:")
-    assert losses(run)[0] == losses(tiny_run)[0]  # before any update: the same tokens, the same mean
+    assert (
+        losses(run)[0] == losses(tiny_run)[0]
+    )  # before any update: the same tokens, the same mean
     assert losses(run) == pytest.approx(losses(tiny_run), abs=2e-3)
     assert exact(run) == pytest.approx(exact(tiny_run), abs=1e-3)
 
@@ -98,7 +125,10 @@ def test_world_sizes_agree(tmp_path, tiny_dataset, tiny_run, nproc):
 @pytest.mark.parametrize("nproc", [1, 4])
 def test_validation_agrees_across_world_sizes_to_1e_5(tmp_path, tiny_dataset, tiny_run, nproc):
     """The same (untrained) weights evaluated on 1, 2 or 4 ranks: only the batching differs."""
-    runs = [run_train(tmp_path / f"eval{n}", tiny_dataset, nproc=n, ITERATIONS=0, WARMUP_STEPS=0) for n in (2, nproc)]
+    runs = [
+        run_train(tmp_path / f"eval{n}", tiny_dataset, nproc=n, ITERATIONS=0, WARMUP_STEPS=0)
+        for n in (2, nproc)
+    ]
     for run in runs:
         assert run.returncode == 0, run.why()
     assert exact(runs[1]) == pytest.approx(exact(runs[0]), abs=1e-5)
@@ -119,7 +149,9 @@ def test_token_out_of_range_fails_naming_the_file(tmp_path, tiny_dataset):
     from data.shard_io import write_shard
 
     dataset = copy_dataset(tiny_dataset, tmp_path)
-    bad = dataset.dataset_dir / "fineweb_train_000000_bad.bin"  # sorts second: loaded mid-run by the worker
+    bad = (
+        dataset.dataset_dir / "fineweb_train_000000_bad.bin"
+    )  # sorts second: loaded mid-run by the worker
     write_shard(bad, [1, 5, 5000, 7])
     run = run_train(tmp_path / "run", dataset, ITERATIONS=300, VAL_LOSS_EVERY=0, TRAIN_LOG_EVERY=0)
     assert run.returncode != 0
@@ -133,18 +165,29 @@ def test_val_token_out_of_range_fails_at_startup(tmp_path, tiny_dataset):
     bad = dataset.dataset_dir / "fineweb_val_000001.bin"
     write_shard(bad, [1, 2000])
     run = run_train(tmp_path / "run", dataset)
-    assert run.returncode != 0 and f"error: {bad}: token 2000" in run.stderr and not run.lines("step:")
+    assert (
+        run.returncode != 0 and f"error: {bad}: token 2000" in run.stderr and not run.lines("step:")
+    )
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"ITERATIONS": "abc"}, "error: ITERATIONS='abc': expected an integer"),
-    ({"TRAIN_PREFETCH": "yes"}, "error: TRAIN_PREFETCH='yes': expected 0 or 1"),
-    ({"VAL_BYTECOUNT_DEVICE": "gpu"}, "error: VAL_BYTECOUNT_DEVICE='gpu': expected one of cpu, cuda"),
-    ({"TRAIN_SEQ_LEN": "96"}, "error: TRAIN_BATCH_TOKENS=1024 with TRAIN_SEQ_LEN=96"),
-    ({"VOCAB_SIZE": "2048"}, "error: VOCAB_SIZE=2048 does not match tokenizer vocab_size=1024"),
-    ({"TOKENIZER_PATH": "/nonexistent/tok.model"}, "error: TOKENIZER_PATH=/nonexistent/tok.model: no such file"),
-    ({"DATA_PATH": "/nonexistent"}, "error: no files match /nonexistent/fineweb_train_*.bin"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"ITERATIONS": "abc"}, "error: ITERATIONS='abc': expected an integer"),
+        ({"TRAIN_PREFETCH": "yes"}, "error: TRAIN_PREFETCH='yes': expected 0 or 1"),
+        (
+            {"VAL_BYTECOUNT_DEVICE": "gpu"},
+            "error: VAL_BYTECOUNT_DEVICE='gpu': expected one of cpu, cuda",
+        ),
+        ({"TRAIN_SEQ_LEN": "96"}, "error: TRAIN_BATCH_TOKENS=1024 with TRAIN_SEQ_LEN=96"),
+        ({"VOCAB_SIZE": "2048"}, "error: VOCAB_SIZE=2048 does not match tokenizer vocab_size=1024"),
+        (
+            {"TOKENIZER_PATH": "/nonexistent/tok.model"},
+            "error: TOKENIZER_PATH=/nonexistent/tok.model: no such file",
+        ),
+        ({"DATA_PATH": "/nonexistent"}, "error: no files match /nonexistent/fineweb_train_*.bin"),
+    ],
+)
 def test_bad_input_ends_the_run_with_one_message(tmp_path, tiny_dataset, env, message):
     run = run_train(tmp_path / "run", tiny_dataset, **env)
     assert run.returncode != 0  # torchrun reports a failed worker as exit 1, with its own summary
@@ -166,54 +209,97 @@ def test_world_size_that_does_not_divide_8_is_refused(tmp_path, tiny_dataset):
 
 def test_timing_breakdown_and_trace_change_no_number(tmp_path, tiny_dataset, tiny_run):
     trace_dir = tmp_path / "traces"
-    run = run_train(tmp_path / "probed", tiny_dataset, TRAINING_TIMING_BREAKDOWN=1, TRAINING_TIMING_EVERY=4,
-                    PIPELINE_TRACE=trace_dir, RUN_ID="probed")
+    run = run_train(
+        tmp_path / "probed",
+        tiny_dataset,
+        TRAINING_TIMING_BREAKDOWN=1,
+        TRAINING_TIMING_EVERY=4,
+        PIPELINE_TRACE=trace_dir,
+        RUN_ID="probed",
+    )
     assert run.returncode == 0, run.why()
     assert run.numbers() == tiny_run.numbers()
-    steps = [int(re.search(r"step:(\d+)", line).group(1)) for line in run.lines("timing_breakdown ")]
+    steps = [
+        int(re.search(r"step:(\d+)", line).group(1)) for line in run.lines("timing_breakdown ")
+    ]
     assert steps == [1, 2, 3, 4, 5, 6]
     for line in run.lines("timing_breakdown "):
         assert re.fullmatch(r"timing_breakdown step:\d+( \w+_ms:\d+\.\d{2}){6}", line), line
         assert " data_wait_ms:" in line and " h2d_ms:" in line and " step_ms:" in line
     (summary,) = run.lines("timing_summary ")
-    assert re.fullmatch(r"timing_summary data_wait_total_ms:\d+\.\d{2} train_time_ms:\d+ data_wait_share:\d+\.\d{3}%", summary)
+    assert re.fullmatch(
+        r"timing_summary data_wait_total_ms:\d+\.\d{2} train_time_ms:\d+ data_wait_share:\d+\.\d{3}%",
+        summary,
+    )
     assert sorted(p.name for p in trace_dir.iterdir()) == ["probed_rank0.json", "probed_rank1.json"]
 
 
 def test_breakdown_lines_come_on_the_first_10_steps_and_every_n(tmp_path, tiny_dataset):
-    run = run_train(tmp_path / "probed", tiny_dataset, TRAINING_TIMING_BREAKDOWN=1, TRAINING_TIMING_EVERY=4,
-                    ITERATIONS=17, VAL_LOSS_EVERY=0, TRAIN_LOG_EVERY=0, nproc=1)
+    run = run_train(
+        tmp_path / "probed",
+        tiny_dataset,
+        TRAINING_TIMING_BREAKDOWN=1,
+        TRAINING_TIMING_EVERY=4,
+        ITERATIONS=17,
+        VAL_LOSS_EVERY=0,
+        TRAIN_LOG_EVERY=0,
+        nproc=1,
+    )
     assert run.returncode == 0, run.why()
-    steps = [int(re.search(r"step:(\d+)", line).group(1)) for line in run.lines("timing_breakdown ")]
+    steps = [
+        int(re.search(r"step:(\d+)", line).group(1)) for line in run.lines("timing_breakdown ")
+    ]
     assert steps == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16]
 
 
 def test_trace_has_a_lane_per_thread_with_nested_spans(tmp_path, tiny_dataset):
     trace_dir = tmp_path / "traces"
-    run = run_train(tmp_path / "traced", tiny_dataset, PIPELINE_TRACE=trace_dir, PIPELINE_TRACE_STEPS=4, RUN_ID="t")
+    run = run_train(
+        tmp_path / "traced",
+        tiny_dataset,
+        PIPELINE_TRACE=trace_dir,
+        PIPELINE_TRACE_STEPS=4,
+        RUN_ID="t",
+    )
     assert run.returncode == 0, run.why()
     for rank in (0, 1):
         trace = json.loads((trace_dir / f"t_rank{rank}.json").read_text())
         meta = [e for e in trace["traceEvents"] if e["ph"] == "M"]
         spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
         lanes = {e["tid"]: e["args"]["name"] for e in meta if e["name"] == "thread_name"}
-        assert {"main", "train_prefetch", "train_shard_reader_0", "val_prefetch"} <= set(lanes.values())
+        assert {"main", "train_prefetch", "train_shard_reader_0", "val_prefetch"} <= set(
+            lanes.values()
+        )
         assert {e["pid"] for e in trace["traceEvents"]} == {rank}
         names_by_lane = {}
         for e in spans:
             names_by_lane.setdefault(lanes[e["tid"]], set()).add(e["name"])
-        assert {"step", "data_wait", "forward", "backward", "optimizer", "validation", "val_forward"} <= names_by_lane["main"]
-        assert "copy_issue" not in names_by_lane["main"]  # on CPU the workers hand over finished batches
+        assert {
+            "step",
+            "data_wait",
+            "forward",
+            "backward",
+            "optimizer",
+            "validation",
+            "val_forward",
+        } <= names_by_lane["main"]
+        assert (
+            "copy_issue" not in names_by_lane["main"]
+        )  # on CPU the workers hand over finished batches
         assert names_by_lane["train_prefetch"] == {"batch_fill"}
         assert names_by_lane["train_shard_reader_0"] == {"shard_load"}
         assert names_by_lane["val_prefetch"] == {"batch_fill"}
         assert sum(1 for e in spans if e["name"] == "step") == 4  # bounded: PIPELINE_TRACE_STEPS
         for tid in lanes:  # slices on one lane nest or are disjoint
             stack = []
-            for e in sorted((e for e in spans if e["tid"] == tid), key=lambda e: (e["ts"], -e["dur"])):
+            for e in sorted(
+                (e for e in spans if e["tid"] == tid), key=lambda e: (e["ts"], -e["dur"])
+            ):
                 while stack and e["ts"] >= stack[-1] - 1e-3:
                     stack.pop()
-                assert not stack or e["ts"] + e["dur"] <= stack[-1] + 1e-3, f"{e} overlaps its parent"
+                assert not stack or e["ts"] + e["dur"] <= stack[-1] + 1e-3, (
+                    f"{e} overlaps its parent"
+                )
                 stack.append(e["ts"] + e["dur"])
 
 
@@ -225,11 +311,31 @@ def test_plain_python_runs_a_single_process(tmp_path, tiny_dataset, tiny_run):
 
 def test_a_dead_rank_ends_the_whole_job_promptly(tmp_path, tiny_dataset):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env.update(TINY_ENV, DATA_PATH=str(tiny_dataset.dataset_dir), TOKENIZER_PATH=str(tiny_dataset.tokenizer_path),
-               ITERATIONS="100000", VAL_LOSS_EVERY="0", TRAIN_LOG_EVERY="1", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             str(REPO / "train_gpt.py")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    env.update(
+        TINY_ENV,
+        DATA_PATH=str(tiny_dataset.dataset_dir),
+        TOKENIZER_PATH=str(tiny_dataset.tokenizer_path),
+        ITERATIONS="100000",
+        VAL_LOSS_EVERY="0",
+        TRAIN_LOG_EVERY="1",
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS="1",
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(REPO / "train_gpt.py"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         for line in proc.stdout:
             if line.startswith("step:3/"):
@@ -279,7 +385,9 @@ def copy_dataset(dataset, tmp_path: Path):
 
     target = tmp_path / "dataset"
     shutil.copytree(dataset.dataset_dir, target)
-    return SimpleNamespace(dataset_dir=target, tokenizer_path=dataset.tokenizer_path, vocab_size=dataset.vocab_size)
+    return SimpleNamespace(
+        dataset_dir=target, tokenizer_path=dataset.tokenizer_path, vocab_size=dataset.vocab_size
+    )
 
 
 def child_ranks(parent: int) -> dict[int, int]:

@@ -28,7 +28,9 @@ def write_consecutive(tmp_path, sizes):
 def test_prefetched_cuda_batches_equal_the_synchronous_ones(tmp_path, copy_stream):
     pattern = write_consecutive(tmp_path, [5000, 1, 3000, 7000])
     sync = tg.DistributedTokenLoader(pattern, 1, 2, "cuda")
-    with tg.PrefetchingDistributedTokenLoader(pattern, 1, 2, "cuda", queue_depth=2, copy_stream=copy_stream) as pre:
+    with tg.PrefetchingDistributedTokenLoader(
+        pattern, 1, 2, "cuda", queue_depth=2, copy_stream=copy_stream
+    ) as pre:
         for _ in range(60):
             (x0, y0), (x1, y1) = sync.next_batch(2048, 128, 4), pre.next_batch(2048, 128, 4)
             assert x1.is_cuda and x1.dtype == torch.int64
@@ -62,13 +64,24 @@ def test_staging_buffers_are_a_fixed_pinned_pool(tmp_path):
             with pre.pipe.free.cond:  # every buffer not being filled right now
                 for item in list(pre.pipe.free.items) + list(pre.pipe.ready.items):
                     seen[item[0].data_ptr()] = item[0]
-    assert len(seen) <= 2 + 2  # queue depth + one being filled + one in flight: no per-batch allocation
+    assert (
+        len(seen) <= 2 + 2
+    )  # queue depth + one being filled + one in flight: no per-batch allocation
     assert all(buf.is_pinned() and buf.dtype == torch.int16 for buf in seen.values())
 
 
 def test_compiled_gpu_run_is_identical_with_and_without_prefetch(tmp_path, tiny_dataset):
-    runs = [run_train(tmp_path / f"p{p}", tiny_dataset, nproc=1, TRAIN_PREFETCH=p, VAL_PREFETCH=p, TRAINING_TIMING_BREAKDOWN=1)
-            for p in (0, 1)]
+    runs = [
+        run_train(
+            tmp_path / f"p{p}",
+            tiny_dataset,
+            nproc=1,
+            TRAIN_PREFETCH=p,
+            VAL_PREFETCH=p,
+            TRAINING_TIMING_BREAKDOWN=1,
+        )
+        for p in (0, 1)
+    ]
     for run in runs:
         assert run.returncode == 0, run.why()
         assert run.lines("attention_backend:")

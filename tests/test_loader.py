@@ -58,7 +58,9 @@ CLOSE_S = 2.0  # close() must return within this
 # -----------------------------
 
 
-def write_consecutive_shards(directory: Path, sizes: list[int], first: int = 0, split: str = "train") -> list[Path]:
+def write_consecutive_shards(
+    directory: Path, sizes: list[int], first: int = 0, split: str = "train"
+) -> list[Path]:
     """Shard k holds the next sizes[k] consecutive integers: the stream is first + 0..sum(sizes)-1."""
     assert first + sum(sizes) <= 65536, "every token must fit uint16"
     paths, start = [], first
@@ -82,7 +84,9 @@ def expected_batches(total: int, world_size: int, rank: int, shapes, first: int 
     offset = 0
     for global_tokens, seq_len, accum in shapes:
         span = global_tokens // (world_size * accum) + 1
-        tokens = torch.from_numpy((first + (offset + rank * span + np.arange(span)) % total).astype(np.int64))
+        tokens = torch.from_numpy(
+            (first + (offset + rank * span + np.arange(span)) % total).astype(np.int64)
+        )
         yield tokens[:-1].reshape(-1, seq_len), tokens[1:].reshape(-1, seq_len)
         offset += world_size * span
 
@@ -96,10 +100,14 @@ def assert_same_batch(got, want, what: str) -> None:
     for name, g, w in zip("xy", got, want):
         assert g.dtype == torch.int64, f"{what}: {name} dtype {g.dtype}, expected int64"
         assert g.device == CPU, f"{what}: {name} on {g.device}"
-        assert tuple(g.shape) == tuple(w.shape), f"{what}: {name} shape {tuple(g.shape)}, expected {tuple(w.shape)}"
+        assert tuple(g.shape) == tuple(w.shape), (
+            f"{what}: {name} shape {tuple(g.shape)}, expected {tuple(w.shape)}"
+        )
         if not torch.equal(g, w):
             bad = (g != w).nonzero()[0].tolist()
-            raise AssertionError(f"{what}: {name}{bad} = {int(g[tuple(bad)])}, expected {int(w[tuple(bad)])}")
+            raise AssertionError(
+                f"{what}: {name}{bad} = {int(g[tuple(bad)])}, expected {int(w[tuple(bad)])}"
+            )
 
 
 # -----------------------------
@@ -130,7 +138,9 @@ def call_within(fn, timeout: float = WATCHDOG_S, what: str = "call") -> Outcome:
     helper = threading.Thread(target=target, name="test_loader_watchdog", daemon=True)
     helper.start()
     helper.join(timeout)
-    assert not helper.is_alive(), f"{what} still blocked after {timeout:.0f}s (hung on a dead or blocked thread?)"
+    assert not helper.is_alive(), (
+        f"{what} still blocked after {timeout:.0f}s (hung on a dead or blocked thread?)"
+    )
     return out
 
 
@@ -151,8 +161,11 @@ def wait_until(predicate, timeout: float = WATCHDOG_S, what: str = "condition") 
 
 
 def pipeline_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate()
-            if t.name in (WORKER_THREAD, VAL_THREAD) or t.name.startswith(READER_THREAD_PREFIX)]
+    return [
+        t
+        for t in threading.enumerate()
+        if t.name in (WORKER_THREAD, VAL_THREAD) or t.name.startswith(READER_THREAD_PREFIX)
+    ]
 
 
 def thread_names() -> list[str]:
@@ -170,7 +183,9 @@ def queue_full(loader) -> bool:
 
 
 def wait_until_prefetched(loader) -> None:
-    wait_until(lambda: queue_full(loader), what=f"the worker to fill its queue of {loader.queue_depth}")
+    wait_until(
+        lambda: queue_full(loader), what=f"the worker to fill its queue of {loader.queue_depth}"
+    )
 
 
 def frames_of(thread: threading.Thread) -> list[str]:
@@ -198,11 +213,20 @@ def traceback_functions(exc: BaseException) -> list[str]:
     return [frame.name for frame in traceback.extract_tb(exc.__traceback__)]
 
 
-def make_loader(kind: str, pattern: str, rank: int, world_size: int, *, depth: int = 2, vocab_size: int | None = None):
+def make_loader(
+    kind: str,
+    pattern: str,
+    rank: int,
+    world_size: int,
+    *,
+    depth: int = 2,
+    vocab_size: int | None = None,
+):
     if kind == "sync":
         return tg.DistributedTokenLoader(pattern, rank, world_size, "cpu", vocab_size=vocab_size)
-    return tg.PrefetchingDistributedTokenLoader(pattern, rank, world_size, "cpu", vocab_size=vocab_size,
-                                                queue_depth=depth, copy_stream=True)
+    return tg.PrefetchingDistributedTokenLoader(
+        pattern, rank, world_size, "cpu", vocab_size=vocab_size, queue_depth=depth, copy_stream=True
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -249,13 +273,17 @@ RANKS = [(w, r) for w in (1, 2, 3, 4, 8) for r in range(w)]
 @pytest.mark.parametrize("depth", [1, 2, 5])
 @pytest.mark.parametrize("world_size,rank", RANKS, ids=[f"w{w}r{r}" for w, r in RANKS])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_prefetching_loader_equals_baseline_and_arithmetic(tmp_path, loaders, layout, world_size, rank, depth):
+def test_prefetching_loader_equals_baseline_and_arithmetic(
+    tmp_path, loaders, layout, world_size, rank, depth
+):
     sizes, (local, seq_len, accum) = LAYOUTS[layout]
     write_consecutive_shards(tmp_path, sizes)
     total, span = sum(sizes), local + 1
     shape = shape_for(world_size, local, seq_len, accum)
     steps = math.ceil(2.5 * total / (world_size * span)) + 1
-    assert steps * world_size * span > 2 * total + span, "the test must wrap around the shards at least twice"
+    assert steps * world_size * span > 2 * total + span, (
+        "the test must wrap around the shards at least twice"
+    )
 
     sync = loaders("sync", train_pattern(tmp_path), rank, world_size)
     pre = loaders("prefetch", train_pattern(tmp_path), rank, world_size, depth=depth)
@@ -270,8 +298,11 @@ def test_prefetching_loader_equals_baseline_and_arithmetic(tmp_path, loaders, la
     assert WORKER_THREAD in thread_names(), "the prefetching loader runs a background worker"
 
 
-@pytest.mark.parametrize("first,sizes", [(40000, [60, 41]), (65536 - 132, [60, 41, 1, 0, 30])],
-                         ids=["40000..40100", "up_to_65535"])
+@pytest.mark.parametrize(
+    "first,sizes",
+    [(40000, [60, 41]), (65536 - 132, [60, 41, 1, 0, 30])],
+    ids=["40000..40100", "up_to_65535"],
+)
 def test_tokens_above_int16_survive_the_staging_buffers(tmp_path, loaders, first, sizes):
     write_consecutive_shards(tmp_path, sizes, first=first)
     total, world_size = sum(sizes), 2
@@ -279,10 +310,16 @@ def test_tokens_above_int16_survive_the_staging_buffers(tmp_path, loaders, first
     steps = math.ceil(2.5 * total / (world_size * 11))
     for rank in range(world_size):
         sync = loaders("sync", train_pattern(tmp_path), rank, world_size, vocab_size=65536)
-        pre = loaders("prefetch", train_pattern(tmp_path), rank, world_size, depth=2, vocab_size=65536)
-        for i, want in enumerate(expected_batches(total, world_size, rank, [shape] * steps, first=first)):
+        pre = loaders(
+            "prefetch", train_pattern(tmp_path), rank, world_size, depth=2, vocab_size=65536
+        )
+        for i, want in enumerate(
+            expected_batches(total, world_size, rank, [shape] * steps, first=first)
+        ):
             assert_same_batch(sync.next_batch(*shape), want, f"sync, rank {rank}, step {i}")
-            assert_same_batch(ok(lambda: pre.next_batch(*shape)), want, f"prefetch, rank {rank}, step {i}")
+            assert_same_batch(
+                ok(lambda: pre.next_batch(*shape)), want, f"prefetch, rank {rank}, step {i}"
+            )
 
 
 # -----------------------------
@@ -290,7 +327,15 @@ def test_tokens_above_int16_survive_the_staging_buffers(tmp_path, loaders, first
 # -----------------------------
 
 # (local tokens per rank, seq_len, grad_accum_steps, calls)
-SHAPE_SCRIPT = [(8, 4, 2, 3), (12, 3, 1, 2), (4, 4, 4, 4), (1, 1, 1, 2), (8, 4, 2, 3), (20, 5, 1, 2), (12, 3, 1, 5)]
+SHAPE_SCRIPT = [
+    (8, 4, 2, 3),
+    (12, 3, 1, 2),
+    (4, 4, 4, 4),
+    (1, 1, 1, 2),
+    (8, 4, 2, 3),
+    (20, 5, 1, 2),
+    (12, 3, 1, 5),
+]
 
 
 @pytest.mark.parametrize("depth", [1, 5])
@@ -298,10 +343,14 @@ SHAPE_SCRIPT = [(8, 4, 2, 3), (12, 3, 1, 2), (4, 4, 4, 4), (1, 1, 1, 2), (8, 4, 
 def test_shape_change_continues_the_stream_exactly(tmp_path, loaders, world_size, rank, depth):
     sizes = LAYOUTS["short_shards"][0]
     write_consecutive_shards(tmp_path, sizes)
-    calls = [shape_for(world_size, local, s, a) for local, s, a, n in SHAPE_SCRIPT for _ in range(n)] * 2
+    calls = [
+        shape_for(world_size, local, s, a) for local, s, a, n in SHAPE_SCRIPT for _ in range(n)
+    ] * 2
     sync = loaders("sync", train_pattern(tmp_path), rank, world_size)
     pre = loaders("prefetch", train_pattern(tmp_path), rank, world_size, depth=depth)
-    for i, (shape, want) in enumerate(zip(calls, expected_batches(sum(sizes), world_size, rank, calls))):
+    for i, (shape, want) in enumerate(
+        zip(calls, expected_batches(sum(sizes), world_size, rank, calls))
+    ):
         if i and shape != calls[i - 1]:
             # The worker has run ahead with the old shape: all of that must be discarded.
             wait_until_prefetched(pre)
@@ -321,17 +370,25 @@ def test_impossible_shape_raises_value_error_and_the_loader_keeps_working(tmp_pa
     with pytest.raises(ValueError, match=r"seq_len=5") as bad_first:  # before any batch was made
         loader.next_batch(world_size * 8, 5, 1)
     assert "8 tokens per rank" in str(bad_first.value)
-    assert_same_batch(ok(lambda: loader.next_batch(*good)), next(want), "first batch after the error")
+    assert_same_batch(
+        ok(lambda: loader.next_batch(*good)), next(want), "first batch after the error"
+    )
     if kind == "prefetch":
         wait_until_prefetched(loader)
     assert_same_batch(ok(lambda: loader.next_batch(*good)), next(want), "second batch")
     with pytest.raises(ValueError, match=r"positive multiple of seq_len=4"):  # zero tokens per rank
         loader.next_batch(world_size * 2 - 1, 4, 2)
-    with pytest.raises(ValueError, match=r"10 tokens per rank: expected a positive multiple of seq_len=4"):
+    with pytest.raises(
+        ValueError, match=r"10 tokens per rank: expected a positive multiple of seq_len=4"
+    ):
         loader.next_batch(world_size * 10, 4, 1)
     # The failed calls consumed nothing: the stream continues where the last batch ended.
-    assert_same_batch(ok(lambda: loader.next_batch(*good)), next(want), "same shape after the errors")
-    assert_same_batch(ok(lambda: loader.next_batch(*other)), next(want), "new shape after the errors")
+    assert_same_batch(
+        ok(lambda: loader.next_batch(*good)), next(want), "same shape after the errors"
+    )
+    assert_same_batch(
+        ok(lambda: loader.next_batch(*other)), next(want), "new shape after the errors"
+    )
     assert_same_batch(ok(lambda: loader.next_batch(*good)), next(want), "old shape again")
 
 
@@ -399,7 +456,9 @@ def test_bad_later_shard_is_reported_with_its_file_name(tmp_path, loaders, kind,
     paths = write_consecutive_shards(tmp_path, FAIL_SIZES)
     world_size, rank, shape, span = 2, 1, shape_for(2, 8, 4, 2), 9
     before = live_threads()
-    loader = loaders(kind, train_pattern(tmp_path), rank, world_size, depth=2, vocab_size=sum(FAIL_SIZES))
+    loader = loaders(
+        kind, train_pattern(tmp_path), rank, world_size, depth=2, vocab_size=sum(FAIL_SIZES)
+    )
     damage(paths[BAD_SHARD])  # after construction: the start-up header check passed
     want = expected_batches(sum(FAIL_SIZES), world_size, rank, [shape] * 100)
     good = _batches_before_bad_shard(world_size, span)
@@ -415,7 +474,9 @@ def test_bad_later_shard_is_reported_with_its_file_name(tmp_path, loaders, kind,
         assert isinstance(err, tg.WorkerError), f"expected WorkerError, got {chain_text(err)}"
         assert failed.seconds < PROMPT_S, f"the failure took {failed.seconds:.1f}s to surface"
         cause = err.__cause__
-        assert isinstance(cause, tg.DataError), f"__cause__ must be the original error, got {chain_text(err)}"
+        assert isinstance(cause, tg.DataError), (
+            f"__cause__ must be the original error, got {chain_text(err)}"
+        )
         assert cause.__traceback__ is not None
         assert WORKER_THREAD in str(err)
     assert paths[BAD_SHARD].name in chain_text(err)
@@ -426,11 +487,14 @@ def test_bad_later_shard_is_reported_with_its_file_name(tmp_path, loaders, kind,
 
     # It stays failed while the shard is bad: no garbage batch, no hang.
     again = call_within(lambda: loader.next_batch(*shape), what="next_batch after the failure")
-    assert isinstance(again.error, tg.WorkerError if kind == "prefetch" else tg.DataError), \
+    assert isinstance(again.error, tg.WorkerError if kind == "prefetch" else tg.DataError), (
         chain_text(again.error) if again.error else f"a batch was returned: {again.result}"
+    )
     closed = call_within(loader.close, what="close() after a failure")
     assert closed.error is None and closed.seconds < CLOSE_S
-    assert live_threads() <= before, f"threads left behind: {sorted(n for _, n in live_threads() - before)}"
+    assert live_threads() <= before, (
+        f"threads left behind: {sorted(n for _, n in live_threads() - before)}"
+    )
 
 
 @pytest.mark.parametrize("after", ["still_bad", "restored"])
@@ -451,7 +515,9 @@ def test_sync_loader_retry_after_data_error_never_skips_tokens(tmp_path, after):
     else:
         paths[BAD_SHARD].write_bytes(original)
         for i in range(5):
-            assert_same_batch(loader.next_batch(*shape), next(want), f"batch {returned + i}, after the retry")
+            assert_same_batch(
+                loader.next_batch(*shape), next(want), f"batch {returned + i}, after the retry"
+            )
 
 
 def _raise_for(path_name: str, exc: BaseException, real):
@@ -459,18 +525,29 @@ def _raise_for(path_name: str, exc: BaseException, real):
         if Path(path).name == path_name:
             raise exc
         return real(path, vocab_size)
+
     return fake_load_data_shard
 
 
 @pytest.mark.parametrize("exc_type", [KeyboardInterrupt, SystemExit, MemoryError])
-def test_base_exception_in_the_shard_reader_becomes_a_worker_error(tmp_path, loaders, monkeypatch, exc_type):
+def test_base_exception_in_the_shard_reader_becomes_a_worker_error(
+    tmp_path, loaders, monkeypatch, exc_type
+):
     paths = write_consecutive_shards(tmp_path, FAIL_SIZES)
     world_size, rank, shape = 2, 0, shape_for(2, 8, 4, 2)
-    monkeypatch.setattr(tg, "load_data_shard", _raise_for(paths[BAD_SHARD].name, exc_type("simulated"), tg.load_data_shard))
+    monkeypatch.setattr(
+        tg,
+        "load_data_shard",
+        _raise_for(paths[BAD_SHARD].name, exc_type("simulated"), tg.load_data_shard),
+    )
     loader = loaders("prefetch", train_pattern(tmp_path), rank, world_size, depth=2)
     want = expected_batches(sum(FAIL_SIZES), world_size, rank, [shape] * 100)
-    returned, failed = drain_until_error(loader, shape, want, limit=_batches_before_bad_shard(world_size, 9) + 5)
-    assert isinstance(failed.error, tg.WorkerError), f"expected WorkerError, got {chain_text(failed.error)}"
+    returned, failed = drain_until_error(
+        loader, shape, want, limit=_batches_before_bad_shard(world_size, 9) + 5
+    )
+    assert isinstance(failed.error, tg.WorkerError), (
+        f"expected WorkerError, got {chain_text(failed.error)}"
+    )
     assert type(failed.error.__cause__) is exc_type
     assert "fake_load_data_shard" in traceback_functions(failed.error.__cause__)
     assert failed.seconds < PROMPT_S
@@ -478,7 +555,9 @@ def test_base_exception_in_the_shard_reader_becomes_a_worker_error(tmp_path, loa
 
 
 @pytest.mark.parametrize("exc_type", [SystemExit, KeyboardInterrupt, RuntimeError])
-def test_exception_in_the_worker_itself_becomes_a_worker_error(tmp_path, loaders, monkeypatch, exc_type):
+def test_exception_in_the_worker_itself_becomes_a_worker_error(
+    tmp_path, loaders, monkeypatch, exc_type
+):
     write_consecutive_shards(tmp_path, FAIL_SIZES)
     real, calls, lock = tg.TokenStream.take_rank_span, [], threading.Lock()
 
@@ -493,7 +572,9 @@ def test_exception_in_the_worker_itself_becomes_a_worker_error(tmp_path, loaders
     monkeypatch.setattr(tg.TokenStream, "take_rank_span", take_rank_span)
     shape = shape_for(1, 8, 4, 1)
     loader = loaders("prefetch", train_pattern(tmp_path), 0, 1, depth=5)
-    returned, failed = drain_until_error(loader, shape, expected_batches(sum(FAIL_SIZES), 1, 0, [shape] * 10), limit=6)
+    returned, failed = drain_until_error(
+        loader, shape, expected_batches(sum(FAIL_SIZES), 1, 0, [shape] * 10), limit=6
+    )
     assert returned <= 3
     assert set(calls) == {WORKER_THREAD}, "the batches are made on the worker thread"
     assert isinstance(failed.error, tg.WorkerError) and type(failed.error.__cause__) is exc_type
@@ -510,7 +591,9 @@ def test_worker_that_dies_without_reporting_is_noticed(tmp_path, loaders, monkey
     loader = loaders("prefetch", train_pattern(tmp_path), rank, world_size, depth=2)
     paths[BAD_SHARD].unlink()
     want = expected_batches(sum(FAIL_SIZES), world_size, rank, [shape] * 100)
-    returned, failed = drain_until_error(loader, shape, want, limit=_batches_before_bad_shard(world_size, 9) + 5)
+    returned, failed = drain_until_error(
+        loader, shape, want, limit=_batches_before_bad_shard(world_size, 9) + 5
+    )
     assert returned <= _batches_before_bad_shard(world_size, 9)
     assert isinstance(failed.error, tg.WorkerError), chain_text(failed.error)
     assert "exited without handing over a batch" in str(failed.error)
@@ -519,7 +602,9 @@ def test_worker_that_dies_without_reporting_is_noticed(tmp_path, loaders, monkey
 
 @pytest.mark.parametrize("pipeline", ["train", "val"])
 def test_worker_thread_that_exits_at_once_is_noticed(tmp_path, loaders, monkeypatch, pipeline):
-    monkeypatch.setattr(tg.StagingPipeline, "_work", lambda self, fill: None)  # returns without a word
+    monkeypatch.setattr(
+        tg.StagingPipeline, "_work", lambda self, fill: None
+    )  # returns without a word
     if pipeline == "train":
         write_consecutive_shards(tmp_path, FAIL_SIZES)
         loader = loaders("prefetch", train_pattern(tmp_path), 0, 1, depth=2)
@@ -528,7 +613,9 @@ def test_worker_thread_that_exits_at_once_is_noticed(tmp_path, loaders, monkeypa
         cfg, val = make_validation_set(tmp_path, [200], first=0, world_size=1, rank=0)
         batches = val.batches(cfg, CPU, tg.NULL_TRACER)
         failed = call_within(lambda: next(batches), what="the first validation batch")
-    assert isinstance(failed.error, tg.WorkerError), chain_text(failed.error) if failed.error else "no error"
+    assert isinstance(failed.error, tg.WorkerError), (
+        chain_text(failed.error) if failed.error else "no error"
+    )
     assert failed.seconds < PROMPT_S
 
 
@@ -547,23 +634,31 @@ def test_queue_depth_below_one_is_refused(tmp_path):
 def test_close_is_prompt_while_the_worker_is_blocked_on_a_full_queue(tmp_path):
     write_consecutive_shards(tmp_path, LAYOUTS["short_shards"][0])
     before = live_threads()
-    loader = tg.PrefetchingDistributedTokenLoader(train_pattern(tmp_path), 0, 1, "cpu", queue_depth=1)
+    loader = tg.PrefetchingDistributedTokenLoader(
+        train_pattern(tmp_path), 0, 1, "cpu", queue_depth=1
+    )
     loader.next_batch(*shape_for(1, 8, 4, 2))
     worker = next(t for t in pipeline_threads() if t.name == WORKER_THREAD)
-    wait_until(lambda: queue_full(loader) and "put" in frames_of(worker) and "wait" in frames_of(worker),
-               what="the worker to block on the full hand-off queue")
+    wait_until(
+        lambda: queue_full(loader) and "put" in frames_of(worker) and "wait" in frames_of(worker),
+        what="the worker to block on the full hand-off queue",
+    )
     closed = call_within(loader.close, what="close() with the worker blocked")
     assert closed.error is None, chain_text(closed.error)
     assert closed.seconds < CLOSE_S, f"close() took {closed.seconds:.2f}s"
     assert not worker.is_alive()
-    assert live_threads() <= before, f"threads left behind: {sorted(n for _, n in live_threads() - before)}"
+    assert live_threads() <= before, (
+        f"threads left behind: {sorted(n for _, n in live_threads() - before)}"
+    )
 
 
 @pytest.mark.parametrize("depth", [1, 5])
 def test_no_thread_outlives_its_loader(tmp_path, depth):
     write_consecutive_shards(tmp_path, LAYOUTS["short_shards"][0])
     before = live_threads()
-    loader = tg.PrefetchingDistributedTokenLoader(train_pattern(tmp_path), 1, 2, "cpu", queue_depth=depth)
+    loader = tg.PrefetchingDistributedTokenLoader(
+        train_pattern(tmp_path), 1, 2, "cpu", queue_depth=depth
+    )
     for _ in range(12):  # past several shard boundaries, so the shard reader has been busy
         loader.next_batch(*shape_for(2, 8, 4, 2))
     loader.next_batch(*shape_for(2, 12, 3, 1))  # a second worker generation
@@ -571,7 +666,9 @@ def test_no_thread_outlives_its_loader(tmp_path, depth):
     assert WORKER_THREAD in names and any(n.startswith(READER_THREAD_PREFIX) for n in names), names
     closed = call_within(loader.close, what="close()")
     assert closed.error is None and closed.seconds < CLOSE_S
-    assert live_threads() <= before, f"threads left behind: {sorted(n for _, n in live_threads() - before)}"
+    assert live_threads() <= before, (
+        f"threads left behind: {sorted(n for _, n in live_threads() - before)}"
+    )
 
 
 def test_thirty_open_use_close_cycles_leave_no_thread(tmp_path):
@@ -580,12 +677,16 @@ def test_thirty_open_use_close_cycles_leave_no_thread(tmp_path):
     before = live_threads()
     shapes = [shape_for(2, 8, 4, 2)] * 3 + [shape_for(2, 4, 4, 1)] * 2
     for cycle in range(30):
-        loader = tg.PrefetchingDistributedTokenLoader(train_pattern(tmp_path), cycle % 2, 2, "cpu", queue_depth=1 + cycle % 3)
+        loader = tg.PrefetchingDistributedTokenLoader(
+            train_pattern(tmp_path), cycle % 2, 2, "cpu", queue_depth=1 + cycle % 3
+        )
         for shape, want in zip(shapes, expected_batches(sum(sizes), 2, cycle % 2, shapes)):
             assert_same_batch(ok(lambda: loader.next_batch(*shape)), want, f"cycle {cycle}")
         closed = call_within(loader.close, what=f"close() in cycle {cycle}")
         assert closed.error is None and closed.seconds < CLOSE_S
-        assert live_threads() <= before, f"cycle {cycle} left {sorted(n for _, n in live_threads() - before)}"
+        assert live_threads() <= before, (
+            f"cycle {cycle} left {sorted(n for _, n in live_threads() - before)}"
+        )
 
 
 @pytest.mark.parametrize("raise_inside", [False, True])
@@ -594,7 +695,9 @@ def test_context_manager_closes_the_loader(tmp_path, raise_inside):
     before = live_threads()
 
     def use():
-        with tg.PrefetchingDistributedTokenLoader(train_pattern(tmp_path), 0, 1, "cpu", queue_depth=1) as loader:
+        with tg.PrefetchingDistributedTokenLoader(
+            train_pattern(tmp_path), 0, 1, "cpu", queue_depth=1
+        ) as loader:
             loader.next_batch(*shape_for(1, 8, 4, 2))
             assert WORKER_THREAD in thread_names()
             wait_until_prefetched(loader)
@@ -603,7 +706,9 @@ def test_context_manager_closes_the_loader(tmp_path, raise_inside):
 
     out = call_within(use, what="the with-block")
     assert (type(out.error) is LookupError) if raise_inside else out.error is None, out.error
-    assert live_threads() <= before, f"threads left behind: {sorted(n for _, n in live_threads() - before)}"
+    assert live_threads() <= before, (
+        f"threads left behind: {sorted(n for _, n in live_threads() - before)}"
+    )
 
 
 def test_close_is_idempotent(tmp_path):
@@ -634,14 +739,31 @@ VAL_FIRST = 65536 - sum(VAL_SIZES)  # 65078..65535: every token >= 32768, the la
 VAL_SEQ_LEN, VAL_BATCH_SEQS = 8, 3
 
 
-def make_validation_set(tmp_path: Path, sizes, *, first: int, world_size: int, rank: int, accum: int = 1, **overrides):
+def make_validation_set(
+    tmp_path: Path, sizes, *, first: int, world_size: int, rank: int, accum: int = 1, **overrides
+):
     write_consecutive_shards(tmp_path, sizes, first=first, split="val")
     vocab = 65536
-    cfg = tg.Hyperparameters(data_path=str(tmp_path), vocab_size=vocab, train_seq_len=VAL_SEQ_LEN,
-                             val_batch_size=world_size * accum * VAL_BATCH_SEQS * VAL_SEQ_LEN + 5, **overrides)
-    rt = tg.Runtime(rank=rank, local_rank=rank, world_size=world_size, grad_accum_steps=accum, device=CPU, distributed=False)
-    luts = tg.ByteLuts(base_bytes=np.ones(vocab, np.int64), has_leading_space=np.zeros(vocab, bool),
-                       is_boundary=np.zeros(vocab, bool))
+    cfg = tg.Hyperparameters(
+        data_path=str(tmp_path),
+        vocab_size=vocab,
+        train_seq_len=VAL_SEQ_LEN,
+        val_batch_size=world_size * accum * VAL_BATCH_SEQS * VAL_SEQ_LEN + 5,
+        **overrides,
+    )
+    rt = tg.Runtime(
+        rank=rank,
+        local_rank=rank,
+        world_size=world_size,
+        grad_accum_steps=accum,
+        device=CPU,
+        distributed=False,
+    )
+    luts = tg.ByteLuts(
+        base_bytes=np.ones(vocab, np.int64),
+        has_leading_space=np.zeros(vocab, bool),
+        is_boundary=np.zeros(vocab, bool),
+    )
     return cfg, tg.ValidationSet(cfg, rt, luts)
 
 
@@ -669,15 +791,23 @@ def token_run(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("world_size,rank", [(1, 0), (2, 1), (3, 2)])
-@pytest.mark.parametrize("prefetch,queue", VAL_MODES, ids=[f"prefetch{int(p)}_q{q}" for p, q in VAL_MODES])
-def test_validation_batches_are_the_same_with_and_without_prefetch(tmp_path, world_size, rank, prefetch, queue):
-    cfg, val = make_validation_set(tmp_path, VAL_SIZES, first=VAL_FIRST, world_size=world_size, rank=rank)
+@pytest.mark.parametrize(
+    "prefetch,queue", VAL_MODES, ids=[f"prefetch{int(p)}_q{q}" for p, q in VAL_MODES]
+)
+def test_validation_batches_are_the_same_with_and_without_prefetch(
+    tmp_path, world_size, rank, prefetch, queue
+):
+    cfg, val = make_validation_set(
+        tmp_path, VAL_SIZES, first=VAL_FIRST, world_size=world_size, rank=rank
+    )
     cfg = dataclasses.replace(cfg, val_prefetch=prefetch, val_prefetch_queue=queue)
     want = expected_val_batches(sum(VAL_SIZES), VAL_FIRST, world_size, rank)
     assert len(want) >= 3 and int(want[-1][-1]) <= 65535
 
     tracer = tg.Tracer(None, 0)
-    tracer.active = True  # records (span, thread name) in memory: shows where the batches were filled
+    tracer.active = (
+        True  # records (span, thread name) in memory: shows where the batches were filled
+    )
 
     def consume():
         return [token_run(x, y).clone() for x, y in val.batches(cfg, CPU, tracer)]
@@ -695,8 +825,15 @@ def test_validation_batches_are_the_same_with_and_without_prefetch(tmp_path, wor
 @pytest.mark.parametrize("how", ["close", "drop_reference"])
 @pytest.mark.parametrize("queue", [1, 5])
 def test_validation_worker_stops_when_the_loop_breaks_early(tmp_path, how, queue):
-    cfg, val = make_validation_set(tmp_path, VAL_SIZES, first=VAL_FIRST, world_size=1, rank=0,
-                                   val_prefetch=True, val_prefetch_queue=queue)
+    cfg, val = make_validation_set(
+        tmp_path,
+        VAL_SIZES,
+        first=VAL_FIRST,
+        world_size=1,
+        rank=0,
+        val_prefetch=True,
+        val_prefetch_queue=queue,
+    )
     want = expected_val_batches(sum(VAL_SIZES), VAL_FIRST, 1, 0)
 
     def break_early():
@@ -725,15 +862,26 @@ class _ExplodingTokens:
 
 
 def test_validation_worker_failure_surfaces_in_the_main_thread(tmp_path):
-    cfg, val = make_validation_set(tmp_path, VAL_SIZES, first=VAL_FIRST, world_size=1, rank=0,
-                                   val_prefetch=True, val_prefetch_queue=2)
+    cfg, val = make_validation_set(
+        tmp_path,
+        VAL_SIZES,
+        first=VAL_FIRST,
+        world_size=1,
+        rank=0,
+        val_prefetch=True,
+        val_prefetch_queue=2,
+    )
     val.tokens = _ExplodingTokens()
     batches = val.batches(cfg, CPU, tg.NULL_TRACER)
     failed = call_within(lambda: next(batches), what="the first validation batch")
-    assert isinstance(failed.error, tg.WorkerError), chain_text(failed.error) if failed.error else "no error"
+    assert isinstance(failed.error, tg.WorkerError), (
+        chain_text(failed.error) if failed.error else "no error"
+    )
     assert VAL_THREAD in str(failed.error)
     assert isinstance(failed.error.__cause__, OSError)
     assert "simulated read failure" in chain_text(failed.error)
     assert "fill" in traceback_functions(failed.error.__cause__), "the original traceback is kept"
     assert failed.seconds < PROMPT_S
-    wait_until(lambda: VAL_THREAD not in thread_names(), timeout=CLOSE_S, what="the val worker to be gone")
+    wait_until(
+        lambda: VAL_THREAD not in thread_names(), timeout=CLOSE_S, what="the val worker to be gone"
+    )

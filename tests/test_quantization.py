@@ -24,9 +24,16 @@ def state_dict():
 def test_large_matrices_get_per_row_int8_with_fp16_scales():
     obj, stats = tg.quantize_state_dict_int8(state_dict())
     q, s = obj["quantized"]["blocks.0.attn.c_q.weight"], obj["scales"]["blocks.0.attn.c_q.weight"]
-    assert q.dtype == torch.int8 and q.shape == (300, 256) and s.dtype == torch.float16 and s.shape == (300,)
+    assert (
+        q.dtype == torch.int8
+        and q.shape == (300, 256)
+        and s.dtype == torch.float16
+        and s.shape == (300,)
+    )
     assert obj["qmeta"]["blocks.0.attn.c_q.weight"] == {"scheme": "per_row", "axis": 0}
-    assert obj["scales"]["big_vector"].ndim == 0 and obj["quantized"]["big_vector"].dtype == torch.int8
+    assert (
+        obj["scales"]["big_vector"].ndim == 0 and obj["quantized"]["big_vector"].dtype == torch.int8
+    )
     assert stats["num_float_tensors"] == 2 and stats["num_nonfloat_tensors"] == 1
 
 
@@ -42,7 +49,9 @@ def test_round_trip_restores_dtypes_and_stays_within_half_a_step():
     original = state_dict()
     obj, _ = tg.quantize_state_dict_int8(original)
     blob = zlib.compress(torch.save(obj, buf := io.BytesIO()) or buf.getvalue(), level=9)
-    restored = tg.dequantize_state_dict_int8(torch.load(io.BytesIO(zlib.decompress(blob)), map_location="cpu"))
+    restored = tg.dequantize_state_dict_int8(
+        torch.load(io.BytesIO(zlib.decompress(blob)), map_location="cpu")
+    )
     assert set(restored) == set(original)
     for name, t in original.items():
         assert restored[name].dtype == t.dtype and restored[name].shape == t.shape
@@ -58,4 +67,6 @@ def test_round_trip_restores_dtypes_and_stays_within_half_a_step():
 def test_atomic_write_leaves_no_temp_file(tmp_path):
     tg.atomic_write_bytes(tmp_path / "out.bin", b"abc")
     tg.atomic_write_bytes(tmp_path / "out.bin", b"defg")
-    assert (tmp_path / "out.bin").read_bytes() == b"defg" and [p.name for p in tmp_path.iterdir()] == ["out.bin"]
+    assert (tmp_path / "out.bin").read_bytes() == b"defg" and [
+        p.name for p in tmp_path.iterdir()
+    ] == ["out.bin"]

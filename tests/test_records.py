@@ -74,7 +74,9 @@ def replace_in(path: Path, old: str, new: str) -> None:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=120
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,37 +140,72 @@ def test_parse_later_format_log():
 
 
 def test_later_format_train_time_in_minutes_without_stopping_line():
-    log = sub.parse_log("1/100 train_loss: 9.0 train_time: 0.0m tok/s: 1\n"
-                        "100/100 train_loss: 3.0 train_time: 9.8m tok/s: 1\n"
-                        "final_int6_roundtrip_exact val_loss:2.9 val_bpb:1.1\n")
+    log = sub.parse_log(
+        "1/100 train_loss: 9.0 train_time: 0.0m tok/s: 1\n"
+        "100/100 train_loss: 3.0 train_time: 9.8m tok/s: 1\n"
+        "final_int6_roundtrip_exact val_loss:2.9 val_bpb:1.1\n"
+    )
     assert log.train_time_ms == pytest.approx(588_000)
     assert log.train_time_tol_ms == pytest.approx(3_000)  # 0.05 minutes
     assert log.steps == 100
 
 
-@pytest.mark.parametrize("lines, label, bpb", [
-    (["final_int8_zlib_roundtrip val_loss:2.0727 val_bpb:1.2244 eval_time:1375ms",
-      "final_int8_zlib_roundtrip_exact val_loss:2.07269931 val_bpb:1.22436570"],
-     "final_int8_zlib_roundtrip_exact", 1.22436570),
-    (["final_int6_roundtrip_exact val_loss:2.0 val_bpb:1.10000000",
-      "final_int6_sliding_window val_loss:1.9 val_bpb:1.0800 eval_time:80000ms",
-      "final_int6_sliding_window_exact val_loss:1.9 val_bpb:1.07981234"],
-     "final_int6_sliding_window_exact", 1.07981234),
-    (["final_int6_sliding_window_exact val_loss:1.9 val_bpb:1.07981234",
-      "legal_ttt val_loss:1.8 val_bpb:1.0700 eval_time:400000ms",
-      "legal_ttt_exact val_loss:1.8 val_bpb:1.06990000"],
-     "legal_ttt_exact", 1.0699),
-    (["quantized val_loss:2.8 val_bpb:1.08",
-      "quantized_sliding_window val_loss:2.7 val_bpb:1.07",
-      "quantized_ttt_phased val_loss:2.6 val_bpb:1.06"],
-     "quantized_ttt_phased", 1.06),
-    (["step:0/10 val_loss:6.9 val_bpb:4.1 train_time:0ms step_avg:0.01ms",
-      "step:10/10 val_loss:5.0 val_bpb:3.0 train_time:9ms step_avg:0.90ms"],
-     "step:10", 3.0),
-    (["[default0]:final_int8_zlib_roundtrip val_loss:2.0 val_bpb:1.2 eval_time:10ms",
-      "[default0]:DIAGNOSTIC post_ema val_loss:1.9 val_bpb:1.1 eval_time:10ms"],
-     "final_int8_zlib_roundtrip", 1.2),
-])
+@pytest.mark.parametrize(
+    "lines, label, bpb",
+    [
+        (
+            [
+                "final_int8_zlib_roundtrip val_loss:2.0727 val_bpb:1.2244 eval_time:1375ms",
+                "final_int8_zlib_roundtrip_exact val_loss:2.07269931 val_bpb:1.22436570",
+            ],
+            "final_int8_zlib_roundtrip_exact",
+            1.22436570,
+        ),
+        (
+            [
+                "final_int6_roundtrip_exact val_loss:2.0 val_bpb:1.10000000",
+                "final_int6_sliding_window val_loss:1.9 val_bpb:1.0800 eval_time:80000ms",
+                "final_int6_sliding_window_exact val_loss:1.9 val_bpb:1.07981234",
+            ],
+            "final_int6_sliding_window_exact",
+            1.07981234,
+        ),
+        (
+            [
+                "final_int6_sliding_window_exact val_loss:1.9 val_bpb:1.07981234",
+                "legal_ttt val_loss:1.8 val_bpb:1.0700 eval_time:400000ms",
+                "legal_ttt_exact val_loss:1.8 val_bpb:1.06990000",
+            ],
+            "legal_ttt_exact",
+            1.0699,
+        ),
+        (
+            [
+                "quantized val_loss:2.8 val_bpb:1.08",
+                "quantized_sliding_window val_loss:2.7 val_bpb:1.07",
+                "quantized_ttt_phased val_loss:2.6 val_bpb:1.06",
+            ],
+            "quantized_ttt_phased",
+            1.06,
+        ),
+        (
+            [
+                "step:0/10 val_loss:6.9 val_bpb:4.1 train_time:0ms step_avg:0.01ms",
+                "step:10/10 val_loss:5.0 val_bpb:3.0 train_time:9ms step_avg:0.90ms",
+            ],
+            "step:10",
+            3.0,
+        ),
+        (
+            [
+                "[default0]:final_int8_zlib_roundtrip val_loss:2.0 val_bpb:1.2 eval_time:10ms",
+                "[default0]:DIAGNOSTIC post_ema val_loss:1.9 val_bpb:1.1 eval_time:10ms",
+            ],
+            "final_int8_zlib_roundtrip",
+            1.2,
+        ),
+    ],
+)
 def test_scored_value_is_last_final_evaluation_at_its_best_precision(lines, label, bpb):
     log = sub.parse_log("\n".join(lines) + "\n")
     assert log.scored.label == label
@@ -178,20 +215,39 @@ def test_scored_value_is_last_final_evaluation_at_its_best_precision(lines, labe
 def test_split_embedded_source_is_exact_and_checked_against_header():
     sep = "=" * 100
     for source in ["x = 1\n", "x = 1", "s = '''\n" + sep + "\n'''\n", "# héllo\n\n\n"]:
-        text = source + "\n" + sep + "\nRunning Python 3.11\nRunning PyTorch 2.13.0+cpu\n" + sep + "\nseed:1\n"
+        text = (
+            source
+            + "\n"
+            + sep
+            + "\nRunning Python 3.11\nRunning PyTorch 2.13.0+cpu\n"
+            + sep
+            + "\nseed:1\n"
+        )
         got, rest = sub.split_embedded_source(text.encode())
         assert got == source.encode()
         assert rest.startswith(b"Running Python")
     console = "W0318 torchrun warning *****\n" + sep + "\nstep:1/2 train_loss:1.0\n"
     assert sub.split_embedded_source(console.encode())[0] is None
-    assert sub.split_embedded_source(b"print('a')\n\n" + sep.encode() + b"\nlogs\n")[0] == b"print('a')\n"
+    assert (
+        sub.split_embedded_source(b"print('a')\n\n" + sep.encode() + b"\nlogs\n")[0]
+        == b"print('a')\n"
+    )
     assert sub.split_embedded_source(b"step:1/2 train_loss:1.0\n")[0] is None
 
 
-@pytest.mark.parametrize("name, seed", [
-    ("train_seed1337.log", 1337), ("train_seed1337.txt", 1337), ("log_seed42.log", 42),
-    ("seed7.log", 7), ("train_SEED-3.out", 3), ("run_s42.log", 42), ("train.log", None), ("notes.txt", None),
-])
+@pytest.mark.parametrize(
+    "name, seed",
+    [
+        ("train_seed1337.log", 1337),
+        ("train_seed1337.txt", 1337),
+        ("log_seed42.log", 42),
+        ("seed7.log", 7),
+        ("train_SEED-3.out", 3),
+        ("run_s42.log", 42),
+        ("train.log", None),
+        ("notes.txt", None),
+    ],
+)
 def test_seed_from_name(name, seed):
     assert sub.seed_from_name(name) == seed
 
@@ -285,19 +341,27 @@ def test_val_bpb_that_disagrees_with_the_logs_fails(tmp_path):
     assert not ok
     assert failures(lines) == [
         "FAIL val_bpb: submission.json val_bpb 1.21 disagrees with the logs: mean of the scored "
-        "final_int8_zlib_roundtrip_exact over 3 log(s) is 1.22435133"]
+        "final_int8_zlib_roundtrip_exact over 3 log(s) is 1.22435133"
+    ]
     edit_json(folder, val_bpb=1.22518841)  # one seed's score instead of the mean
     ok, lines = check(folder)
     assert not ok
-    assert any(x.startswith("FAIL val_bpb:") and x.endswith(
-        "it matches final_int8_zlib_roundtrip_exact in train_seed42.log, which is not the mean of the final scores")
-        for x in lines)
+    assert any(
+        x.startswith("FAIL val_bpb:")
+        and x.endswith(
+            "it matches final_int8_zlib_roundtrip_exact in train_seed42.log, which is not the mean of the final scores"
+        )
+        for x in lines
+    )
 
 
 def test_artifact_over_16_000_000_bytes_fails(tmp_path):
     folder = copy_record(BASELINE, tmp_path)
-    replace_in(folder / "train_seed42.log", "Total submission size int8+zlib: 15812504 bytes",
-               "Total submission size int8+zlib: 16000001 bytes")
+    replace_in(
+        folder / "train_seed42.log",
+        "Total submission size int8+zlib: 15812504 bytes",
+        "Total submission size int8+zlib: 16000001 bytes",
+    )
     ok, lines = check(folder)
     assert not ok
     assert "FAIL artifact: train_seed42.log: artifact is 16,000,001 bytes > 16,000,000" in lines
@@ -305,8 +369,11 @@ def test_artifact_over_16_000_000_bytes_fails(tmp_path):
 
 def test_artifact_exactly_16_000_000_bytes_passes(tmp_path):
     folder = copy_record(BASELINE, tmp_path)
-    replace_in(folder / "train_seed2024.log", "Total submission size int8+zlib: 15820035 bytes",
-               "Total submission size int8+zlib: 16000000 bytes")
+    replace_in(
+        folder / "train_seed2024.log",
+        "Total submission size int8+zlib: 15820035 bytes",
+        "Total submission size int8+zlib: 16000000 bytes",
+    )
     edit_json(folder, bytes_total=16000000, seed_results=None)
     ok, lines = check(folder)
     assert ok, "\n".join(lines)
@@ -316,23 +383,38 @@ def test_bytes_total_over_the_limit_fails_even_without_sizes_in_the_logs(tmp_pat
     folder = copy_record(LATER, tmp_path)
     for log in folder.glob("train_seed*.log"):
         text = log.read_text().splitlines()
-        log.write_text("\n".join(x for x in text if not x.startswith(("Total submission", "Serialized"))) + "\n")
+        log.write_text(
+            "\n".join(x for x in text if not x.startswith(("Total submission", "Serialized")))
+            + "\n"
+        )
     edit_json(folder, bytes_total=16_500_000)
     ok, lines = check(folder)
     assert not ok
-    assert any(x.startswith("FAIL artifact: the logs print no submission size; submission.json says 16,500,000")
-               for x in lines)
+    assert any(
+        x.startswith(
+            "FAIL artifact: the logs print no submission size; submission.json says 16,500,000"
+        )
+        for x in lines
+    )
 
 
 def test_train_time_over_the_cap_by_more_than_a_step_fails(tmp_path):
     folder = copy_record(BASELINE, tmp_path)
     log = folder / "train_seed1337.log"
-    replace_in(log, "stopping_early: wallclock_cap train_time:600038ms",
-               "stopping_early: wallclock_cap train_time:600500ms")
+    replace_in(
+        log,
+        "stopping_early: wallclock_cap train_time:600038ms",
+        "stopping_early: wallclock_cap train_time:600500ms",
+    )
     ok, lines = check(folder)
     assert not ok
-    assert any(x.startswith("FAIL train_time: train_seed1337.log: train_time 600.500 s exceeds 600 s by more than "
-                            "one step") for x in lines)
+    assert any(
+        x.startswith(
+            "FAIL train_time: train_seed1337.log: train_time 600.500 s exceeds 600 s by more than "
+            "one step"
+        )
+        for x in lines
+    )
     assert "FAIL compliance: compliance.train_under_600s = true but the logs say false" in lines
     ok, lines = check(folder, track="non_record_16mb")  # no cap there, but the claim is still false
     assert not any(x.startswith("FAIL train_time") for x in lines)
@@ -379,7 +461,10 @@ def test_seed_results_that_disagree_with_their_log_fail(tmp_path):
     edit_json(folder, seed_results=data["seed_results"])
     ok, lines = check(folder)
     assert not ok
-    assert "FAIL seed_results: seed 2024: steps 14000 but train_seed2024.log stops at step 13775" in lines
+    assert (
+        "FAIL seed_results: seed 2024: steps 14000 but train_seed2024.log stops at step 13775"
+        in lines
+    )
     assert "FAIL seed_results: seed 42: val_loss 2.07 but train_seed42.log says 2.07409201" in lines
 
 
@@ -388,8 +473,10 @@ def test_bytes_total_and_bytes_code_that_disagree_fail(tmp_path):
     edit_json(folder, bytes_total=15000000, bytes_code=100)
     ok, lines = check(folder)
     assert not ok
-    assert ("FAIL bytes_total: bytes_total 15000000 disagrees with the logs "
-            "(max 15820035 in train_seed2024.log)") in lines
+    assert (
+        "FAIL bytes_total: bytes_total 15000000 disagrees with the logs "
+        "(max 15820035 in train_seed2024.log)"
+    ) in lines
     assert any(x.startswith("FAIL bytes_code: bytes_code 100 matches neither") for x in lines)
 
 
@@ -402,9 +489,17 @@ def test_nonexistent_folder_fails_without_crashing(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # check: leniency the accepted upstream folders need
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("value, ok", [
-    (1.2244, True), (1.22435, True), (1.224351, True), (1.22435133, True), (1.2243, False), (1.22436, False),
-])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        (1.2244, True),
+        (1.22435, True),
+        (1.224351, True),
+        (1.22435133, True),
+        (1.2243, False),
+        (1.22436, False),
+    ],
+)
 def test_val_bpb_matches_to_the_json_own_rounding(tmp_path, value, ok):
     folder = copy_record(BASELINE, tmp_path)
     edit_json(folder, val_bpb=value)
@@ -412,13 +507,20 @@ def test_val_bpb_matches_to_the_json_own_rounding(tmp_path, value, ok):
     assert accepted is ok, "\n".join(lines)
 
 
-@pytest.mark.parametrize("value, ok", [(1.2244, True), (1.22437, True), (1.2243657, True), (1.2243, False)])
+@pytest.mark.parametrize(
+    "value, ok", [(1.2244, True), (1.22437, True), (1.2243657, True), (1.2243, False)]
+)
 def test_val_bpb_against_logs_that_print_only_four_decimals(tmp_path, value, ok):
     folder = copy_record(BASELINE, tmp_path)
     for log in folder.glob("train_seed*.log"):
         lines = log.read_text().splitlines()
-        log.write_text("\n".join(x for x in lines if not x.startswith("final_int8_zlib_roundtrip_exact")) + "\n")
-    edit_json(folder, val_bpb=value, val_loss=None, val_bpb_std=None, val_loss_std=None, seed_results=None)
+        log.write_text(
+            "\n".join(x for x in lines if not x.startswith("final_int8_zlib_roundtrip_exact"))
+            + "\n"
+        )
+    edit_json(
+        folder, val_bpb=value, val_loss=None, val_bpb_std=None, val_loss_std=None, seed_results=None
+    )
     accepted, lines = check(folder)  # printed mean (1.2252 + 1.2244 + 1.2235) / 3 = 1.2243667
     assert accepted is ok, "\n".join(lines)
 
@@ -432,7 +534,9 @@ def test_json_may_report_another_final_label_but_not_a_pre_quantization_score(tm
     edit_json(folder, val_bpb=1.07678)  # mean of "pre-quantization post-ema": not a final score
     ok, lines = check(folder)
     assert not ok
-    assert any(x.startswith("FAIL val_bpb: submission.json val_bpb 1.07678 disagrees") for x in lines)
+    assert any(
+        x.startswith("FAIL val_bpb: submission.json val_bpb 1.07678 disagrees") for x in lines
+    )
 
 
 def test_minimal_json_and_warnings_do_not_reject(tmp_path):
@@ -470,7 +574,10 @@ def test_file_name_variants_for_readme_json_and_script_warn_but_pass(tmp_path):
     ok, lines = check(folder)
     assert ok, "\n".join(lines)
     assert "WARN readme: readme.md present" in lines
-    assert "WARN json: submission file is named 'my_submission.json', expected 'submission.json'" in lines
+    assert (
+        "WARN json: submission file is named 'my_submission.json', expected 'submission.json'"
+        in lines
+    )
     assert "WARN script: train_gpt_v2.py compiles (256 bytes)" in lines
 
 
@@ -485,7 +592,9 @@ def test_duplicate_log_of_one_run_is_counted_once(tmp_path):
 def test_extra_log_of_a_seed_the_json_does_not_list_warns_and_is_not_scored(tmp_path):
     folder = copy_record(BASELINE, tmp_path)
     text = (folder / "train_seed42.log").read_text().replace("seed:42", "seed:7")
-    (folder / "ablation_seed7.log").write_text(text.replace("val_bpb:1.22518841", "val_bpb:1.30000000"))
+    (folder / "ablation_seed7.log").write_text(
+        text.replace("val_bpb:1.22518841", "val_bpb:1.30000000")
+    )
     ok, lines = check(folder)
     assert ok, "\n".join(lines)
     assert "WARN seeds: logs for seeds [7] are not listed in submission.json" in lines
@@ -495,17 +604,36 @@ def test_source_that_differs_from_the_embedded_one_warns(tmp_path):
     folder = copy_record(BASELINE, tmp_path)
     (folder / "train_gpt.py").write_text("print('not what ran')\n")
     ok, lines = check(folder)
-    assert any(x.startswith("WARN source: train_gpt.py differs from the source embedded in") for x in lines)
+    assert any(
+        x.startswith("WARN source: train_gpt.py differs from the source embedded in") for x in lines
+    )
     assert any(x.startswith("WARN source: `Code size` in the logs (159)") for x in lines)
-    assert any(x.startswith("FAIL bytes_code") for x in lines) is False  # 159 still matches Code size
+    assert (
+        any(x.startswith("FAIL bytes_code") for x in lines) is False
+    )  # 159 still matches Code size
 
 
 # ---------------------------------------------------------------------------------------------
 # new
 # ---------------------------------------------------------------------------------------------
-def new_args(tmp_path: Path, *logs: Path, name: str = "My Record", extra: tuple[str, ...] = ()) -> list[str]:
-    return ["new", *map(str, logs), "--name", name, "--author", "Ada", "--github-id", "ada",
-            "--date", "2026-05-01", "--records-dir", str(tmp_path / "records"), *extra]
+def new_args(
+    tmp_path: Path, *logs: Path, name: str = "My Record", extra: tuple[str, ...] = ()
+) -> list[str]:
+    return [
+        "new",
+        *map(str, logs),
+        "--name",
+        name,
+        "--author",
+        "Ada",
+        "--github-id",
+        "ada",
+        "--date",
+        "2026-05-01",
+        "--records-dir",
+        str(tmp_path / "records"),
+        *extra,
+    ]
 
 
 def test_new_scaffolds_a_folder_that_check_accepts(tmp_path, capsys):
@@ -515,23 +643,42 @@ def test_new_scaffolds_a_folder_that_check_accepts(tmp_path, capsys):
     folder = tmp_path / "records" / "track_10min_16mb" / "2026-05-01_My_Record"
     assert f"created {folder}" in out and out.splitlines()[-1].startswith("VERDICT accepted")
     assert sorted(p.name for p in folder.iterdir()) == [
-        "README.md", "submission.json", "train_gpt.py", "train_seed1337.log", "train_seed2024.log", "train_seed42.log"]
-    assert (folder / "train_gpt.py").read_bytes() == (BASELINE / "train_gpt.py").read_bytes()  # recovered
+        "README.md",
+        "submission.json",
+        "train_gpt.py",
+        "train_seed1337.log",
+        "train_seed2024.log",
+        "train_seed42.log",
+    ]
+    assert (folder / "train_gpt.py").read_bytes() == (
+        BASELINE / "train_gpt.py"
+    ).read_bytes()  # recovered
     for seed in (42, 1337, 2024):
-        assert (folder / f"train_seed{seed}.log").read_bytes() == (BASELINE / f"train_seed{seed}.log").read_bytes()
+        assert (folder / f"train_seed{seed}.log").read_bytes() == (
+            BASELINE / f"train_seed{seed}.log"
+        ).read_bytes()
     data = json.loads((folder / "submission.json").read_text())
     assert data["seeds"] == [42, 1337, 2024]
     assert data["val_bpb"] == pytest.approx((1.22518841 + 1.22436570 + 1.22349987) / 3, abs=5e-9)
     assert data["val_loss"] == pytest.approx((2.07409201 + 2.07269931 + 2.07123356) / 3, abs=5e-9)
     assert data["bytes_total"] == 15820035 and data["bytes_code"] == 159
-    assert data["seed_results"]["1337"] == {"val_bpb": 1.2243657, "val_loss": 2.07269931, "artifact_bytes": 15816006,
-                                            "steps": 13780, "step_avg_ms": 43.54, "train_time_s": 600.038,
-                                            "eval_time_s": 1.375}
+    assert data["seed_results"]["1337"] == {
+        "val_bpb": 1.2243657,
+        "val_loss": 2.07269931,
+        "artifact_bytes": 15816006,
+        "steps": 13780,
+        "step_avg_ms": 43.54,
+        "train_time_s": 600.038,
+        "eval_time_s": 1.375,
+    }
     assert data["hardware"] == "8xH100 80GB SXM" and data["pytorch_version"] == "2.8.0+cu128"
     assert data["compliance"] == dict.fromkeys(sub.COMPLIANCE_KEYS, True)
     assert data["track"] == "10min_16mb" and data["blurb"] == "int8 baseline again"
     readme = (folder / "README.md").read_text()
-    assert "| 1337 | 1.22436570 | 2.07269931 | 13,780 | 43.54 | 600.038 | 1.375 | 15,816,006 |" in readme
+    assert (
+        "| 1337 | 1.22436570 | 2.07269931 | 13,780 | 43.54 | 600.038 | 1.375 | 15,816,006 |"
+        in readme
+    )
     assert "SEED=42 torchrun --standalone --nproc_per_node=8 train_gpt.py" in readme
     ok, lines = check(folder)
     assert ok and not any(x.startswith("WARN") for x in lines), "\n".join(lines)
@@ -557,7 +704,9 @@ def test_new_needs_script_for_console_captures(tmp_path, capsys):
     log = BASELINE / "train_seed42.log"
     assert sub.main(new_args(tmp_path, log)) == 2
     assert "pass --script" in capsys.readouterr().err
-    assert sub.main(new_args(tmp_path, log, extra=("--script", str(BASELINE / "train_gpt.py")))) == 0
+    assert (
+        sub.main(new_args(tmp_path, log, extra=("--script", str(BASELINE / "train_gpt.py")))) == 0
+    )
     folder = tmp_path / "records" / "track_10min_16mb" / "2026-05-01_My_Record"
     data = json.loads((folder / "submission.json").read_text())
     assert data["seeds"] == [42] and data["compliance"]["three_seeds"] is False
@@ -567,18 +716,33 @@ def test_new_needs_script_for_console_captures(tmp_path, capsys):
 def test_new_rejects_a_script_whose_size_disagrees_with_code_size(tmp_path, capsys):
     other = tmp_path / "other.py"
     other.write_text("print('a different script')\n")
-    assert sub.main(new_args(tmp_path, BASELINE / "train_seed42.log", extra=("--script", str(other)))) == 2
+    assert (
+        sub.main(new_args(tmp_path, BASELINE / "train_seed42.log", extra=("--script", str(other))))
+        == 2
+    )
     err = capsys.readouterr().err
     assert "says `Code size: 159 bytes` but the script is 28 bytes" in err
-    assert sub.main(new_args(tmp_path, BASELINE / "train_seed1337.log", extra=("--script", str(other)))) == 2
+    assert (
+        sub.main(
+            new_args(tmp_path, BASELINE / "train_seed1337.log", extra=("--script", str(other)))
+        )
+        == 2
+    )
     assert "differs from the source embedded in" in capsys.readouterr().err
     assert not (tmp_path / "records").exists() or not any((tmp_path / "records").rglob("*.log"))
 
 
 def test_new_from_later_format_logs_with_seeds_from_names(tmp_path):
     logs = sorted(LATER.glob("train_seed*.log"))
-    dest = sub.create_record(logs, name="TTT again", author="Ada", github_id="ada", date="2026-05-02",
-                             script=LATER / "train_gpt.py", records_dir=tmp_path)
+    dest = sub.create_record(
+        logs,
+        name="TTT again",
+        author="Ada",
+        github_id="ada",
+        date="2026-05-02",
+        script=LATER / "train_gpt.py",
+        records_dir=tmp_path,
+    )
     assert dest == tmp_path / "track_10min_16mb" / "2026-05-02_TTT_again"
     data = json.loads((dest / "submission.json").read_text())
     assert data["seeds"] == [1, 2, 3]
@@ -604,15 +768,26 @@ def test_new_seeds_option_for_logs_without_a_seed(tmp_path):
 
 def test_new_on_the_non_record_track_and_bad_inputs(tmp_path, capsys):
     logs = sorted(LATER.glob("train_seed*.log"))
-    dest = sub.create_record(logs, name="Long run", author="A", github_id="a", date="2026-05-03",
-                             script=LATER / "train_gpt.py", track="non_record_16mb", records_dir=tmp_path)
+    dest = sub.create_record(
+        logs,
+        name="Long run",
+        author="A",
+        github_id="a",
+        date="2026-05-03",
+        script=LATER / "train_gpt.py",
+        track="non_record_16mb",
+        records_dir=tmp_path,
+    )
     assert dest.parent.name == "track_non_record_16mb"
     assert json.loads((dest / "submission.json").read_text())["track"] == "non_record_16mb"
     assert sub.main(new_args(tmp_path, tmp_path / "missing.log")) == 2
     assert "cannot read" in capsys.readouterr().err
     assert sub.main(new_args(tmp_path, BASELINE / "README.md")) == 2
     assert "no val_bpb result" in capsys.readouterr().err
-    assert sub.main(new_args(tmp_path, BASELINE / "train_seed1337.log", extra=("--date", "May 1"))) == 2
+    assert (
+        sub.main(new_args(tmp_path, BASELINE / "train_seed1337.log", extra=("--date", "May 1")))
+        == 2
+    )
 
 
 def test_new_from_our_own_train_logs_passes_check(tiny_train_logs, tmp_path):
@@ -625,13 +800,34 @@ def test_new_from_our_own_train_logs_passes_check(tiny_train_logs, tmp_path):
         assert log.code_bytes == len(log.source)  # `Code size:` agrees with the recovered source
         assert log.seed_line is not None and log.scored.label == "final_int8_zlib_roundtrip_exact"
         assert log.no_gpu or log.gpus  # nvidia-smi output or its "unavailable" line
-    assert sub.main(["new", *map(str, logs), "--name", "Tiny CPU run", "--author", "CI", "--github-id", "ci",
-                     "--date", "2026-05-04", "--hardware", "CPU", "--records-dir", str(tmp_path)]) == 0
+    assert (
+        sub.main(
+            [
+                "new",
+                *map(str, logs),
+                "--name",
+                "Tiny CPU run",
+                "--author",
+                "CI",
+                "--github-id",
+                "ci",
+                "--date",
+                "2026-05-04",
+                "--hardware",
+                "CPU",
+                "--records-dir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     folder = tmp_path / "track_10min_16mb" / "2026-05-04_Tiny_CPU_run"
     script = (folder / "train_gpt.py").read_bytes()
     assert script == parsed[0].source
     if (REPO / "train_gpt.py").is_file():
-        assert script == (REPO / "train_gpt.py").read_bytes(), "the recovered script is not our train_gpt.py"
+        assert script == (REPO / "train_gpt.py").read_bytes(), (
+            "the recovered script is not our train_gpt.py"
+        )
     compile(script.decode("utf-8"), "train_gpt.py", "exec")
     data = json.loads((folder / "submission.json").read_text())
     assert sorted(data["seeds"]) == sorted(log.seed for log in parsed)
@@ -685,20 +881,28 @@ def test_one_sample_test_matches_closed_form_and_t_table():
 
 
 def test_stats_cli_prints_t_df_p_and_exit_code(capsys):
-    assert sub.main(["stats", "--new", "1.90", "1.91", "1.92", "--old", "1.94", "1.96", "1.98"]) == 1
+    assert (
+        sub.main(["stats", "--new", "1.90", "1.91", "1.92", "--old", "1.94", "1.96", "1.98"]) == 1
+    )
     out = capsys.readouterr().out
     assert "t = -3.485685  df = 2.941176  p = 0.0205719" in out
     assert "FAIL significance: p = 0.0205719 >= 0.01" in out
     assert sub.main(["stats", "--new", "1.90", "1.91", "1.92", "--sota", "1.96"]) == 0
     out = capsys.readouterr().out
     assert "t = -7.794229  df = 2.000000  p = 0.00803265" in out and "PASS significance" in out
-    assert sub.main(["stats", "--new", "1.90", "1.91", "1.92", "--old", "1.96"]) == 0  # one old value: one-sample
+    assert (
+        sub.main(["stats", "--new", "1.90", "1.91", "1.92", "--old", "1.96"]) == 0
+    )  # one old value: one-sample
     assert "one-sample t-test" in capsys.readouterr().out
 
 
 def test_stats_reads_per_seed_val_loss_from_folders_logs_and_json(capsys):
     assert sub.val_losses_from(str(BASELINE))[0] == [2.07409201, 2.07269931, 2.07123356]
-    assert sub.val_losses_from(str(BASELINE / "submission.json"))[0] == [2.07409201, 2.07269931, 2.07123356]
+    assert sub.val_losses_from(str(BASELINE / "submission.json"))[0] == [
+        2.07409201,
+        2.07269931,
+        2.07123356,
+    ]
     assert sub.val_losses_from(str(LATER / "train_seed3.log"))[0] == [2.73987654]
     with pytest.raises(sub.SubmissionError, match="no per-seed val_loss"):
         sub.val_losses_from(str(LATER / "submission.json"))
@@ -711,14 +915,20 @@ def test_stats_reads_per_seed_val_loss_from_folders_logs_and_json(capsys):
 
 def test_stats_systems_only_is_exempt(capsys):
     assert sub.main(["stats", "--systems-only"]) == 0
-    assert "pure systems speed-ups that leave the ML unchanged are exempt" in capsys.readouterr().out
-    assert sub.main(["stats", "--systems-only", "--new", "2.0", "2.01", "--old", "2.0", "2.01"]) == 0
+    assert (
+        "pure systems speed-ups that leave the ML unchanged are exempt" in capsys.readouterr().out
+    )
+    assert (
+        sub.main(["stats", "--systems-only", "--new", "2.0", "2.01", "--old", "2.0", "2.01"]) == 0
+    )
     assert "EXEMPT significance" in capsys.readouterr().out
 
 
 def test_help_explains_each_command():
     res = run_cli("--help")
-    assert res.returncode == 0 and all(cmd in res.stdout for cmd in ("new", "check", "stats", "Exit codes"))
+    assert res.returncode == 0 and all(
+        cmd in res.stdout for cmd in ("new", "check", "stats", "Exit codes")
+    )
     for cmd, words in [("new", "--script"), ("check", "16,000,000"), ("stats", "Welch")]:
         res = run_cli(cmd, "--help")
         assert res.returncode == 0 and words in res.stdout, res.stdout

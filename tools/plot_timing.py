@@ -72,13 +72,26 @@ def plot(rows: list[dict[str, float]], summary: dict[str, str], title: str, out:
     bottom = [0.0] * len(rows)
     for i, name in enumerate(phases):
         values = [row.get(name, 0.0) for row in rows]
-        ax.bar(xs, values, bottom=bottom, width=0.8, label=name.removesuffix("_ms"), color=plt.cm.tab10(i % 10))
+        ax.bar(
+            xs,
+            values,
+            bottom=bottom,
+            width=0.8,
+            label=name.removesuffix("_ms"),
+            color=plt.cm.tab10(i % 10),
+        )
         bottom = [b + v for b, v in zip(bottom, values)]
     if any(TOTAL in row for row in rows):
         total = [row.get(TOTAL, float("nan")) for row in rows]
-        ax.plot(xs, total, color="black", marker="o", markersize=3, linewidth=1, label="step (total)")
+        ax.plot(
+            xs, total, color="black", marker="o", markersize=3, linewidth=1, label="step (total)"
+        )
     stride = max(1, len(rows) // 30)
-    ax.set_xticks(xs[::stride], [str(row["step"]) for row in rows][::stride], rotation=45 if len(rows) > 15 else 0)
+    ax.set_xticks(
+        xs[::stride],
+        [str(row["step"]) for row in rows][::stride],
+        rotation=45 if len(rows) > 15 else 0,
+    )
     ax.set_xlabel("step")
     ax.set_ylabel("ms")
     ax.grid(axis="y", alpha=0.3)
@@ -87,7 +100,9 @@ def plot(rows: list[dict[str, float]], summary: dict[str, str], title: str, out:
     line2 = " ".join(f"{k}:{v}" for k, v in summary.items())
     ax.set_title(title + (f"\n{line2}" if line2 else ""), fontsize=9)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)  # written atomically
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{out.name}.", suffix=".tmp", dir=out.parent
+    )  # written atomically
     try:
         with os.fdopen(fd, "wb") as f:
             fig.savefig(f, format="png")
@@ -100,10 +115,15 @@ def plot(rows: list[dict[str, float]], summary: dict[str, str], title: str, out:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("log", type=Path, help="console capture or logs/<RUN_ID>.txt")
-    ap.add_argument("-o", "--output", type=Path, help="PNG to write (default: <log>_timing.png beside the log)")
+    ap.add_argument(
+        "-o", "--output", type=Path, help="PNG to write (default: <log>_timing.png beside the log)"
+    )
     ap.add_argument("--title", help="chart title (default: the log's file name)")
     args = ap.parse_args(argv)
     try:
@@ -113,8 +133,10 @@ def main(argv=None) -> int:
         return 2
     rows, summary = parse_log(text)
     if not rows:
-        print(f"error: {args.log} has no timing_breakdown lines (run train_gpt.py with TRAINING_TIMING_BREAKDOWN=1)",
-              file=sys.stderr)
+        print(
+            f"error: {args.log} has no timing_breakdown lines (run train_gpt.py with TRAINING_TIMING_BREAKDOWN=1)",
+            file=sys.stderr,
+        )
         return 1
     out = args.output or args.log.with_name(f"{args.log.stem}_timing.png")
     out.parent.mkdir(parents=True, exist_ok=True)
