@@ -73,7 +73,8 @@ def ensure_dataset(
 
 
 class ResidentLoader:
-    """The physical limit: batches made beforehand and already on the device; next_batch indexes them."""
+    """The physical limit: batches made beforehand and already on the device; next_batch
+    indexes them."""
 
     def __init__(self, batches: list):
         self.batches, self.i = batches, 0
@@ -153,7 +154,10 @@ def table(rows: list[dict], cols: list[tuple[str, str, str]]) -> str:
     ]
     widths = [max(len(c[i]) for c in cells) for i in range(len(cols))]
     return "\n".join(
-        "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths)))
+        "  ".join(
+            c.rjust(w) if i else c.ljust(w)
+            for i, (c, w) in enumerate(zip(line, widths, strict=True))
+        )
         for line in cells
     )
 
@@ -185,13 +189,14 @@ def bench_train(args, data: Path, device: torch.device, checks: list) -> dict:
     chunk = args.world_size * span * accum  # every rank walks the whole chunk of the 8-rank job
     bounds = boundary_steps(args.shards, args.shard_tokens, chunk, args.steps)
     print(
-        f"\n== train: rank {args.rank} of {args.world_size}, {args.batch_tokens} tokens/step, seq_len {args.seq_len}, "
-        f"grad_accum {accum}, {args.steps} steps, compute {args.compute_ms:g} ms/step ({args.compute}), "
+        f"\n== train: rank {args.rank} of {args.world_size}, {args.batch_tokens} tokens/step, "
+        f"seq_len {args.seq_len}, grad_accum {accum}, {args.steps} steps, "
+        f"compute {args.compute_ms:g} ms/step ({args.compute}), "
         f"queue {args.queue}, device {device.type}"
     )
     print(
-        f"   {chunk} stream tokens/step, shard of {args.shard_tokens} lasts {args.shard_tokens / chunk:.1f} steps; "
-        f"shard loads at steps {bounds}"
+        f"   {chunk} stream tokens/step, shard of {args.shard_tokens} lasts "
+        f"{args.shard_tokens / chunk:.1f} steps; shard loads at steps {bounds}"
     )
     out = {"boundary_steps": bounds, "modes": {}}
     for mode in MODES:
@@ -208,10 +213,9 @@ def bench_train(args, data: Path, device: torch.device, checks: list) -> dict:
             args.steps * accum,
         )
         upload_ms = []
-        if (
-            mode == "prefetch"
-        ):  # time the uint16 -> int64 conversion (on CUDA: just issuing the copy)
-            loader.copy_probe = lambda stream: timed(upload_ms)
+        # time the uint16 -> int64 conversion (on CUDA: just issuing the copy)
+        if mode == "prefetch":
+            loader.copy_probe = lambda stream, sink=upload_ms: timed(sink)
         init_ms, waits, start = 1000 * (time.perf_counter() - t0), [], time.perf_counter()
         try:
             for _ in tqdm(range(args.steps), desc=f"train {mode}", leave=False):
@@ -272,7 +276,8 @@ def bench_train(args, data: Path, device: torch.device, checks: list) -> dict:
         checks,
         "train: no prefetch wait over 10 ms at shard boundaries",
         p["boundary_max_ms"] <= 10.0,
-        f"max {p['boundary_max_ms']:.2f} ms over {len(p['boundary_waits_ms'])} boundaries (sync: {s['boundary_max_ms']:.2f} ms)",
+        f"max {p['boundary_max_ms']:.2f} ms over {len(p['boundary_waits_ms'])} boundaries "
+        f"(sync: {s['boundary_max_ms']:.2f} ms)",
     )
     return out
 
@@ -363,8 +368,9 @@ def bench_val(args, data: Path, device: torch.device, checks: list) -> dict:
     else:
         model, desc = build_gpt(cfg, device)[1], f"{args.val_model} GPT forward"
     print(
-        f"\n== val: rank {args.rank} of {args.world_size}, {len(val.spans)} batches of <= {val.max_span - 1} tokens "
-        f"({val.target_tokens} target tokens in all), {desc}, {args.val_repeats} repeats, device {device.type}"
+        f"\n== val: rank {args.rank} of {args.world_size}, {len(val.spans)} batches of "
+        f"<= {val.max_span - 1} tokens ({val.target_tokens} target tokens in all), {desc}, "
+        f"{args.val_repeats} repeats, device {device.type}"
     )
     sets = {"sync": val, "prefetch": val, "resident": ResidentVal(val, cfg, device)}
     runs = {m: [] for m in MODES}
@@ -445,8 +451,9 @@ def bench_steps(args, data: Path, device: torch.device, checks: list) -> dict:
         shape = (cfg.train_batch_tokens, cfg.train_seq_len, accum)
         n_params = sum(p.numel() for p in base.parameters())
         print(
-            f"\n== steps: {preset} GPT ({cfg.num_layers}L d{cfg.model_dim}, {n_params} params, {attention_name}), "
-            f"world 1, grad_accum {accum}, {args.gpu_warmup} warm-up + {args.gpu_steps} timed steps, device {device}"
+            f"\n== steps: {preset} GPT ({cfg.num_layers}L d{cfg.model_dim}, {n_params} params, "
+            f"{attention_name}), world 1, grad_accum {accum}, {args.gpu_warmup} warm-up + "
+            f"{args.gpu_steps} timed steps, device {device}"
         )
         rows = {}
         for mode in MODES:
@@ -513,7 +520,8 @@ def bench_steps(args, data: Path, device: torch.device, checks: list) -> dict:
             checks,
             f"steps {preset}: prefetch ms/step <= sync ms/step",
             p["ms_per_step"] <= s["ms_per_step"],
-            f"{p['ms_per_step']:.2f} vs {s['ms_per_step']:.2f} ms/step (resident {rows['resident']['ms_per_step']:.2f})",
+            f"{p['ms_per_step']:.2f} vs {s['ms_per_step']:.2f} ms/step "
+            f"(resident {rows['resident']['ms_per_step']:.2f})",
         )
         out[preset] = {"params": n_params, "attention": attention_name, "modes": rows}
         del base, model, optimizers
@@ -662,7 +670,8 @@ def main(argv=None) -> int:
     machine["loadavg_end"] = os.getloadavg()
     busy = max(machine["loadavg_start"][0], machine["loadavg_end"][0]) > 0.5 * (os.cpu_count() or 1)
     print(
-        f"benchmark time: {time.perf_counter() - t0:.1f} s; load average {machine['loadavg_start'][0]:.2f} at start, "
+        f"benchmark time: {time.perf_counter() - t0:.1f} s; "
+        f"load average {machine['loadavg_start'][0]:.2f} at start, "
         f"{machine['loadavg_end'][0]:.2f} at end, {os.cpu_count()} CPUs"
         + ("  WARNING: other processes shared the CPUs" if busy else "")
     )

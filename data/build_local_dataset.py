@@ -44,9 +44,9 @@ import sysconfig
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 
@@ -248,7 +248,7 @@ def encode_documents(docs: list[str], model: bytes, progress: bool) -> list[np.n
 
     sp = spm.SentencePieceProcessor(model_proto=model)
     return [
-        np.array([BOS_ID] + sp.encode(doc), dtype=np.uint16)
+        np.array([BOS_ID, *sp.encode(doc)], dtype=np.uint16)
         for doc in tqdm(docs, desc="tokenizing", unit="doc", disable=not progress)
     ]
 

@@ -27,9 +27,9 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(_REPO_ROOT) not in sys.path:  # run as a script, data/ is on sys.path but not the repo
@@ -86,7 +86,7 @@ def hub_fetcher(repo_id: str, revision: str | None, staging_dir: Path) -> Fetch:
             path = hf_hub_download(
                 repo_id, remote, repo_type="dataset", revision=revision, local_dir=staging_dir
             )
-        except Exception as exc:  # noqa: BLE001 - narrowed by is_hub_failure just below
+        except Exception as exc:
             if not is_hub_failure(exc):
                 raise
             raise DownloadError(hub_error_message(exc, repo_id, remote)) from exc

@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny real dataset built offline, and real train_gpt.py runs under torchrun (gloo)."""
+"""Shared fixtures: a tiny real dataset built offline, and real train_gpt.py runs under torchrun
+(gloo)."""
 
 from __future__ import annotations
 
@@ -64,7 +65,10 @@ class Run:
 
     def why(self) -> str:
         """What a failed assertion should show: the end of both streams."""
-        return f"exit {self.returncode}\n--- stdout ---\n{self.stdout[-2500:]}\n--- stderr ---\n{self.stderr[-2500:]}"
+        return (
+            f"exit {self.returncode}\n--- stdout ---\n{self.stdout[-2500:]}"
+            f"\n--- stderr ---\n{self.stderr[-2500:]}"
+        )
 
     def lines(self, prefix: str) -> list[str]:
         return [line for line in self.stdout.splitlines() if line.startswith(prefix)]
@@ -82,7 +86,8 @@ class Run:
 
 
 def run_train(workdir: Path, dataset, nproc: int = 2, timeout: float = 240, **env) -> Run:
-    """Run train_gpt.py in `workdir`: under torchrun with `nproc` processes, or plain python if nproc=0."""
+    """Run train_gpt.py in `workdir`: under torchrun with `nproc` processes, or plain python if
+    nproc=0."""
     workdir.mkdir(parents=True, exist_ok=True)
     run_id = env.pop("RUN_ID", f"run_{workdir.name}")
     full_env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
@@ -116,7 +121,8 @@ def run_train(workdir: Path, dataset, nproc: int = 2, timeout: float = 240, **en
 
 @pytest.fixture(scope="session")
 def tiny_dataset(tmp_path_factory):
-    """A real-English dataset (stdlib docstrings) with its own 1024-piece tokenizer, built offline."""
+    """A real-English dataset (stdlib docstrings) with its own 1024-piece tokenizer, built
+    offline."""
     from data.build_local_dataset import build
 
     return build(

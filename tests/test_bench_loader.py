@@ -33,11 +33,14 @@ def test_boundary_steps_match_the_sync_loader(tmp_path, shard_tokens):
     shape = (512, 64, accum)
     chunk = world * tg.rank_span(*shape, world) * accum
     loader = tg.DistributedTokenLoader(str(tmp_path / "fineweb_train_*.bin"), 0, world, "cpu")
-    loads, load = [], loader.stream.load
-    loader.stream.load = lambda i: (loads.append(step), load(i))[1]
+    calls, load = [], loader.stream.load
+    loader.stream.load = lambda i: (calls.append(i), load(i))[1]
+    loads = []  # the step of each shard load (a synchronous loader: loads happen in next_batch)
     for step in range(steps):
+        before = len(calls)
         for _ in range(accum):
             loader.next_batch(*shape)
+        loads += [step] * (len(calls) - before)
     expected = bench.boundary_steps(shards, shard_tokens, chunk, steps)
     assert expected[0] == 0  # shard 0 itself, loaded by the constructor
     assert sorted(set(loads)) == expected[1:]

@@ -1,8 +1,10 @@
-"""Bits per byte: the byte lookup tables on hand-picked pieces, and exact totals over a val split."""
+"""Bits per byte: the byte lookup tables on hand-picked pieces, and exact totals over a val
+split."""
 
 from __future__ import annotations
 
 import io
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,8 @@ REAL_TOKENIZER = Path(__file__).resolve().parents[2] / "shared" / "data" / "fine
 
 @pytest.fixture(scope="module")
 def handmade_sp():
-    """A tokenizer whose pieces we choose: "é" (2 UTF-8 bytes) and "▁naïve" (a space, then 6 bytes)."""
+    """A tokenizer whose pieces we choose: "é" (2 UTF-8 bytes) and "▁naïve" (a space, then 6
+    bytes)."""
     corpus = ["the naïve café sells crème brûlée and ünïcode text number 12345"] * 200
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
@@ -75,11 +78,11 @@ def test_the_space_byte_counts_once_and_never_after_a_boundary(handmade_sp):
         handmade_sp.piece_to_id("<0x41>"),
     )
     tokens = np.array([1, naive, e_acute, naive, byte_a, 1, naive], dtype=np.uint16)
-    # targets: ▁naïve after BOS: 6 | é: 2 | ▁naïve after é: 1+6 | byte: 1 | BOS: 0 | ▁naïve after BOS: 6
+    # targets: ▁naïve after BOS: 6 | é: 2 | ▁naïve after é: 1+6 | byte: 1 | BOS: 0 |
+    # ▁naïve after BOS: 6
     assert tg.count_target_bytes(tokens, luts) == 6 + 2 + 7 + 1 + 0 + 6
-    assert (
-        tg.count_target_bytes(tokens, luts, chunk=2) == 22
-    )  # chunking never double-counts a boundary pair
+    # chunking never double-counts a boundary pair
+    assert tg.count_target_bytes(tokens, luts, chunk=2) == 22
 
 
 def test_ids_past_the_tokenizer_are_zero_byte_boundaries(handmade_sp):
@@ -94,7 +97,7 @@ def test_ids_past_the_tokenizer_are_zero_byte_boundaries(handmade_sp):
 def independent_byte_count(sp: spm.SentencePieceProcessor, tokens: np.ndarray) -> int:
     """The challenge's definition, token by token, straight from the tokenizer."""
     total = 0
-    for prev, tgt in zip(tokens[:-1].tolist(), tokens[1:].tolist()):
+    for prev, tgt in itertools.pairwise(tokens.tolist()):
         if sp.is_control(tgt) or sp.is_unknown(tgt) or sp.is_unused(tgt):
             continue
         if sp.is_byte(tgt):
@@ -126,12 +129,13 @@ def test_project_tokenizer_val_split_bytes_match_an_independent_count(tiny_datas
 
 
 def test_project_tokenizer_bytes_equal_the_decoded_text(tiny_dataset):
-    """With byte fallback nothing is unknown: a document's target bytes are its decoded UTF-8 bytes."""
+    """With byte fallback nothing is unknown: a document's target bytes are its decoded UTF-8
+    bytes."""
     sp = spm.SentencePieceProcessor(model_file=str(tiny_dataset.tokenizer_path))
     tokens = tg.load_data_shard(tiny_dataset.dataset_dir / "fineweb_val_000000.bin")
     luts = tg.build_sentencepiece_luts(sp, 1024)
-    starts = np.flatnonzero(tokens == 1).tolist() + [tokens.size]
-    for a, b in zip(starts[:-1], starts[1:]):
+    starts = [*np.flatnonzero(tokens == 1).tolist(), tokens.size]
+    for a, b in itertools.pairwise(starts):
         ids = tokens[a + 1 : b].tolist()
         text = sp.decode(ids)
         leading = ids and sp.id_to_piece(ids[0]).startswith("▁")  # not counted after BOS
@@ -161,10 +165,9 @@ def test_real_challenge_tokenizer_bytes_match_an_independent_count(tmp_path, tin
 
     sp = spm.SentencePieceProcessor(model_file=str(REAL_TOKENIZER))
     text = (Path(tg.__file__).read_text() + "\nNaïve café — 12345 😀 ÜBER straße\n").split("\n\n")
-    tokens = np.concatenate([[1] + sp.encode(doc) for doc in text]).astype(np.uint16)
+    tokens = np.concatenate([[1, *sp.encode(doc)] for doc in text]).astype(np.uint16)
     write_shard(tmp_path / "fineweb_val_000000.bin", tokens)
     val = validation_set(tmp_path, sp, 1024, 1, 0)
     assert val.target_bytes == independent_byte_count(sp, val.tokens)
-    assert (
-        tg.build_sentencepiece_luts(sp, 1024).base_bytes[sp.piece_to_id("▁")] == 0
-    )  # the standalone "▁" piece
+    # the standalone "▁" piece
+    assert tg.build_sentencepiece_luts(sp, 1024).base_bytes[sp.piece_to_id("▁")] == 0

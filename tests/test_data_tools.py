@@ -115,7 +115,7 @@ def test_builder_shards_pass_the_trainer_header_and_size_check(tiny):
     shards = shard_files(tiny.dataset_dir, "val") + shard_files(tiny.dataset_dir, "train")
     assert len(shards) == tiny.num_val_shards + tiny.num_train_shards
     counts = [train_gpt.read_shard_header(p) for p in shards]
-    assert all(p.stat().st_size == 1024 + 2 * n for p, n in zip(shards, counts))
+    assert all(p.stat().st_size == 1024 + 2 * n for p, n in zip(shards, counts, strict=True))
     assert sum(counts) == tiny.val_tokens + tiny.train_tokens
 
 

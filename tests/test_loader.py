@@ -61,7 +61,8 @@ CLOSE_S = 2.0  # close() must return within this
 def write_consecutive_shards(
     directory: Path, sizes: list[int], first: int = 0, split: str = "train"
 ) -> list[Path]:
-    """Shard k holds the next sizes[k] consecutive integers: the stream is first + 0..sum(sizes)-1."""
+    """Shard k holds the next sizes[k] consecutive integers: the stream is
+    first + 0..sum(sizes)-1."""
     assert first + sum(sizes) <= 65536, "every token must fit uint16"
     paths, start = [], first
     for k, n in enumerate(sizes):
@@ -80,7 +81,8 @@ def shard_offsets(sizes: list[int]) -> list[int]:
 
 
 def expected_batches(total: int, world_size: int, rank: int, shapes, first: int = 0):
-    """The baseline's rule as arithmetic, for a sequence of next_batch(global, seq_len, accum) calls."""
+    """The baseline's rule as arithmetic, for a sequence of next_batch(global, seq_len, accum)
+    calls."""
     offset = 0
     for global_tokens, seq_len, accum in shapes:
         span = global_tokens // (world_size * accum) + 1
@@ -97,7 +99,7 @@ def shape_for(world_size: int, local_tokens: int, seq_len: int, accum: int) -> t
 
 
 def assert_same_batch(got, want, what: str) -> None:
-    for name, g, w in zip("xy", got, want):
+    for name, g, w in zip("xy", got, want, strict=True):
         assert g.dtype == torch.int64, f"{what}: {name} dtype {g.dtype}, expected int64"
         assert g.device == CPU, f"{what}: {name} on {g.device}"
         assert tuple(g.shape) == tuple(w.shape), (
@@ -131,7 +133,7 @@ def call_within(fn, timeout: float = WATCHDOG_S, what: str = "call") -> Outcome:
         t0 = time.perf_counter()
         try:
             out.result = fn()
-        except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt/SystemExit must not reach pytest
+        except BaseException as e:
             out.error = e
         out.seconds = time.perf_counter() - t0
 
@@ -243,7 +245,8 @@ def no_pipeline_thread_left():
 
 @pytest.fixture
 def loaders():
-    """Opens loaders and closes them all (under the watchdog) when the test ends, even on failure."""
+    """Opens loaders and closes them all (under the watchdog) when the test ends, even on
+    failure."""
     opened = []
 
     def open_loader(*args, **kwargs):
@@ -264,7 +267,8 @@ def loaders():
 LAYOUTS = {
     # shards shorter than a batch, a 1-token shard, 0-token shards between others
     "short_shards": ([37, 1, 0, 5, 120, 0, 9, 64], (8, 4, 2)),
-    # a 0-token first and last shard (the wrap-around passes through both), shards longer than a batch
+    # a 0-token first and last shard (the wrap-around passes through both), shards longer than
+    # a batch
     "empty_ends": ([0, 300, 1, 250, 0], (12, 3, 1)),
 }
 RANKS = [(w, r) for w in (1, 2, 3, 4, 8) for r in range(w)]
@@ -318,7 +322,7 @@ def test_tokens_above_int16_survive_the_staging_buffers(tmp_path, loaders, first
         ):
             assert_same_batch(sync.next_batch(*shape), want, f"sync, rank {rank}, step {i}")
             assert_same_batch(
-                ok(lambda: pre.next_batch(*shape)), want, f"prefetch, rank {rank}, step {i}"
+                ok(lambda pre=pre: pre.next_batch(*shape)), want, f"prefetch, rank {rank}, step {i}"
             )
 
 
@@ -349,13 +353,15 @@ def test_shape_change_continues_the_stream_exactly(tmp_path, loaders, world_size
     sync = loaders("sync", train_pattern(tmp_path), rank, world_size)
     pre = loaders("prefetch", train_pattern(tmp_path), rank, world_size, depth=depth)
     for i, (shape, want) in enumerate(
-        zip(calls, expected_batches(sum(sizes), world_size, rank, calls))
+        zip(calls, expected_batches(sum(sizes), world_size, rank, calls), strict=True)
     ):
         if i and shape != calls[i - 1]:
             # The worker has run ahead with the old shape: all of that must be discarded.
             wait_until_prefetched(pre)
         assert_same_batch(sync.next_batch(*shape), want, f"sync, call {i} {shape}")
-        assert_same_batch(ok(lambda: pre.next_batch(*shape)), want, f"prefetch, call {i} {shape}")
+        assert_same_batch(
+            ok(lambda shape=shape: pre.next_batch(*shape)), want, f"prefetch, call {i} {shape}"
+        )
 
 
 @pytest.mark.parametrize("kind", ["sync", "prefetch"])
@@ -423,7 +429,8 @@ def _token_out_of_vocab(path: Path) -> None:
     write_shard(path, tokens)  # same size: the header check at construction could not see it
 
 
-# name -> (what to do to the shard after the loader was built, message fragment, function in the traceback)
+# name -> (what to do to the shard after the loader was built, message fragment,
+#          function in the traceback)
 CORRUPTIONS = {
     "bad_magic": (_overwrite_magic, "bad magic 123456789", "read_shard_header"),
     "size_mismatch": (_drop_last_token, "size mismatch", "read_shard_header"),
@@ -434,7 +441,8 @@ CORRUPTIONS = {
 
 
 def _batches_before_bad_shard(world_size: int, span: int) -> int:
-    """Micro-steps that end before the bad shard's first token: the stream never needs it for them."""
+    """Micro-steps that end before the bad shard's first token: the stream never needs it for
+    them."""
     return shard_offsets(FAIL_SIZES)[BAD_SHARD] // (world_size * span)
 
 
@@ -499,8 +507,9 @@ def test_bad_later_shard_is_reported_with_its_file_name(tmp_path, loaders, kind,
 
 @pytest.mark.parametrize("after", ["still_bad", "restored"])
 def test_sync_loader_retry_after_data_error_never_skips_tokens(tmp_path, after):
-    """A next_batch that raised consumed nothing: retrying either raises again (shard still bad) or,
-    once the shard is readable again, returns exactly the batch the failed call should have returned."""
+    """A next_batch that raised consumed nothing: retrying either raises again (shard still bad)
+    or, once the shard is readable again, returns exactly the batch the failed call should have
+    returned."""
     paths = write_consecutive_shards(tmp_path, FAIL_SIZES)
     world_size, rank, shape = 2, 1, shape_for(2, 8, 4, 2)
     loader = tg.DistributedTokenLoader(train_pattern(tmp_path), rank, world_size, "cpu")
@@ -542,7 +551,7 @@ def test_base_exception_in_the_shard_reader_becomes_a_worker_error(
     )
     loader = loaders("prefetch", train_pattern(tmp_path), rank, world_size, depth=2)
     want = expected_batches(sum(FAIL_SIZES), world_size, rank, [shape] * 100)
-    returned, failed = drain_until_error(
+    _, failed = drain_until_error(
         loader, shape, want, limit=_batches_before_bad_shard(world_size, 9) + 5
     )
     assert isinstance(failed.error, tg.WorkerError), (
@@ -680,8 +689,14 @@ def test_thirty_open_use_close_cycles_leave_no_thread(tmp_path):
         loader = tg.PrefetchingDistributedTokenLoader(
             train_pattern(tmp_path), cycle % 2, 2, "cpu", queue_depth=1 + cycle % 3
         )
-        for shape, want in zip(shapes, expected_batches(sum(sizes), 2, cycle % 2, shapes)):
-            assert_same_batch(ok(lambda: loader.next_batch(*shape)), want, f"cycle {cycle}")
+        for shape, want in zip(
+            shapes, expected_batches(sum(sizes), 2, cycle % 2, shapes), strict=True
+        ):
+            assert_same_batch(
+                ok(lambda loader=loader, shape=shape: loader.next_batch(*shape)),
+                want,
+                f"cycle {cycle}",
+            )
         closed = call_within(loader.close, what=f"close() in cycle {cycle}")
         assert closed.error is None and closed.seconds < CLOSE_S
         assert live_threads() <= before, (
@@ -768,8 +783,8 @@ def make_validation_set(
 
 
 def expected_val_batches(total: int, first: int, world_size: int, rank: int) -> list[torch.Tensor]:
-    """The baseline's eval_val loop: this rank's share of the whole sequences, VAL_BATCH_SEQS at a time,
-    each batch its tokens plus the one after (for the shifted targets)."""
+    """The baseline's eval_val loop: this rank's share of the whole sequences, VAL_BATCH_SEQS at a
+    time, each batch its tokens plus the one after (for the shifted targets)."""
     T = VAL_SEQ_LEN
     total_seqs = (total - 1) // T
     start, end = total_seqs * rank // world_size, total_seqs * (rank + 1) // world_size
@@ -784,7 +799,8 @@ VAL_MODES = [(False, 2), (True, 1), (True, 2), (True, 5)]
 
 
 def token_run(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The contiguous token run a validation batch (x, y) was cut from; y must be x shifted by one."""
+    """The contiguous token run a validation batch (x, y) was cut from; y must be x shifted by
+    one."""
     assert x.shape == y.shape and x.shape[1] == VAL_SEQ_LEN
     assert torch.equal(x.reshape(-1)[1:], y.reshape(-1)[:-1]), "y is not x shifted by one"
     return torch.cat([x.reshape(-1), y.reshape(-1)[-1:]])
@@ -816,7 +832,7 @@ def test_validation_batches_are_the_same_with_and_without_prefetch(
     fillers = {thread for name, thread, *_ in tracer.events if name == "batch_fill"}
     assert fillers == ({VAL_THREAD} if prefetch else set()), fillers
     assert len(got) == len(want)
-    for i, (g, w) in enumerate(zip(got, want)):
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
         assert g.dtype == torch.int64 and g.device == CPU
         assert torch.equal(g, w), f"batch {i}: {g.tolist()} != {w.tolist()}"
     assert VAL_THREAD not in thread_names(), "the val worker survived a full pass"

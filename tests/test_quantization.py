@@ -59,7 +59,8 @@ def test_round_trip_restores_dtypes_and_stays_within_half_a_step():
     row_scale = obj["scales"]["blocks.0.attn.c_q.weight"].float()[:, None]
     clip = torch.quantile(w.abs(), tg.INT8_CLIP_Q, dim=1)[:, None]
     inside = w.abs() <= clip  # values beyond the clip percentile are clipped on purpose
-    # half a quantization step, plus the fp16 rounding of the scale over up to 127 steps (127 * 2**-11)
+    # half a quantization step, plus the fp16 rounding of the scale over up to 127 steps
+    # (127 * 2**-11)
     assert ((r - w).abs() <= row_scale * (0.5 + 127 * 2**-11))[inside].all()
     assert torch.equal(restored["blocks.0.attn_scale"], original["blocks.0.attn_scale"])
 

@@ -9,17 +9,19 @@ import train_gpt as tg
 
 
 def test_warmdown_by_steps_without_a_wallclock_cap():
-    f = lambda step: tg.lr_multiplier(
-        step, 0.0, iterations=100, warmdown_iters=20, max_wallclock_ms=None
-    )
+    def f(step):
+        return tg.lr_multiplier(step, 0.0, iterations=100, warmdown_iters=20, max_wallclock_ms=None)
+
     assert [f(0), f(79), f(80), f(90), f(99), f(100)] == [1.0, 1.0, 1.0, 0.5, 0.05, 1.0]
 
 
 def test_warmdown_by_time_under_a_wallclock_cap():
     # 10 steps took 1000 ms: 100 ms per step; 20 warm-down steps = the last 2000 ms of a 10 s budget
-    f = lambda elapsed: tg.lr_multiplier(
-        10, elapsed, iterations=10**6, warmdown_iters=20, max_wallclock_ms=10_000.0
-    )
+    def f(elapsed):
+        return tg.lr_multiplier(
+            10, elapsed, iterations=10**6, warmdown_iters=20, max_wallclock_ms=10_000.0
+        )
+
     assert f(1000.0) == 1.0
     assert f(9000.0) == pytest.approx(1000.0 / (20 * 900.0))
     assert f(12_000.0) == 0.0
@@ -68,7 +70,10 @@ def test_same_seed_same_weights_and_an_untied_head_starts_at_zero():
     a = tg.build_model(tiny_cfg(tie_embeddings=False), torch.device("cpu"))
     torch.manual_seed(7)
     b = tg.build_model(tiny_cfg(tie_embeddings=False), torch.device("cpu"))
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert all(
+        torch.equal(x, y)
+        for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
     assert a.lm_head.weight.abs().sum() == 0
 
 

@@ -13,7 +13,7 @@ title. Exit code: 0 on success, 1 when the log has no breakdown lines, 2 when it
 
   python tools/plot_timing.py logs/RUN_ID.txt                 # writes logs/RUN_ID_timing.png
   python tools/plot_timing.py console.txt -o timing.png
-"""
+"""  # noqa: E501 - the sample timing_breakdown line above is one log line, kept whole
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 LINE = re.compile(r"^(?:\[[^\]]*\]:?\s*)?(timing_breakdown|timing_summary)\s+(.*)$")
 FIELD = re.compile(r"(\w+):(\S+)")
@@ -80,7 +80,7 @@ def plot(rows: list[dict[str, float]], summary: dict[str, str], title: str, out:
             label=name.removesuffix("_ms"),
             color=plt.cm.tab10(i % 10),
         )
-        bottom = [b + v for b, v in zip(bottom, values)]
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     if any(TOTAL in row for row in rows):
         total = [row.get(TOTAL, float("nan")) for row in rows]
         ax.plot(
@@ -134,7 +134,8 @@ def main(argv=None) -> int:
     rows, summary = parse_log(text)
     if not rows:
         print(
-            f"error: {args.log} has no timing_breakdown lines (run train_gpt.py with TRAINING_TIMING_BREAKDOWN=1)",
+            f"error: {args.log} has no timing_breakdown lines "
+            "(run train_gpt.py with TRAINING_TIMING_BREAKDOWN=1)",
             file=sys.stderr,
         )
         return 1
