@@ -1,16 +1,19 @@
 """
-train_gpt.py: the Parameter Golf naive baseline with an input pipeline that never makes the GPU wait.
+train_gpt.py: the Parameter Golf naive baseline, with an input pipeline that never keeps the GPU
+waiting.
 
-Same model, optimizer, data order and log lines as the challenge's baseline (diff your runs against
-it), plus: training batches staged by a background thread in fixed pinned uint16 buffers and copied
-one batch ahead on a dedicated CUDA stream; prefetched, double-buffered validation with BPB bytes
-counted once, exactly, on the CPU; a timing breakdown of the overlapped path and Perfetto traces.
-Every knob is an environment variable (Hyperparameters); a bad value names itself.
+Same model, optimizer, data order and log lines as the challenge's baseline (diff your runs
+against it), plus: training batches staged by a background thread in fixed pinned uint16 buffers
+and copied one batch ahead on a dedicated CUDA stream; a training step that never waits on the
+GPU (the wall-clock cap is agreed between hosts, not read back from the device); prefetched,
+double-buffered validation with BPB bytes counted once, exactly, on the CPU; a timing breakdown
+and Perfetto traces. Every knob is an environment variable (Hyperparameters); a bad value names
+itself.
 
   8xH100:   torchrun --standalone --nproc_per_node=8 train_gpt.py
-  1 GPU:    torchrun --standalone --nproc_per_node=1 train_gpt.py   (grad accumulation keeps the math)
+  1 GPU:    torchrun --standalone --nproc_per_node=1 train_gpt.py   (grad accumulation: same math)
   2 nodes:  torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=HOST:29500 \
-                --rdzv_id=JOB train_gpt.py                          (on both nodes)
+                --rdzv_id=JOB train_gpt.py                          (the same on both nodes)
   CPU:      torchrun --standalone --nproc_per_node=2 train_gpt.py   (gloo, fp32, no compile)
 """
 
@@ -20,6 +23,7 @@ import collections
 import contextlib
 import copy
 import dataclasses
+import functools
 import glob
 import inspect
 import io
@@ -35,9 +39,10 @@ import threading
 import time
 import uuid
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import sentencepiece as spm
@@ -56,6 +61,14 @@ class ConfigError(ValueError):
     """A bad environment variable; the message names it, its value and what was expected."""
 
 
+def knob(default, low=None, high=None, *, above=None, choices=None):
+    """A config field and its bounds: low <= value <= high, value > above, value in choices."""
+    bounds = {"low": low, "high": high, "above": above, "choices": choices}
+    if callable(default):
+        return dataclasses.field(default_factory=default, metadata=bounds)
+    return dataclasses.field(default=default, metadata=bounds)
+
+
 @dataclasses.dataclass(frozen=True)
 class Hyperparameters:
     """Every environment variable the run reads: the field name in upper case (DATA_PATH, ...)."""
@@ -63,207 +76,149 @@ class Hyperparameters:
     # data and run identity
     data_path: str = "./data/datasets/fineweb10B_sp1024"
     tokenizer_path: str = "./data/tokenizers/fineweb_1024_bpe.model"
-    run_id: str = dataclasses.field(
-        default_factory=lambda: str(uuid.uuid4())
-    )  # rank 0's is shared by all ranks
-    seed: int = 1337
+    run_id: str = knob(lambda: str(uuid.uuid4()))  # rank 0's is used by every rank
+    seed: int = knob(1337, 0, 2**32 - 1)
     # evaluation and logging cadence
-    val_batch_size: int = 524_288
-    val_loss_every: int = 1000  # 0 = only at the end
-    train_log_every: int = 200
-    max_val_tokens: int = 0  # 0 = the full split; anything else is NOT comparable to the challenge
-    val_progress_log_every: int = 0  # validation batches between progress lines; 0 = silent
+    val_batch_size: int = knob(524_288, 1)
+    val_loss_every: int = knob(1000, 0)  # 0 = only at the end
+    train_log_every: int = knob(200, 0)
+    max_val_tokens: int = knob(0, 0)  # 0 = the whole split; else NOT comparable to the challenge
+    val_progress_log_every: int = knob(0, 0)  # validation batches between progress lines
     # training length and batch
-    iterations: int = 20000
-    warmdown_iters: int = 1200
-    warmup_steps: int = 20  # compile warm-up steps; model, optimizers and loader are restored after
-    train_batch_tokens: int = 524_288
-    train_seq_len: int = 1024
-    max_wallclock_seconds: float = 600.0  # 0 = no cap
+    iterations: int = knob(20000, 0)
+    warmdown_iters: int = knob(1200, 0)
+    warmup_steps: int = knob(20, 0)  # compile warm-up; model, optimizers, loader restored after
+    train_batch_tokens: int = knob(524_288, 1)
+    train_seq_len: int = knob(1024, 1)
+    max_wallclock_seconds: float = knob(600.0, 0)  # 0 = no cap
     # model
-    vocab_size: int = 1024
-    num_layers: int = 9
-    num_kv_heads: int = 4
-    model_dim: int = 512
-    num_heads: int = 8
-    mlp_mult: int = 2
+    vocab_size: int = knob(1024, 2, 65536)
+    num_layers: int = knob(9, 1)
+    num_kv_heads: int = knob(4, 1)
+    model_dim: int = knob(512, 2)
+    num_heads: int = knob(8, 1)
+    mlp_mult: int = knob(2, 1)
     tie_embeddings: bool = True
-    rope_base: float = 10000.0
-    logit_softcap: float = 30.0
+    rope_base: float = knob(10000.0, above=0)
+    logit_softcap: float = knob(30.0, above=0)
     qk_gain_init: float = 1.5
-    attention_backend: str = (
-        "auto"  # auto: FlashAttention-3 on Hopper, else FlashAttention-2, else SDPA
-    )
+    # auto: FlashAttention-3 on Hopper, else FlashAttention-2, else PyTorch SDPA
+    attention_backend: str = knob("auto", choices=("auto", "fa3", "fa2", "sdpa"))
     # optimizer
-    embed_lr: float = 0.6
-    head_lr: float = 0.008
-    tied_embed_lr: float = 0.05
-    tied_embed_init_std: float = 0.005
-    matrix_lr: float = 0.04
-    scalar_lr: float = 0.04
-    muon_momentum: float = 0.95
-    muon_backend_steps: int = 5
-    muon_momentum_warmup_start: float = 0.85
-    muon_momentum_warmup_steps: int = 500
-    beta1: float = 0.9
-    beta2: float = 0.95
-    adam_eps: float = 1e-8
-    grad_clip_norm: float = 0.0
+    embed_lr: float = knob(0.6, 0)
+    head_lr: float = knob(0.008, 0)
+    tied_embed_lr: float = knob(0.05, 0)
+    tied_embed_init_std: float = knob(0.005, 0)
+    matrix_lr: float = knob(0.04, 0)
+    scalar_lr: float = knob(0.04, 0)
+    muon_momentum: float = knob(0.95, 0, 1)
+    muon_backend_steps: int = knob(5, 1)
+    muon_momentum_warmup_start: float = knob(0.85, 0, 1)
+    muon_momentum_warmup_steps: int = knob(500, 0)
+    beta1: float = knob(0.9, 0, 1)
+    beta2: float = knob(0.95, 0, 1)
+    adam_eps: float = knob(1e-8, above=0)
+    grad_clip_norm: float = knob(0.0, 0)
     # input pipeline (none of these changes a single token or number)
     train_prefetch: bool = True  # 0 = the baseline's synchronous loader
-    train_prefetch_queue: int = 2
+    train_prefetch_queue: int = knob(2, 1, 1024)
     train_copy_stream: bool = True
     val_prefetch: bool = True
-    val_prefetch_queue: int = 2
+    val_prefetch_queue: int = knob(2, 1, 1024)
     val_copy_stream: bool = True
-    val_bytecount_device: str = (
-        "cpu"  # cpu: counted once at start-up; cuda: the baseline's per-batch LUTs
-    )
+    # cpu: counted once at start-up; cuda: the baseline's per-batch lookups on the device
+    val_bytecount_device: str = knob("cpu", choices=("cpu", "cuda"))
     # observability (changes no number either)
     training_timing_breakdown: bool = False
-    training_timing_every: int = 200
+    training_timing_every: int = knob(200, 1)
     pipeline_trace: str = ""  # directory for per-rank Chrome/Perfetto trace JSON; empty = off
-    pipeline_trace_steps: int = 50
+    pipeline_trace_steps: int = knob(50, 0)
 
     train_files = property(lambda self: os.path.join(self.data_path, "fineweb_train_*.bin"))
     val_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_*.bin"))
 
     @classmethod
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
-        names = {f.name.upper(): f for f in dataclasses.fields(cls)}
-        cfg = cls(
-            **{
-                f.name: _parse_value(name, env[name], f.type)
-                for name, f in names.items()
-                if name in env
-            }
-        )
+        fields = {f.name.upper(): f for f in dataclasses.fields(cls)}
+        values = {
+            f.name: parse_value(name, env[name], f.type)
+            for name, f in fields.items()
+            if name in env
+        }
+        cfg = cls(**values)
         cfg.validate(world_size)
         return cfg
 
     def validate(self, world_size: int) -> None:
-        for name, (lo, hi) in _LIMITS.items():
-            value = getattr(self, name)
-            if value < lo or (hi is not None and value > hi):
-                want = (
-                    "> 0"
-                    if lo == _TINY
-                    else f">= {lo}" + (f" and <= {hi}" if hi is not None else "")
-                )
-                raise ConfigError(f"{name.upper()}={value}: expected a value {want}")
-        for name, choices in _CHOICES.items():
-            if getattr(self, name) not in choices:
-                raise ConfigError(
-                    f"{name.upper()}={getattr(self, name)!r}: expected one of {', '.join(choices)}"
-                )
-        if (
-            not self.run_id
-            or "/" in self.run_id
-            or "\\" in self.run_id
-            or self.run_id in (".", "..")
-        ):
+        for f in dataclasses.fields(self):
+            check_bounds(f.name.upper(), getattr(self, f.name), **f.metadata)
+        if not self.run_id or any(c in self.run_id for c in "/\\") or self.run_id in (".", ".."):
             raise ConfigError(
                 f"RUN_ID={self.run_id!r}: expected a plain file name (it names logs/<RUN_ID>.txt)"
             )
         grad_accum = grad_accum_steps_for(world_size)
         per_rank = self.train_batch_tokens // (world_size * grad_accum)
         if self.train_batch_tokens % (world_size * grad_accum) or per_rank % self.train_seq_len:
+            unit = world_size * grad_accum * self.train_seq_len
             raise ConfigError(
-                f"TRAIN_BATCH_TOKENS={self.train_batch_tokens} with TRAIN_SEQ_LEN={self.train_seq_len}: expected a "
-                f"multiple of WORLD_SIZE*grad_accum_steps*TRAIN_SEQ_LEN = {world_size}*{grad_accum}*{self.train_seq_len} "
-                f"= {world_size * grad_accum * self.train_seq_len}"
+                f"TRAIN_BATCH_TOKENS={self.train_batch_tokens} with TRAIN_SEQ_LEN="
+                f"{self.train_seq_len}: expected a multiple of WORLD_SIZE*grad_accum_steps*"
+                f"TRAIN_SEQ_LEN = {world_size}*{grad_accum}*{self.train_seq_len} = {unit}"
             )
         if self.val_batch_size // (world_size * grad_accum) < self.train_seq_len:
             raise ConfigError(
-                f"VAL_BATCH_SIZE={self.val_batch_size}: expected at least one sequence per rank and micro-step, "
-                f"i.e. >= WORLD_SIZE*grad_accum_steps*TRAIN_SEQ_LEN = {world_size * grad_accum * self.train_seq_len}"
+                f"VAL_BATCH_SIZE={self.val_batch_size}: expected at least one sequence per rank "
+                f"and micro-step, i.e. >= WORLD_SIZE*grad_accum_steps*TRAIN_SEQ_LEN = "
+                f"{world_size * grad_accum * self.train_seq_len}"
             )
         if self.model_dim % self.num_heads or (self.model_dim // self.num_heads) % 2:
             raise ConfigError(
-                f"MODEL_DIM={self.model_dim}: expected a multiple of NUM_HEADS={self.num_heads} with an even head size (RoPE)"
+                f"MODEL_DIM={self.model_dim}: expected a multiple of NUM_HEADS={self.num_heads} "
+                f"with an even head size (RoPE)"
             )
         if self.num_heads % self.num_kv_heads:
+            heads = self.num_heads
             raise ConfigError(
-                f"NUM_KV_HEADS={self.num_kv_heads}: expected a divisor of NUM_HEADS={self.num_heads}"
+                f"NUM_KV_HEADS={self.num_kv_heads}: expected a divisor of NUM_HEADS={heads}"
             )
         if 0 < self.max_val_tokens < self.train_seq_len:
             raise ConfigError(
-                f"MAX_VAL_TOKENS={self.max_val_tokens}: expected 0 (full split) or >= TRAIN_SEQ_LEN={self.train_seq_len}"
+                f"MAX_VAL_TOKENS={self.max_val_tokens}: expected 0 (full split) or "
+                f">= TRAIN_SEQ_LEN={self.train_seq_len}"
             )
 
 
-_TINY = math.nextafter(0.0, 1.0)  # "strictly positive" as an inclusive lower bound
-_LIMITS = {
-    "seed": (0, 2**32 - 1),
-    "val_batch_size": (1, None),
-    "val_loss_every": (0, None),
-    "train_log_every": (0, None),
-    "max_val_tokens": (0, None),
-    "val_progress_log_every": (0, None),
-    "iterations": (0, None),
-    "warmdown_iters": (0, None),
-    "warmup_steps": (0, None),
-    "train_batch_tokens": (1, None),
-    "train_seq_len": (1, None),
-    "max_wallclock_seconds": (0, None),
-    "vocab_size": (2, 65536),
-    "num_layers": (1, None),
-    "num_kv_heads": (1, None),
-    "model_dim": (2, None),
-    "num_heads": (1, None),
-    "mlp_mult": (1, None),
-    "rope_base": (_TINY, None),
-    "logit_softcap": (_TINY, None),
-    "embed_lr": (0, None),
-    "head_lr": (0, None),
-    "tied_embed_lr": (0, None),
-    "tied_embed_init_std": (0, None),
-    "matrix_lr": (0, None),
-    "scalar_lr": (0, None),
-    "muon_momentum": (0, 1),
-    "muon_backend_steps": (1, None),
-    "muon_momentum_warmup_start": (0, 1),
-    "muon_momentum_warmup_steps": (0, None),
-    "beta1": (0, 1),
-    "beta2": (0, 1),
-    "adam_eps": (_TINY, None),
-    "grad_clip_norm": (0, None),
-    "train_prefetch_queue": (1, 1024),
-    "val_prefetch_queue": (1, 1024),
-    "training_timing_every": (1, None),
-    "pipeline_trace_steps": (0, None),
-}
-_CHOICES = {
-    "val_bytecount_device": ("cpu", "cuda"),
-    "attention_backend": ("auto", "fa3", "fa2", "sdpa"),
-}
+def check_bounds(name: str, value, low=None, high=None, above=None, choices=None) -> None:
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+    if above is not None and not value > above:
+        raise ConfigError(f"{name}={value}: expected a value > {above}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        want = [f">= {low}"] * (low is not None) + [f"<= {high}"] * (high is not None)
+        raise ConfigError(f"{name}={value}: expected a value {' and '.join(want)}")
 
 
-_PARSERS = {
-    "int": int,
-    "float": float,
-    "bool": lambda text: {"0": False, "1": True}[text],
-    "str": str,
-}
+PARSERS = {"int": int, "float": float, "bool": {"0": False, "1": True}.__getitem__, "str": str}
+EXPECTED = {"bool": "0 or 1", "int": "an integer", "float": "a finite number"}
 
 
-def _parse_value(name: str, raw: str, kind: str):
+def parse_value(name: str, raw: str, kind: str):
     try:
-        value = _PARSERS[kind](raw if kind == "str" else raw.strip())
-        if kind == "float" and not math.isfinite(value):
-            raise ValueError
-        return value
+        value = PARSERS[kind](raw if kind == "str" else raw.strip())
     except (ValueError, KeyError):
-        want = {"bool": "0 or 1", "int": "an integer", "float": "a finite number"}[kind]
-        raise ConfigError(f"{name}={raw!r}: expected {want}") from None
+        value = None
+    if value is None or (kind == "float" and not math.isfinite(value)):
+        raise ConfigError(f"{name}={raw!r}: expected {EXPECTED[kind]}")
+    return value
 
 
 def env_int(name: str, default: int) -> int:
-    return _parse_value(name, os.environ.get(name, str(default)), "int")
+    return parse_value(name, os.environ.get(name, str(default)), "int")
 
 
 def grad_accum_steps_for(world_size: int) -> int:
-    """8 // WORLD_SIZE keeps the global batch and the math fixed on 1-8 GPUs; multiples of 8 run one micro-step."""
+    """8 // WORLD_SIZE keeps the global batch and the math of 1-8 GPUs the same; multiples of 8
+    run one micro-step each."""
     if world_size < 1 or (8 % world_size and world_size % 8):
         raise ConfigError(
             f"WORLD_SIZE={world_size}: expected a divisor of 8 (1, 2, 4, 8) or a multiple of 8"
@@ -292,21 +247,13 @@ def zeropower_via_newtonschulz5(G: Tensor, steps: int = 10, eps: float = 1e-7) -
 
 
 class Muon(torch.optim.Optimizer):
-    """Momentum + orthogonalised update; each rank orthogonalises every world-th matrix, one all-reduce shares them."""
+    """Momentum, then an orthogonalised update. Each rank orthogonalises every world-th matrix
+    and one all-reduce of the flat update shares them."""
 
-    def __init__(
-        self,
-        params,
-        lr: float,
-        momentum: float,
-        backend_steps: int,
-        nesterov: bool = True,
-        orthogonalize: Callable = zeropower_via_newtonschulz5,
-    ):
-        super().__init__(
-            params, dict(lr=lr, momentum=momentum, backend_steps=backend_steps, nesterov=nesterov)
-        )
-        self.orthogonalize = orthogonalize
+    def __init__(self, params, lr, momentum, backend_steps, nesterov=True, orthogonalize=None):
+        defaults = dict(lr=lr, momentum=momentum, backend_steps=backend_steps, nesterov=nesterov)
+        super().__init__(params, defaults)
+        self.orthogonalize = orthogonalize or zeropower_via_newtonschulz5
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -317,36 +264,31 @@ class Muon(torch.optim.Optimizer):
             params = group["params"]
             if not params:
                 continue
-            momentum = group["momentum"]
-            updates_flat = torch.zeros(
-                sum(int(p.numel()) for p in params), device=params[0].device, dtype=torch.bfloat16
-            )
+            total = sum(int(p.numel()) for p in params)
+            updates_flat = torch.zeros(total, device=params[0].device, dtype=torch.bfloat16)
             curr = 0
             for i, p in enumerate(params):
                 if i % world_size == rank and p.grad is not None:
-                    g = p.grad
-                    state = self.state[p]
-                    if "momentum_buffer" not in state:
-                        state["momentum_buffer"] = torch.zeros_like(g)
-                    buf = state["momentum_buffer"]
-                    buf.mul_(momentum).add_(g)
-                    if group["nesterov"]:
-                        g = g.add(buf, alpha=momentum)
+                    g = self.momentum_update(p, group)
                     g = self.orthogonalize(g, steps=group["backend_steps"])
-                    g *= (
-                        max(1, g.size(0) / g.size(1)) ** 0.5
-                    )  # scale correction for non-square matrices
+                    g *= max(1, g.size(0) / g.size(1)) ** 0.5  # scale for non-square matrices
                     updates_flat[curr : curr + p.numel()] = g.reshape(-1)
                 curr += p.numel()
             if distributed:
                 dist.all_reduce(updates_flat, op=dist.ReduceOp.SUM)
             curr = 0
             for p in params:
-                p.add_(
-                    updates_flat[curr : curr + p.numel()].view_as(p).to(dtype=p.dtype),
-                    alpha=-group["lr"],
-                )
+                update = updates_flat[curr : curr + p.numel()].view_as(p).to(dtype=p.dtype)
+                p.add_(update, alpha=-group["lr"])
                 curr += p.numel()
+
+    def momentum_update(self, p: Tensor, group: dict) -> Tensor:
+        state = self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(p.grad)
+        buf = state["momentum_buffer"]
+        buf.mul_(group["momentum"]).add_(p.grad)
+        return p.grad.add(buf, alpha=group["momentum"]) if group["nesterov"] else p.grad
 
 
 def lr_multiplier(
@@ -356,19 +298,23 @@ def lr_multiplier(
     warmdown_iters: int,
     max_wallclock_ms: float | None,
 ) -> float:
-    """Linear warm-down over the last WARMDOWN_ITERS steps or, under a cap, the last WARMDOWN_ITERS * step_avg ms."""
+    """Linear warm-down over the last WARMDOWN_ITERS steps or, under a wall-clock cap, over the
+    last WARMDOWN_ITERS * step_avg milliseconds."""
     if warmdown_iters <= 0:
         return 1.0
     if max_wallclock_ms is None:
-        warmdown_start = max(iterations - warmdown_iters, 0)
-        return (
-            max((iterations - step) / max(warmdown_iters, 1), 0.0)
-            if warmdown_start <= step < iterations
-            else 1.0
-        )
+        if max(iterations - warmdown_iters, 0) <= step < iterations:
+            return max((iterations - step) / max(warmdown_iters, 1), 0.0)
+        return 1.0
     warmdown_ms = warmdown_iters * (elapsed_ms / max(step, 1))
     remaining_ms = max(max_wallclock_ms - elapsed_ms, 0.0)
     return remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
+
+
+def muon_momentum_at(step: int, cfg: Hyperparameters) -> float:
+    warmup = cfg.muon_momentum_warmup_steps
+    frac = min(step / warmup, 1.0) if warmup > 0 else 1.0
+    return (1 - frac) * cfg.muon_momentum_warmup_start + frac * cfg.muon_momentum
 
 
 # -----------------------------
@@ -378,7 +324,7 @@ def lr_multiplier(
 
 class ByteLuts(NamedTuple):
     base_bytes: np.ndarray  # UTF-8 bytes of the piece without its leading "▁" (byte tokens: 1)
-    has_leading_space: np.ndarray  # piece starts with "▁": one more byte unless after a boundary
+    has_leading_space: np.ndarray  # starts with "▁": one more byte unless after a boundary
     is_boundary: np.ndarray  # control / unknown / unused ids (and ids past the tokenizer): 0 bytes
 
 
@@ -403,14 +349,13 @@ def build_sentencepiece_luts(sp: spm.SentencePieceProcessor, vocab_size: int) ->
 
 
 def count_target_bytes(tokens: np.ndarray, luts: ByteLuts, chunk: int = 1 << 22) -> int:
-    """Exact UTF-8 bytes of the targets tokens[1:] given their predecessors tokens[:-1], as an integer."""
+    """Exact UTF-8 bytes of the targets tokens[1:] given their predecessors, as an integer."""
     total = 0
     for start in range(0, tokens.size - 1, chunk):
         prev = tokens[start : min(start + chunk, tokens.size - 1)].astype(np.int64)
         tgt = tokens[start + 1 : start + 1 + prev.size].astype(np.int64)
-        total += int(luts.base_bytes[tgt].sum()) + int(
-            np.count_nonzero(luts.has_leading_space[tgt] & ~luts.is_boundary[prev])
-        )
+        spaces = luts.has_leading_space[tgt] & ~luts.is_boundary[prev]
+        total += int(luts.base_bytes[tgt].sum()) + int(np.count_nonzero(spaces))
     return total
 
 
@@ -418,19 +363,14 @@ def count_target_bytes(tokens: np.ndarray, luts: ByteLuts, chunk: int = 1 << 22)
 # INT8 + ZLIB QUANTIZATION
 # -----------------------------
 
-CONTROL_TENSOR_NAME_PATTERNS = (
-    "attn_scale",
-    "attn_scales",
-    "mlp_scale",
-    "mlp_scales",
-    "resid_mix",
-    "resid_mixes",
-    "q_gain",
-    "skip_weight",
-    "skip_weights",
-)
+# substrings of the names of the small control tensors (attn_scale matches attn_scales, ...)
+CONTROL_TENSOR_NAME_PATTERNS = ("attn_scale", "mlp_scale", "resid_mix", "q_gain", "skip_weight")
 INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
 INT8_CLIP_Q = 99.99984 / 100.0
+
+
+def is_control_tensor(name: str) -> bool:
+    return any(pattern in name for pattern in CONTROL_TENSOR_NAME_PATTERNS)
 
 
 def tensor_nbytes(t: Tensor) -> int:
@@ -439,47 +379,27 @@ def tensor_nbytes(t: Tensor) -> int:
 
 def quantize_float_tensor(t: Tensor) -> tuple[Tensor, Tensor]:
     t32 = t.float()
-    if (
-        t32.ndim == 2
-    ):  # per-row scales, clipped at a high percentile of |w| so one outlier can't flatten a row
-        clip_abs = (
-            torch.quantile(t32.abs(), INT8_CLIP_Q, dim=1)
-            if t32.numel()
-            else torch.empty((t32.shape[0],), dtype=torch.float32)
-        )
+    if t32.ndim == 2:  # per-row scales, clipped at a high percentile so one outlier can't flatten
+        if t32.numel():
+            clip_abs = torch.quantile(t32.abs(), INT8_CLIP_Q, dim=1)
+        else:
+            clip_abs = torch.empty((t32.shape[0],), dtype=torch.float32)
         clipped = torch.maximum(torch.minimum(t32, clip_abs[:, None]), -clip_abs[:, None])
         scale = (clip_abs / 127.0).clamp_min(1.0 / 127.0)
-        q = (
-            torch.clamp(torch.round(clipped / scale[:, None]), -127, 127)
-            .to(torch.int8)
-            .contiguous()
-        )
-        return q, scale.to(dtype=torch.float16).contiguous()
-    clip_abs = (
-        float(torch.quantile(t32.abs().flatten(), INT8_CLIP_Q).item()) if t32.numel() else 0.0
-    )
+        q = torch.clamp(torch.round(clipped / scale[:, None]), -127, 127)
+        return q.to(torch.int8).contiguous(), scale.to(dtype=torch.float16).contiguous()
+    clip_abs = 0.0
+    if t32.numel():
+        clip_abs = float(torch.quantile(t32.abs().flatten(), INT8_CLIP_Q).item())
     scale = torch.tensor(clip_abs / 127.0 if clip_abs > 0 else 1.0, dtype=torch.float32)
-    q = (
-        torch.clamp(torch.round(torch.clamp(t32, -clip_abs, clip_abs) / scale), -127, 127)
-        .to(torch.int8)
-        .contiguous()
-    )
-    return q, scale
+    q = torch.clamp(torch.round(torch.clamp(t32, -clip_abs, clip_abs) / scale), -127, 127)
+    return q.to(torch.int8).contiguous(), scale
 
 
 def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> tuple[dict, dict]:
-    quantized, scales, dtypes, passthrough, passthrough_orig_dtypes, qmeta = {}, {}, {}, {}, {}, {}
-    stats = dict.fromkeys(
-        (
-            "param_count",
-            "num_tensors",
-            "num_float_tensors",
-            "num_nonfloat_tensors",
-            "baseline_tensor_bytes",
-            "int8_payload_bytes",
-        ),
-        0,
-    )
+    """The baseline's int8_clean_per_row_v1 format, and byte statistics for the log."""
+    quantized, scales, dtypes, passthrough, orig_dtypes, qmeta = {}, {}, {}, {}, {}, {}
+    stats = collections.Counter()  # counts and byte totals for the log
     for name, tensor in state_dict.items():
         t = tensor.detach().to("cpu").contiguous()
         stats["param_count"] += int(t.numel())
@@ -489,37 +409,30 @@ def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> tuple[dict, dict]
             stats["num_nonfloat_tensors"] += 1
             passthrough[name] = t
             stats["int8_payload_bytes"] += tensor_nbytes(t)
-            continue
-        if (
-            t.numel() <= INT8_KEEP_FLOAT_MAX_NUMEL
-        ):  # small tensors: kept as floats (control tensors in fp32)
-            if any(pattern in name for pattern in CONTROL_TENSOR_NAME_PATTERNS):
+        elif t.numel() <= INT8_KEEP_FLOAT_MAX_NUMEL:  # small: kept as floats (control in fp32)
+            if is_control_tensor(name):
                 kept = t.float().contiguous()
             elif t.dtype in (torch.float32, torch.bfloat16):
-                passthrough_orig_dtypes[name] = str(t.dtype).removeprefix("torch.")
+                orig_dtypes[name] = str(t.dtype).removeprefix("torch.")
                 kept = t.to(dtype=torch.float16).contiguous()
             else:
                 kept = t
             passthrough[name] = kept
             stats["int8_payload_bytes"] += tensor_nbytes(kept)
-            continue
-        stats["num_float_tensors"] += 1
-        q, s = quantize_float_tensor(t)
-        if s.ndim > 0:
-            qmeta[name] = {"scheme": "per_row", "axis": 0}
-        quantized[name], scales[name], dtypes[name] = q, s, str(t.dtype).removeprefix("torch.")
-        stats["int8_payload_bytes"] += tensor_nbytes(q) + tensor_nbytes(s)
-    obj = {
-        "__quant_format__": "int8_clean_per_row_v1",
-        "quantized": quantized,
-        "scales": scales,
-        "dtypes": dtypes,
-        "passthrough": passthrough,
-    }
+        else:
+            stats["num_float_tensors"] += 1
+            q, s = quantize_float_tensor(t)
+            if s.ndim > 0:
+                qmeta[name] = {"scheme": "per_row", "axis": 0}
+            quantized[name], scales[name] = q, s
+            dtypes[name] = str(t.dtype).removeprefix("torch.")
+            stats["int8_payload_bytes"] += tensor_nbytes(q) + tensor_nbytes(s)
+    obj = dict(__quant_format__="int8_clean_per_row_v1", quantized=quantized, scales=scales)
+    obj.update(dtypes=dtypes, passthrough=passthrough)
     if qmeta:
         obj["qmeta"] = qmeta
-    if passthrough_orig_dtypes:
-        obj["passthrough_orig_dtypes"] = passthrough_orig_dtypes
+    if orig_dtypes:
+        obj["passthrough_orig_dtypes"] = orig_dtypes
     return obj, stats
 
 
@@ -529,11 +442,8 @@ def dequantize_state_dict_int8(obj: dict) -> dict[str, Tensor]:
     for name, q in obj["quantized"].items():
         dtype, s = getattr(torch, obj["dtypes"][name]), obj["scales"][name]
         if qmeta.get(name, {}).get("scheme") == "per_row" or s.ndim > 0:
-            out[name] = (
-                (q.float() * s.to(torch.float32).view(q.shape[0], *([1] * (q.ndim - 1))))
-                .to(dtype=dtype)
-                .contiguous()
-            )
+            row_scale = s.to(torch.float32).view(q.shape[0], *([1] * (q.ndim - 1)))
+            out[name] = (q.float() * row_scale).to(dtype=dtype).contiguous()
         else:
             out[name] = (q.float() * float(s.item())).to(dtype=dtype).contiguous()
     for name, t in obj["passthrough"].items():
@@ -576,21 +486,16 @@ def read_shard_header(path: str | Path) -> int:
     except OSError as e:
         raise DataError(f"{path}: cannot read shard ({e.strerror or e})") from e
     if header.size != HEADER_INTS:
+        raise DataError(f"{path}: truncated header: {size} bytes, a shard has {HEADER_BYTES}")
+    magic, version, num_tokens = (int(v) for v in header[:3])
+    if magic != SHARD_MAGIC:
+        raise DataError(f"{path}: bad magic {magic} (expected {SHARD_MAGIC}): not a token shard")
+    if version != SHARD_VERSION:
+        raise DataError(f"{path}: unsupported shard version {version} (expected {SHARD_VERSION})")
+    expected = HEADER_BYTES + 2 * num_tokens
+    if num_tokens < 0 or size != expected:
         raise DataError(
-            f"{path}: truncated header: {size} bytes, a shard starts with a {HEADER_BYTES}-byte header"
-        )
-    if int(header[0]) != SHARD_MAGIC:
-        raise DataError(
-            f"{path}: bad magic {int(header[0])} (expected {SHARD_MAGIC}): not a token shard"
-        )
-    if int(header[1]) != SHARD_VERSION:
-        raise DataError(
-            f"{path}: unsupported shard version {int(header[1])} (expected {SHARD_VERSION})"
-        )
-    num_tokens = int(header[2])
-    if num_tokens < 0 or size != HEADER_BYTES + 2 * num_tokens:
-        raise DataError(
-            f"{path}: size mismatch: header says {num_tokens} tokens = {HEADER_BYTES + 2 * num_tokens} bytes, file has {size}"
+            f"{path}: size mismatch: {num_tokens} tokens need {expected} bytes, the file has {size}"
         )
     return num_tokens
 
@@ -607,7 +512,8 @@ def load_data_shard(path: str | Path, vocab_size: int | None = None) -> np.ndarr
     if vocab_size is not None and num_tokens and int(tokens.max()) >= vocab_size:
         bad = int(np.argmax(tokens >= vocab_size))
         raise DataError(
-            f"{path}: token {int(tokens[bad])} at position {bad} >= vocab {vocab_size} (VOCAB_SIZE / wrong tokenizer?)"
+            f"{path}: token {int(tokens[bad])} at position {bad} >= vocab {vocab_size} "
+            f"(VOCAB_SIZE / wrong tokenizer?)"
         )
     return tokens
 
@@ -616,8 +522,9 @@ def list_shards(pattern: str) -> list[Path]:
     files = sorted(Path(p) for p in glob.glob(pattern))
     if not files:
         raise DataError(
-            f"no files match {pattern}: set DATA_PATH, or build a local dataset (python data/build_local_dataset.py) "
-            f"or download the published one (python data/download_fineweb.py)"
+            f"no files match {pattern}: set DATA_PATH, or build a local dataset "
+            f"(python data/build_local_dataset.py) or download the published one "
+            f"(python data/download_fineweb.py)"
         )
     return files
 
@@ -636,21 +543,21 @@ def rank_span(global_tokens: int, seq_len: int, grad_accum_steps: int, world_siz
     local_tokens = global_tokens // (world_size * grad_accum_steps)
     if local_tokens <= 0 or local_tokens % seq_len:
         raise ValueError(
-            f"a batch of {global_tokens} tokens over {world_size} ranks x {grad_accum_steps} micro-steps gives "
-            f"{local_tokens} tokens per rank: expected a positive multiple of seq_len={seq_len}"
+            f"a batch of {global_tokens} tokens over {world_size} ranks x {grad_accum_steps} "
+            f"micro-steps gives {local_tokens} tokens per rank: expected a positive multiple of "
+            f"seq_len={seq_len}"
         )
     return local_tokens + 1
+
+
+def split_inputs_targets(tokens: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
+    return tokens[:-1].view(-1, seq_len), tokens[1:].view(-1, seq_len)
 
 
 class TokenStream:
     """The baseline's order: one pass over the sorted shards, wrapping around to the first."""
 
-    def __init__(
-        self,
-        files: list[Path],
-        load: Callable[[int], np.ndarray],
-        position: tuple[int, int] = (0, 0),
-    ):
+    def __init__(self, files: list[Path], load: Callable[[int], np.ndarray], position=(0, 0)):
         self.files, self.load = files, load
         self.file_idx, self.pos = position
         self.tokens = load(self.file_idx)
@@ -671,8 +578,8 @@ class TokenStream:
             done += k
 
     def take_rank_span(self, span: int, rank: int, world_size: int, out: np.ndarray) -> None:
-        """Each micro-step consumes world_size*span tokens; rank r keeps the r-th span. On an error
-        the stream stays where it was, so a retry reads the same tokens (none skipped)."""
+        """Each micro-step consumes world_size*span tokens; rank r keeps the r-th span. On an
+        error the stream stays where it was, so a retry reads the same tokens (none skipped)."""
         saved = self.file_idx, self.pos, self.tokens
         try:
             self.consume(rank * span)
@@ -683,7 +590,7 @@ class TokenStream:
             raise
 
 
-class _ClosedOnExit(contextlib.AbstractContextManager):  # `with loader:` closes it
+class ClosedOnExit(contextlib.AbstractContextManager):  # `with loader:` closes it
     def close(self) -> None:
         pass
 
@@ -691,19 +598,15 @@ class _ClosedOnExit(contextlib.AbstractContextManager):  # `with loader:` closes
         self.close()
 
 
-class DistributedTokenLoader(_ClosedOnExit):
-    """The baseline's synchronous loader: every rank walks the shared stream and keeps its own span."""
+class DistributedTokenLoader(ClosedOnExit):
+    """The baseline's synchronous loader: every rank walks the shared stream, keeps its span."""
 
-    def __init__(
-        self, pattern: str, rank: int, world_size: int, device, *, vocab_size: int | None = None
-    ):
+    def __init__(self, pattern: str, rank: int, world_size: int, device, *, vocab_size=None):
         self.rank, self.world_size, self.device = rank, world_size, torch.device(device)
         files, _ = check_shards(pattern)
         self.stream = TokenStream(files, lambda i: load_data_shard(files[i], vocab_size))
 
-    def next_batch(
-        self, global_tokens: int, seq_len: int, grad_accum_steps: int
-    ) -> tuple[Tensor, Tensor]:
+    def next_batch(self, global_tokens: int, seq_len: int, grad_accum_steps: int):
         span = rank_span(global_tokens, seq_len, grad_accum_steps, self.world_size)
         local = np.empty(span, dtype=np.uint16)
         self.stream.take_rank_span(span, self.rank, self.world_size, local)
@@ -717,13 +620,14 @@ class DistributedTokenLoader(_ClosedOnExit):
 
 
 class WorkerError(RuntimeError):
-    """A background loader thread failed; the original exception, with its traceback, is the cause."""
+    """A background loader thread failed; the original exception is the cause."""
 
 
 class _Handoff:
-    """Bounded FIFO between two threads that never blocks forever: close() wakes every waiter, a
-    producer's failure is raised to the consumer, a dead producer is noticed. A producer facing a full
-    queue re-checks every POLL_S, so the consumer need not pay a thread wake-up (~40 us) per batch."""
+    """Bounded FIFO between two threads that never blocks forever: close() wakes every waiter,
+    a producer's failure is raised to the consumer, a dead producer is noticed. A producer facing
+    a full queue re-checks every POLL_S, so the consumer need not pay a thread wake-up (~40 us)
+    per batch."""
 
     POLL_S = 0.002
 
@@ -743,22 +647,21 @@ class _Handoff:
             return not self.closed
 
     def get(self, producer: threading.Thread | None = None, block: bool = True):
-        """The next item; None once closed or exhausted, or when non-blocking and nothing is ready."""
+        """The next item; None once closed or exhausted, or non-blocking with nothing ready."""
         with self.cond:
             while True:
-                if self.items:  # batches staged before a failure are still good: deliver them first
+                if self.items:  # batches staged before a failure are still good: deliver them
                     item = self.items.popleft()
                     if not self.items:
                         self.cond.notify_all()
                     return item
+                name = producer.name if producer else "loader"
                 if self.error is not None and block:  # the batch that needed the failed work
-                    raise WorkerError(
-                        f"{producer.name if producer else 'loader'} thread failed: {self.error!r}"
-                    ) from self.error
+                    raise WorkerError(f"{name} thread failed: {self.error!r}") from self.error
                 if self.closed or self.exhausted or not block:
                     return None
                 if producer is not None and not producer.is_alive():
-                    raise WorkerError(f"{producer.name} thread exited without handing over a batch")
+                    raise WorkerError(f"{name} thread exited without handing over a batch")
                 self.cond.wait(timeout=1.0)
 
     def _set(self, name: str, value) -> None:
@@ -779,20 +682,15 @@ class _Handoff:
 class DeviceBatch(NamedTuple):
     x: Tensor  # int64 inputs on the device, (seqs, seq_len); y are the targets, shifted by one
     y: Tensor
-    ready: (
-        torch.cuda.Event | None
-    )  # recorded on the copy stream; None when no side stream is involved
+    ready: torch.cuda.Event | None  # recorded on the copy stream; None without a side stream
     tag: object
 
 
-def split_inputs_targets(tokens: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
-    return tokens[:-1].view(-1, seq_len), tokens[1:].view(-1, seq_len)
-
-
 class StagingPipeline:
-    """A worker thread fills a fixed pool of staging buffers (pinned on CUDA) via fill(buffer) -> (n, tag)
-    or None at the end. Tokens cross PCIe as uint16 and become int64 on the device (on CPU the worker
-    widens them); a buffer is refilled only once the event of the copy out of it has completed."""
+    """A worker thread fills a fixed pool of staging buffers (pinned on CUDA) by calling
+    fill(buffer) -> (n, tag), or None at the end. Tokens cross PCIe as uint16 and become int64
+    on the device (on CPU the worker widens them); a buffer is refilled only once the event of
+    the copy out of it has completed."""
 
     def __init__(
         self,
@@ -806,21 +704,14 @@ class StagingPipeline:
         name: str,
         tracer: Tracer,
     ):
-        self.device, self.seq_len, self.tracer, self.cuda = (
-            device,
-            seq_len,
-            tracer,
-            device.type == "cuda",
-        )
+        self.device, self.seq_len, self.tracer = device, seq_len, tracer
+        self.cuda = device.type == "cuda"
         self.ready, self.free = _Handoff(depth), _Handoff(depth + 2)
-        for _ in range(
-            depth + 2
-        ):  # `depth` waiting, one being filled, one whose copy may be in flight
-            self.free.put(
-                (torch.empty(buffer_tokens, dtype=torch.int16, pin_memory=self.cuda), None)
-            )
+        for _ in range(depth + 2):  # `depth` waiting, one being filled, one whose copy may run
+            buf = torch.empty(buffer_tokens, dtype=torch.int16, pin_memory=self.cuda)
+            self.free.put((buf, None))
         self.copy_stream = torch.cuda.Stream(device) if self.cuda and copy_stream else None
-        self.copy_probe: Callable = _null_phase
+        self.copy_probe: Callable = null_phase
         self.ahead: DeviceBatch | None = None  # the next batch, its copy already queued
         self.last_tag = None  # tag of the last batch handed to compute
         self.thread = threading.Thread(target=self._work, args=(fill,), name=name, daemon=True)
@@ -833,20 +724,16 @@ class StagingPipeline:
             while (slot := self.free.get()) is not None:
                 buf, copied = slot
                 if copied is not None:
-                    copied.synchronize()  # the copy out of this buffer has finished: safe to overwrite
+                    copied.synchronize()  # the copy out of this buffer is done: safe to refill
                 with self.tracer.span("batch_fill"):
                     filled = fill(view := buf.numpy().view(np.uint16))
                 if filled is None:
                     return self.ready.finish()
                 staged = (buf, *filled)
-                if not self.cuda:  # no copy to issue: widen and split here, off the training thread
-                    staged = DeviceBatch(
-                        *split_inputs_targets(
-                            torch.from_numpy(view[: filled[0]].astype(np.int64)), self.seq_len
-                        ),
-                        None,
-                        filled[1],
-                    )
+                if not self.cuda:  # no copy to issue: widen and split here, off the main thread
+                    tokens = torch.from_numpy(view[: filled[0]].astype(np.int64))
+                    x, y = split_inputs_targets(tokens, self.seq_len)
+                    staged = DeviceBatch(x, y, None, filled[1])
                     self.free.put((buf, None))
                 if not self.ready.put(staged):
                     return
@@ -864,14 +751,13 @@ class StagingPipeline:
         if self.cuda and (staged := self.ready.get(self.thread, block=False)) is not None:
             self.ahead = self.upload(staged)
         self.last_tag = batch.tag
-        if (
-            batch.ready is not None
-        ):  # the compute stream waits for the copy on the GPU: no host sync
+        if batch.ready is not None:  # the compute stream waits for the copy on the GPU: no sync
             compute = torch.cuda.current_stream(self.device)
             compute.wait_event(batch.ready)
-            # The tensor was allocated on the copy stream. record_stream stops the caching allocator
-            # from giving its memory to a later copy-stream allocation until the compute work queued
-            # so far (which reads it) is done; we free it from Python without knowing when that is.
+            # The tensor was allocated on the copy stream. record_stream stops the caching
+            # allocator from giving its memory to a later copy-stream allocation until the
+            # compute work queued so far (which reads it) is done; we free it from Python without
+            # knowing when that is.
             batch.x.record_stream(compute)  # x and y share one allocation
         return batch.x, batch.y
 
@@ -882,17 +768,13 @@ class StagingPipeline:
         with self.tracer.span("copy_issue"):
             stream = self.copy_stream or torch.cuda.current_stream(self.device)
             with torch.cuda.stream(stream), self.copy_probe(stream):
-                tokens = (
-                    buf[:n].to(self.device, non_blocking=True).to(torch.int64).bitwise_and_(0xFFFF)
-                )
+                tokens = buf[:n].to(self.device, non_blocking=True)
+                tokens = tokens.to(torch.int64).bitwise_and_(0xFFFF)  # uint16 ids above 32767
                 copied = torch.cuda.Event()
                 copied.record(stream)
             self.free.put((buf, copied))
-            return DeviceBatch(
-                *split_inputs_targets(tokens, self.seq_len),
-                copied if self.copy_stream is not None else None,
-                tag,
-            )
+            ready = copied if self.copy_stream is not None else None
+            return DeviceBatch(*split_inputs_targets(tokens, self.seq_len), ready, tag)
 
     def close(self) -> None:
         self.ready.close()
@@ -921,9 +803,7 @@ class _ShardReadAhead:
         self.prefetch(idx)
         tokens = self.pending[idx].result()
         nxt = (idx + 1) % len(self.files)
-        self.pending = {
-            i: f for i, f in self.pending.items() if i in (idx, nxt)
-        }  # drop stale reads
+        self.pending = {i: f for i, f in self.pending.items() if i in (idx, nxt)}  # drop stale
         self.prefetch(nxt)
         return tokens
 
@@ -931,10 +811,11 @@ class _ShardReadAhead:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-class PrefetchingDistributedTokenLoader(_ClosedOnExit):
-    """DistributedTokenLoader's batches, made ahead: a worker thread stages this rank's spans (the next
-    shard read ahead by a second thread) and batch k+1's copy overlaps batch k's compute. A new batch
-    shape restarts the worker where the last returned batch ended: nothing skipped or repeated."""
+class PrefetchingDistributedTokenLoader(ClosedOnExit):
+    """DistributedTokenLoader's batches, made ahead: a worker thread stages this rank's spans
+    (the next shard read ahead by a second thread) and batch k+1's copy overlaps batch k's
+    compute. A new batch shape restarts the worker where the last returned batch ended: nothing
+    skipped or repeated."""
 
     def __init__(
         self,
@@ -943,7 +824,7 @@ class PrefetchingDistributedTokenLoader(_ClosedOnExit):
         world_size: int,
         device,
         *,
-        vocab_size: int | None = None,
+        vocab_size=None,
         queue_depth: int = 2,
         copy_stream: bool = True,
         tracer: Tracer | None = None,
@@ -951,27 +832,20 @@ class PrefetchingDistributedTokenLoader(_ClosedOnExit):
         if queue_depth < 1:
             raise ValueError(f"queue_depth={queue_depth}: expected an integer >= 1")
         self.rank, self.world_size, self.device = rank, world_size, torch.device(device)
-        self.queue_depth, self.copy_stream, self.tracer = (
-            queue_depth,
-            copy_stream,
-            tracer or NULL_TRACER,
-        )
+        self.queue_depth, self.copy_stream = queue_depth, copy_stream
+        self.tracer = tracer or NULL_TRACER
         self.files, _ = check_shards(pattern)
         self.reader = _ShardReadAhead(self.files, vocab_size, self.tracer)
         try:
-            self.reader.load(
-                0
-            )  # as in the baseline, shard 0 is read and checked before any clock starts
+            self.reader.load(0)  # as in the baseline, shard 0 is read before any clock starts
         except BaseException:
             self.reader.close()  # no thread outlives a loader that failed to open
             raise
         self.position = (0, 0)  # stream position after the last batch returned
         self.shape = self.pipe = None
-        self.copy_probe: Callable = _null_phase
+        self.copy_probe: Callable = null_phase
 
-    def next_batch(
-        self, global_tokens: int, seq_len: int, grad_accum_steps: int
-    ) -> tuple[Tensor, Tensor]:
+    def next_batch(self, global_tokens: int, seq_len: int, grad_accum_steps: int):
         if (global_tokens, seq_len, grad_accum_steps) != self.shape:
             self._restart((global_tokens, seq_len, grad_accum_steps))
         x, y = self.pipe.next_batch()
@@ -979,19 +853,11 @@ class PrefetchingDistributedTokenLoader(_ClosedOnExit):
         return x, y
 
     def _restart(self, shape: tuple[int, int, int]) -> None:
-        span = rank_span(*shape, self.world_size)
         self._stop()
-        stream, position = None, self.position
-
-        def fill(out: np.ndarray):
-            nonlocal stream
-            stream = stream or TokenStream(self.files, self.reader.load, position)
-            stream.take_rank_span(span, self.rank, self.world_size, out)
-            return span, (stream.file_idx, stream.pos)  # where the stream resumes after this batch
-
+        source = _RankSpans(self, rank_span(*shape, self.world_size))
         self.pipe = StagingPipeline(
-            fill,
-            span,
+            source.fill,
+            source.span,
             shape[1],
             self.device,
             depth=self.queue_depth,
@@ -1011,14 +877,29 @@ class PrefetchingDistributedTokenLoader(_ClosedOnExit):
         self.reader.close()
 
 
+class _RankSpans:
+    """The worker's side of a prefetching loader: this rank's spans, from where it stopped."""
+
+    def __init__(self, loader: PrefetchingDistributedTokenLoader, span: int):
+        self.loader, self.span, self.start = loader, span, loader.position
+        self.stream: TokenStream | None = None  # opened on the worker: shard reads stay off main
+
+    def fill(self, out: np.ndarray) -> tuple[int, tuple[int, int]]:
+        loader = self.loader
+        if self.stream is None:
+            self.stream = TokenStream(loader.files, loader.reader.load, self.start)
+        self.stream.take_rank_span(self.span, loader.rank, loader.world_size, out)
+        return self.span, (self.stream.file_idx, self.stream.pos)  # where the next batch starts
+
+
 # -----------------------------
 # DATA: THE VALIDATION SPLIT
 # -----------------------------
 
 
 class ValidationSet:
-    """The fixed validation tokens, this rank's batches of them, and the exact target token and byte
-    totals over all ranks, counted once on the CPU at start-up."""
+    """The fixed validation tokens, this rank's batches of them, and the exact target token and
+    byte totals over all ranks, counted once on the CPU at start-up."""
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, luts: ByteLuts):
         files = list_shards(cfg.val_files)
@@ -1030,28 +911,21 @@ class ValidationSet:
             usable = min(usable, cfg.max_val_tokens // T * T)
         if usable <= 0:
             raise DataError(
-                f"{cfg.val_files}: the validation split has {tokens.size} tokens, fewer than one sequence of TRAIN_SEQ_LEN+1 = {T + 1}"
+                f"{cfg.val_files}: the validation split has {tokens.size} tokens, fewer than one "
+                f"sequence of TRAIN_SEQ_LEN+1 = {T + 1}"
             )
         self.tokens, self.seq_len = tokens[: usable + 1], T
         total_seqs = usable // T
-        seq_start, seq_end = (
-            total_seqs * rt.rank // rt.world_size,
-            total_seqs * (rt.rank + 1) // rt.world_size,
-        )
+        first = total_seqs * rt.rank // rt.world_size
+        end = total_seqs * (rt.rank + 1) // rt.world_size
         batch_seqs = cfg.val_batch_size // (rt.world_size * rt.grad_accum_steps) // T
-        self.spans = [
-            (s * T, min(s + batch_seqs, seq_end) * T + 1)
-            for s in range(seq_start, seq_end, batch_seqs)
-        ]
+        starts = range(first, end, batch_seqs)
+        self.spans = [(s * T, min(s + batch_seqs, end) * T + 1) for s in starts]
         self.max_span = batch_seqs * T + 1
         local_bytes = (
-            count_target_bytes(self.tokens[seq_start * T : seq_end * T + 1], luts)
-            if seq_end > seq_start
-            else 0
+            count_target_bytes(self.tokens[first * T : end * T + 1], luts) if end > first else 0
         )
-        totals = torch.tensor(
-            [(seq_end - seq_start) * T, local_bytes], dtype=torch.int64, device=rt.device
-        )
+        totals = torch.tensor([(end - first) * T, local_bytes], dtype=torch.int64, device=rt.device)
         if rt.distributed:
             dist.all_reduce(totals)
         self.target_tokens, self.target_bytes = (int(v) for v in totals.tolist())
@@ -1060,23 +934,11 @@ class ValidationSet:
         """This rank's batches as int64 (x, y) on the device."""
         if not cfg.val_prefetch:  # the baseline's loop: slice, widen, copy
             for a, b in self.spans:
-                yield split_inputs_targets(
-                    torch.from_numpy(self.tokens[a:b].astype(np.int64)).to(
-                        device, non_blocking=True
-                    ),
-                    self.seq_len,
-                )
+                tokens = torch.from_numpy(self.tokens[a:b].astype(np.int64))
+                yield split_inputs_targets(tokens.to(device, non_blocking=True), self.seq_len)
             return
-        spans = iter(self.spans)
-
-        def fill(out: np.ndarray):
-            if (span := next(spans, None)) is None:
-                return None
-            out[: span[1] - span[0]] = self.tokens[span[0] : span[1]]
-            return span[1] - span[0], None
-
         pipe = StagingPipeline(
-            fill,
+            _ValSpans(self.tokens, self.spans).fill,
             self.max_span,
             self.seq_len,
             device,
@@ -1092,28 +954,43 @@ class ValidationSet:
             pipe.close()
 
 
+class _ValSpans:
+    """The validation worker's side: copy each (start, end) span of the tokens, then stop."""
+
+    def __init__(self, tokens: np.ndarray, spans: list[tuple[int, int]]):
+        self.tokens, self.spans = tokens, iter(spans)
+
+    def fill(self, out: np.ndarray) -> tuple[int, None] | None:
+        if (span := next(self.spans, None)) is None:
+            return None
+        out[: span[1] - span[0]] = self.tokens[span[0] : span[1]]
+        return span[1] - span[0], None
+
+
 # -----------------------------
 # INSTRUMENTATION: TIMING BREAKDOWN AND PIPELINE TRACE
 # -----------------------------
 
-_NULL = contextlib.nullcontext()
+NULL_CONTEXT = contextlib.nullcontext()
 
 
-def _null_phase(*args) -> contextlib.nullcontext:
-    return _NULL
+def null_phase(*args) -> contextlib.nullcontext:
+    return NULL_CONTEXT
 
 
 class Tracer:
-    """PIPELINE_TRACE: Chrome trace-event JSON (opens in Perfetto). The rank is the process and each
-    thread its own lane; spans are recorded only while `active`, so the file stays bounded."""
+    """PIPELINE_TRACE: Chrome trace-event JSON (opens in Perfetto). The rank is the process and
+    each thread its own lane; spans are recorded only while `active`, so the file stays bounded."""
+
+    MAX_EVENTS = 1_000_000
 
     def __init__(self, path: Path | None, rank: int):
-        self.path, self.rank, self.active = path, rank, False  # main turns it on after the warm-up
+        self.path, self.rank, self.active = path, rank, False  # on once the warm-up is done
         self.events: list = []
         self.origin = time.perf_counter_ns()
 
     def span(self, name: str):
-        return self._span(name) if self.active else _NULL
+        return self._span(name) if self.active else NULL_CONTEXT
 
     @contextlib.contextmanager
     def _span(self, name: str):
@@ -1121,12 +998,9 @@ class Tracer:
         try:
             yield
         finally:
-            if (
-                len(self.events) < 1_000_000
-            ):  # a hard bound; list.append is atomic: workers record too
-                self.events.append(
-                    (name, threading.current_thread().name, start, time.perf_counter_ns())
-                )
+            if len(self.events) < self.MAX_EVENTS:  # list.append is atomic: workers record too
+                lane = threading.current_thread().name
+                self.events.append((name, lane, start, time.perf_counter_ns()))
 
     def save(self) -> None:
         if self.path is None:
@@ -1135,47 +1009,36 @@ class Tracer:
         lanes = {
             name: i for i, name in enumerate(dict.fromkeys(["MainThread"] + [e[1] for e in events]))
         }
-        meta = [
-            {
-                "name": "process_name",
-                "ph": "M",
-                "pid": self.rank,
-                "args": {"name": f"rank {self.rank}"},
-            }
-        ]
-        for name, tid in lanes.items():
+        pid = self.rank
+        meta = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"rank {pid}"}}]
+        for lane, tid in lanes.items():
+            name = "main" if lane == "MainThread" else lane
             meta.append(
-                {
-                    "name": "thread_name",
-                    "ph": "M",
-                    "pid": self.rank,
-                    "tid": tid,
-                    "args": {"name": "main" if name == "MainThread" else name},
-                }
+                {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
             )
         spans = [
             {
                 "name": n,
                 "ph": "X",
-                "pid": self.rank,
+                "pid": pid,
                 "tid": lanes[lane],
                 "ts": (s - self.origin) / 1000,
                 "dur": (e - s) / 1000,
             }
             for n, lane, s, e in events
         ]
-        atomic_write_bytes(
-            self.path, json.dumps({"traceEvents": meta + spans, "displayTimeUnit": "ms"}).encode()
-        )
+        trace = {"traceEvents": meta + spans, "displayTimeUnit": "ms"}
+        atomic_write_bytes(self.path, json.dumps(trace).encode())
 
 
 NULL_TRACER = Tracer(None, 0)
 
 
 class Probe:
-    """TRAINING_TIMING_BREAKDOWN: phase times of the path that actually runs, overlap on: CUDA events
-    on the stream doing the work (read once complete: no added sync), and data_wait, the host time
-    blocked in next_batch. Off, phase() is a shared no-op. It also opens the pipeline trace's spans."""
+    """TRAINING_TIMING_BREAKDOWN: phase times of the path that actually runs, overlap on: CUDA
+    events on the stream doing the work (read once complete: no added sync), and data_wait, the
+    host time blocked in next_batch. Off, phase() is a shared no-op. It also opens the pipeline
+    trace's spans."""
 
     PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
 
@@ -1192,7 +1055,7 @@ class Probe:
 
     def begin_step(self, step: int) -> None:
         self.timed = self.enabled and (step <= 10 or step % self.every == 0)
-        self.marks = {name: [] for name in ("step",) + self.PHASES} if self.timed else {}
+        self.marks = {name: [] for name in ("step", *self.PHASES)} if self.timed else {}
         self.step_span = self.tracer.span("step")
         self.step_span.__enter__()  # spans the whole step, closed by end_step
         self.step_start = self._mark() if self.timed else None
@@ -1204,11 +1067,11 @@ class Probe:
         self.step_span.__exit__(None, None, None)
 
     def phase(self, name: str, stream=None):
-        return self._phase(name, stream) if self.enabled or self.tracer.active else _NULL
+        return self._phase(name, stream) if self.enabled or self.tracer.active else NULL_CONTEXT
 
     @contextlib.contextmanager
     def _phase(self, name: str, stream):
-        host = name == "data_wait"  # blocked host time; the other phases are GPU work on `stream`
+        host = name == "data_wait"  # blocked host time; the others are GPU work on `stream`
         start = self._mark(stream, host) if self.timed or (host and self.enabled) else None
         with self.tracer.span(name):
             yield
@@ -1222,20 +1085,19 @@ class Probe:
     def finished_lines(self, wait: bool = False) -> list[str]:
         """Breakdown lines of the timed steps whose events have all completed (every one, waiting,
         with wait=True): events are read only once done, so the training loop gains no sync."""
-        done = lambda marks: all(
-            isinstance(b, float) or b.query() for pairs in marks.values() for _, b in pairs
-        )
         lines = []
-        while self.pending and (wait or done(self.pending[0][1])):
+        while self.pending and (wait or self._completed(self.pending[0][1])):
             step, marks = self.pending.pop(0)
             ms = {
                 name: sum(self._elapsed_ms(a, b) for a, b in pairs) for name, pairs in marks.items()
             }
-            lines.append(
-                f"timing_breakdown step:{step} "
-                + " ".join(f"{n}_ms:{ms[n]:.2f}" for n in self.PHASES + ("step",))
-            )
+            fields = " ".join(f"{n}_ms:{ms[n]:.2f}" for n in (*self.PHASES, "step"))
+            lines.append(f"timing_breakdown step:{step} {fields}")
         return lines
+
+    @staticmethod
+    def _completed(marks: dict) -> bool:
+        return all(isinstance(b, float) or b.query() for pairs in marks.values() for _, b in pairs)
 
     @staticmethod
     def _elapsed_ms(a, b) -> float:
@@ -1259,38 +1121,28 @@ class CastedLinear(nn.Linear):
     """Weights stay fp32 for the optimizer; the matmul runs in the activation dtype."""
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.linear(
-            x, self.weight.to(x.dtype), self.bias.to(x.dtype) if self.bias is not None else None
-        )
+        bias = self.bias.to(x.dtype) if self.bias is not None else None
+        return F.linear(x, self.weight.to(x.dtype), bias)
 
 
 def restore_low_dim_params_to_fp32(module: nn.Module) -> None:
     with torch.no_grad():
         for name, param in module.named_parameters():
-            if (
-                param.ndim < 2 or any(p in name for p in CONTROL_TENSOR_NAME_PATTERNS)
-            ) and param.dtype != torch.float32:
+            if (param.ndim < 2 or is_control_tensor(name)) and param.dtype != torch.float32:
                 param.data = param.data.float()
 
 
 class Rotary(nn.Module):
     def __init__(self, dim: int, base: float):
         super().__init__()
-        self.register_buffer(
-            "inv_freq",
-            1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)),
-            persistent=False,
-        )
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
         self._cache: tuple[int, torch.device, Tensor, Tensor] | None = None
 
-    def forward(
-        self, seq_len: int, device: torch.device, dtype: torch.dtype
-    ) -> tuple[Tensor, Tensor]:
+    def forward(self, seq_len: int, device: torch.device, dtype: torch.dtype):
         if self._cache is None or self._cache[0] != seq_len or self._cache[1] != device:
-            freqs = torch.outer(
-                torch.arange(seq_len, device=device, dtype=self.inv_freq.dtype),
-                self.inv_freq.to(device),
-            )
+            t = torch.arange(seq_len, device=device, dtype=self.inv_freq.dtype)
+            freqs = torch.outer(t, self.inv_freq.to(device))
             self._cache = (
                 seq_len,
                 device,
@@ -1308,42 +1160,35 @@ def apply_rotary_emb(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Causal attention on (batch, seq, heads, head_dim) tensors with grouped KV heads."""
-    y = F.scaled_dot_product_attention(
-        q.transpose(1, 2),
-        k.transpose(1, 2),
-        v.transpose(1, 2),
-        is_causal=True,
-        enable_gqa=k.size(2) != q.size(2),
-    )
-    return y.transpose(1, 2)
+    gqa = k.size(2) != q.size(2)
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa).transpose(1, 2)
 
 
 def select_attention(requested: str, device: torch.device) -> tuple[str, Callable]:
     """FlashAttention-3 on Hopper, else FlashAttention-2, else PyTorch SDPA (always on CPU)."""
-    if (
-        device.type == "cuda"
-        and requested in ("auto", "fa3")
-        and torch.cuda.get_device_capability(device)[0] == 9
-    ):
+    cuda = device.type == "cuda"
+    if cuda and requested in ("auto", "fa3") and torch.cuda.get_device_capability(device)[0] == 9:
         with contextlib.suppress(ImportError):
             from flash_attn_interface import flash_attn_func as fa3
 
-            first = lambda out: (
-                out[0] if isinstance(out, tuple) else out
-            )  # some releases also return the LSE
-            return "flash_attn_3", lambda q, k, v: first(
-                fa3(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
-            )
-    if device.type == "cuda" and requested in ("auto", "fa2"):
+            def fa3_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+                out = fa3(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
+                return out[0] if isinstance(out, tuple) else out  # some releases add the LSE
+
+            return "flash_attn_3", fa3_attention
+    if cuda and requested in ("auto", "fa2"):
         with contextlib.suppress(ImportError):
             from flash_attn import flash_attn_func as fa2
 
-            return "flash_attn_2", lambda q, k, v: fa2(
-                q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True
-            )
+            def fa2_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+                return fa2(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
+
+            return "flash_attn_2", fa2_attention
     if requested not in ("auto", "sdpa"):
         raise ConfigError(
-            f"ATTENTION_BACKEND={requested}: not available here (needs CUDA, flash-attn, Hopper for fa3); use auto or sdpa"
+            f"ATTENTION_BACKEND={requested}: not available here (needs CUDA, flash-attn, Hopper "
+            f"for fa3); use auto or sdpa"
         )
     return "sdpa", sdpa_attention
 
@@ -1407,7 +1252,7 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """U-Net-style stack: the encoder half's outputs come back as weighted skips in the decoder half."""
+    """U-Net-style stack: the encoder half's outputs come back as weighted skips in the decoder."""
 
     def __init__(self, cfg: Hyperparameters, attention: Callable = sdpa_attention):
         super().__init__()
@@ -1419,10 +1264,9 @@ class GPT(nn.Module):
         self.skip_weights = nn.Parameter(torch.ones(num_skips, cfg.model_dim, dtype=torch.float32))
         self.blocks = nn.ModuleList([Block(cfg, attention) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm()
-        self.lm_head = (
-            None if cfg.tie_embeddings else CastedLinear(cfg.model_dim, cfg.vocab_size, bias=False)
-        )
-        if self.lm_head is not None:
+        self.lm_head = None
+        if not cfg.tie_embeddings:
+            self.lm_head = CastedLinear(cfg.model_dim, cfg.vocab_size, bias=False)
             self.lm_head._zero_init = True
         if cfg.tie_embeddings:
             nn.init.normal_(self.tok_emb.weight, mean=0.0, std=cfg.tied_embed_init_std)
@@ -1447,11 +1291,10 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float(), target_ids.reshape(-1), reduction=reduction)
 
 
-def build_model(
-    cfg: Hyperparameters, device: torch.device, attention: Callable = sdpa_attention
-) -> GPT:
-    """The baseline's init and casts (same SEED, same weights): drawn on the CPU, cast to bf16, Linear and
-    small/control parameters back to fp32. On CPU all compute is fp32 (initial values bf16-rounded)."""
+def build_model(cfg: Hyperparameters, device: torch.device, attention=sdpa_attention) -> GPT:
+    """The baseline's init and casts (same SEED, same weights): drawn on the CPU, cast to bf16,
+    Linear and small/control parameters back to fp32. On CPU all compute is fp32 (initial values
+    bf16-rounded)."""
     model = GPT(cfg, attention).to(device).bfloat16()
     for module in model.modules():
         if isinstance(module, CastedLinear):
@@ -1461,10 +1304,9 @@ def build_model(
 
 
 def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim.Optimizer], Muon]:
+    """Adam for the embedding, the untied head and the small/control tensors; Muon for matrices."""
     block_params = list(model.blocks.named_parameters())
-    is_control = lambda name, p: (
-        p.ndim < 2 or any(pattern in name for pattern in CONTROL_TENSOR_NAME_PATTERNS)
-    )
+    is_control = lambda name, p: p.ndim < 2 or is_control_tensor(name)  # noqa: E731
     matrix_params = [p for name, p in block_params if not is_control(name, p)]
     scalar_params = [p for name, p in block_params if is_control(name, p)]
     if model.skip_weights.numel() > 0:
@@ -1472,24 +1314,14 @@ def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim
     token_lr = cfg.tied_embed_lr if cfg.tie_embeddings else cfg.embed_lr
 
     def adam(params, lr):
-        return torch.optim.Adam(
-            [{"params": params, "lr": lr, "base_lr": lr}],
-            betas=(cfg.beta1, cfg.beta2),
-            eps=cfg.adam_eps,
-            fused=True,
-        )
+        groups = [{"params": params, "lr": lr, "base_lr": lr}]
+        return torch.optim.Adam(groups, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps, fused=True)
 
-    ns = (
-        torch.compile(zeropower_via_newtonschulz5)
-        if model.tok_emb.weight.is_cuda
-        else zeropower_via_newtonschulz5
-    )  # as the baseline
+    ns = zeropower_via_newtonschulz5
+    if model.tok_emb.weight.is_cuda:  # compiled on the GPU, as the baseline does
+        ns = torch.compile(ns)
     muon = Muon(
-        matrix_params,
-        lr=cfg.matrix_lr,
-        momentum=cfg.muon_momentum,
-        backend_steps=cfg.muon_backend_steps,
-        orthogonalize=ns,
+        matrix_params, cfg.matrix_lr, cfg.muon_momentum, cfg.muon_backend_steps, orthogonalize=ns
     )
     for group in muon.param_groups:
         group["base_lr"] = cfg.matrix_lr
@@ -1500,7 +1332,7 @@ def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim
 
 
 # -----------------------------
-# EVALUATION
+# RUNTIME AND EVALUATION
 # -----------------------------
 
 
@@ -1518,7 +1350,9 @@ class Runtime:
         return self.device.type == "cuda"
 
     def autocast(self):
-        return torch.autocast(device_type="cuda", dtype=torch.bfloat16) if self.cuda else _NULL
+        if self.cuda:
+            return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+        return NULL_CONTEXT
 
     def synchronize(self) -> None:
         if self.cuda:
@@ -1534,39 +1368,330 @@ def eval_val(
     log0: Callable,
     device_luts=None,
 ) -> tuple[float, float]:
-    """val_loss in nats per token and val_bpb. Per-token losses are summed in float64, so the result
-    does not depend on how tokens are batched; token and byte totals are exact integers."""
+    """val_loss in nats per token and val_bpb. Per-token losses are summed in float64, so the
+    result does not depend on how tokens are batched; token and byte totals are exact integers."""
     model.eval()
     loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
-    byte_sum = (
-        torch.zeros((), dtype=torch.int64, device=rt.device) if device_luts is not None else None
-    )
+    byte_sum = torch.zeros((), dtype=torch.int64, device=rt.device)
     t0 = time.perf_counter()
-    # no_grad, not inference_mode: tensors cached during evaluation (RoPE tables) must stay usable in training
+    # no_grad, not inference_mode: tensors cached here (RoPE tables) must stay usable in training
     with torch.no_grad(), contextlib.closing(val.batches(cfg, rt.device, tracer)) as batches:
         for i, (x, y) in enumerate(batches, 1):
             with tracer.span("val_forward"), rt.autocast():
                 loss_sum += model(x, y, reduction="none").to(torch.float64).sum()
-            if (
-                byte_sum is not None
-            ):  # VAL_BYTECOUNT_DEVICE=cuda: the baseline's per-batch lookup on the device
-                base_bytes, has_leading_space, is_boundary = device_luts
-                prev, tgt = x.reshape(-1), y.reshape(-1)
-                byte_sum += (
-                    base_bytes[tgt] + (has_leading_space[tgt] & ~is_boundary[prev]).to(torch.int64)
-                ).sum()
+            if device_luts is not None:  # VAL_BYTECOUNT_DEVICE=cuda: the baseline's lookups
+                byte_sum += count_target_bytes_on_device(x, y, device_luts)
             if cfg.val_progress_log_every and i % cfg.val_progress_log_every == 0:
-                log0(
-                    f"val_progress:{i}/{len(val.spans)} elapsed:{1000.0 * (time.perf_counter() - t0):.0f}ms"
-                )
+                elapsed_ms = 1000.0 * (time.perf_counter() - t0)
+                log0(f"val_progress:{i}/{len(val.spans)} elapsed:{elapsed_ms:.0f}ms")
     model.train()
     if rt.distributed:
         dist.all_reduce(loss_sum)
-        if byte_sum is not None:
+        if device_luts is not None:
             dist.all_reduce(byte_sum)
-    target_bytes = val.target_bytes if byte_sum is None else int(byte_sum.item())
+    target_bytes = val.target_bytes if device_luts is None else int(byte_sum.item())
     val_loss = loss_sum.item() / val.target_tokens
     return val_loss, val_loss / math.log(2.0) * (val.target_tokens / target_bytes)
+
+
+def count_target_bytes_on_device(x: Tensor, y: Tensor, device_luts: tuple) -> Tensor:
+    base_bytes, has_leading_space, is_boundary = device_luts
+    prev, tgt = x.reshape(-1), y.reshape(-1)
+    spaces = (has_leading_space[tgt] & ~is_boundary[prev]).to(torch.int64)
+    return (base_bytes[tgt] + spaces).sum()
+
+
+# -----------------------------
+# TRAINING
+# -----------------------------
+
+
+class Network(NamedTuple):
+    base: GPT  # the parameters, saved and quantized
+    compiled: nn.Module  # what evaluates (torch.compile on CUDA)
+    model: nn.Module  # what trains: the compiled model, in DDP when distributed
+    optimizers: list[torch.optim.Optimizer]
+    muon: Muon
+    attention: str  # the attention backend that runs
+
+
+def build_network(cfg: Hyperparameters, rt: Runtime) -> Network:
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)  # every device's generator too
+    attention_name, attention = select_attention(cfg.attention_backend, rt.device)
+    base = build_model(cfg, rt.device, attention)
+    compiled = torch.compile(base, dynamic=False, fullgraph=True) if rt.cuda else base
+    model = compiled
+    if rt.distributed:
+        ddp_args = inspect.signature(DDP).parameters
+        no_sync = (
+            "forward_sync_buffers" if "forward_sync_buffers" in ddp_args else "broadcast_buffers"
+        )
+        device_ids = [rt.local_rank] if rt.cuda else None
+        model = DDP(compiled, device_ids=device_ids, **{no_sync: False})
+    optimizers, muon = build_optimizers(cfg, base)
+    return Network(base, compiled, model, optimizers, muon, attention_name)
+
+
+class StepFence:
+    """Keeps the host at most one step ahead of the GPU: once step k is queued, wait until step
+    k-1 has finished. The GPU still has step k queued, so this wait never starves it; the clock
+    read after it has passed the GPU's end of step k-1; and queued work (and the memory it holds)
+    stays bounded. On CPU every operation is done when it returns: nothing to wait for."""
+
+    def __init__(self, cuda: bool):
+        self.events = (torch.cuda.Event(), torch.cuda.Event()) if cuda else None
+        self.count = 0
+
+    def pass_step(self) -> None:
+        if self.events is None:
+            return
+        self.events[self.count % 2].record()
+        self.events[(self.count + 1) % 2].synchronize()  # returns at once if never recorded
+        self.count += 1
+
+
+class WallclockCap:
+    """MAX_WALLCLOCK_SECONDS, decided on the same step by every rank without reading anything back
+    from a GPU: each rank's flag is all-reduced (MAX) as a CPU tensor over gloo, so a host waits
+    for the other hosts, never for its device."""
+
+    def __init__(self, seconds: float, rt: Runtime):
+        self.cap_ms = 1000.0 * seconds if seconds > 0 else None
+        self.distributed = rt.distributed and self.cap_ms is not None
+        self.group = dist.new_group(backend="gloo") if self.distributed and rt.cuda else None
+        self.flag = torch.zeros(1, dtype=torch.int32)
+
+    def reached(self, elapsed_ms: float) -> bool:
+        if self.cap_ms is None:
+            return False
+        self.flag[0] = int(elapsed_ms >= self.cap_ms)
+        if self.distributed:
+            dist.all_reduce(self.flag, op=dist.ReduceOp.MAX, group=self.group)
+        return bool(self.flag[0])
+
+
+class Trainer(ClosedOnExit):
+    """The training loop and everything it keeps between steps: the step count, the clock, the
+    loader and the decision to stop. A steady-state step never waits for the GPU (StepFence,
+    WallclockCap); only the steps that log a loss or validate read results back."""
+
+    def __init__(
+        self,
+        cfg: Hyperparameters,
+        rt: Runtime,
+        net: Network,
+        log0: Callable,
+        tracer: Tracer,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.cfg, self.rt, self.net, self.log0, self.tracer, self.clock = (
+            cfg,
+            rt,
+            net,
+            log0,
+            tracer,
+            clock,
+        )
+        self.probe = Probe(
+            cfg.training_timing_breakdown, cfg.training_timing_every, rt.cuda, tracer
+        )
+        self.cap = WallclockCap(cfg.max_wallclock_seconds, rt)
+        self.fence = StepFence(rt.cuda)
+        self.loader = None
+        self.step = 0
+        self.training_time_ms = 0.0  # timed training up to the last pause of the clock
+        self.resumed_at = 0.0  # clock() when the clock last resumed
+        self.stopping = False  # the cap was reached: the current step is the last
+
+    # ---- the parts of a step ----
+
+    def open_loader(self) -> None:
+        """A fresh loader: the data order starts again from token 0."""
+        cfg, rt = self.cfg, self.rt
+        self.close()
+        if not cfg.train_prefetch:
+            self.loader = DistributedTokenLoader(
+                cfg.train_files, rt.rank, rt.world_size, rt.device, vocab_size=cfg.vocab_size
+            )
+            return
+        self.loader = PrefetchingDistributedTokenLoader(
+            cfg.train_files,
+            rt.rank,
+            rt.world_size,
+            rt.device,
+            vocab_size=cfg.vocab_size,
+            queue_depth=cfg.train_prefetch_queue,
+            copy_stream=cfg.train_copy_stream,
+            tracer=self.tracer,
+        )
+        self.loader.copy_probe = functools.partial(self.probe.phase, "h2d")
+
+    def close(self) -> None:
+        if self.loader is not None:
+            self.loader.close()
+        self.loader = None
+
+    def forward_backward(self) -> Tensor:
+        """Every micro-step of one step; returns the mean loss, left on the device."""
+        cfg, rt, model = self.cfg, self.rt, self.net.model
+        train_loss = torch.zeros((), device=rt.device)
+        for micro_step in range(rt.grad_accum_steps):
+            if rt.distributed:  # gradients are all-reduced on the last micro-step only
+                model.require_backward_grad_sync = micro_step == rt.grad_accum_steps - 1
+            with self.probe.phase("data_wait"):
+                x, y = self.loader.next_batch(
+                    cfg.train_batch_tokens, cfg.train_seq_len, rt.grad_accum_steps
+                )
+            with self.probe.phase("forward"), rt.autocast():
+                loss = model(x, y)
+            train_loss += loss.detach()
+            with self.probe.phase("backward"):
+                (loss / rt.grad_accum_steps).backward()  # a power of 2: exactly loss * (1/accum)
+        return train_loss / rt.grad_accum_steps
+
+    def update(self) -> None:
+        with self.probe.phase("optimizer"):
+            if self.cfg.grad_clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(self.net.base.parameters(), self.cfg.grad_clip_norm)
+            for opt in self.net.optimizers:
+                opt.step()
+            self.zero_grad()
+
+    def zero_grad(self) -> None:
+        for opt in self.net.optimizers:
+            opt.zero_grad(set_to_none=True)
+
+    def set_schedules(self) -> None:
+        cfg = self.cfg
+        scale = lr_multiplier(
+            self.step, self.elapsed_ms(), cfg.iterations, cfg.warmdown_iters, self.cap.cap_ms
+        )
+        for group in self.net.muon.param_groups:
+            group["momentum"] = muon_momentum_at(self.step, cfg)
+        for opt in self.net.optimizers:
+            for group in opt.param_groups:
+                group["lr"] = group["base_lr"] * scale
+
+    # ---- the clock: training time excludes validation ----
+
+    def elapsed_ms(self) -> float:
+        return self.training_time_ms + 1000.0 * (self.clock() - self.resumed_at)
+
+    def pause_clock(self) -> None:
+        self.rt.synchronize()
+        self.training_time_ms = self.elapsed_ms()
+
+    def resume_clock(self) -> None:
+        self.rt.synchronize()
+        self.resumed_at = self.clock()
+
+    # ---- the phases ----
+
+    def warm_up_and_restore(self) -> None:
+        """Compile and warm the kernels on WARMUP_STEPS real steps, then put the model, the
+        optimizers and the data order back where they were "so we aren't cheating"."""
+        cfg, net = self.cfg, self.net
+        if cfg.warmup_steps == 0:
+            return
+        model_state = {name: t.detach().cpu().clone() for name, t in net.base.state_dict().items()}
+        optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in net.optimizers]
+        net.model.train()
+        self.open_loader()
+        for i in range(1, cfg.warmup_steps + 1):
+            self.zero_grad()
+            self.forward_backward()
+            self.update()
+            if cfg.warmup_steps <= 20 or i % 10 == 0 or i == cfg.warmup_steps:
+                self.log0(f"warmup_step:{i}/{cfg.warmup_steps}")
+        net.base.load_state_dict(model_state, strict=True)
+        for opt, state in zip(net.optimizers, optimizer_states, strict=True):
+            opt.load_state_dict(state)
+        self.zero_grad()
+        if self.rt.distributed:
+            net.model.require_backward_grad_sync = True
+        self.close()
+
+    def train(self, evaluate: Callable[[], tuple[float, float]]) -> None:
+        """The timed run: ITERATIONS steps or until the wall-clock cap, validating every
+        VAL_LOSS_EVERY steps and at the end with the clock paused."""
+        cfg = self.cfg
+        self.open_loader()
+        self.probe.data_wait_total_ms = 0.0
+        self.tracer.active = self.tracer.path is not None and cfg.pipeline_trace_steps > 0
+        self.resume_clock()
+        while True:
+            last = self.step == cfg.iterations or self.stopping
+            if last or (cfg.val_loss_every > 0 and self.step % cfg.val_loss_every == 0):
+                self.validate(evaluate)
+            if last:
+                break
+            self.train_one_step()
+        self.close()
+        if self.stopping and self.step < cfg.iterations:
+            self.log0(
+                f"stopping_early: wallclock_cap train_time:{self.training_time_ms:.0f}ms "
+                f"step:{self.step}/{cfg.iterations}"
+            )
+
+    def train_one_step(self) -> None:
+        cfg, step = self.cfg, self.step + 1
+        self.set_schedules()
+        self.probe.begin_step(step)
+        self.zero_grad()
+        train_loss = self.forward_backward()
+        self.update()
+        self.probe.end_step(step)
+        self.step = step
+        self.fence.pass_step()
+        elapsed_ms = self.elapsed_ms()
+        if cfg.train_log_every > 0 and (step <= 10 or step % cfg.train_log_every == 0):
+            self.log_train_loss(train_loss, elapsed_ms)
+        for line in self.probe.finished_lines():
+            self.log0(line)
+        if step >= cfg.pipeline_trace_steps:
+            self.tracer.active = False
+        if self.cap.reached(elapsed_ms):  # every rank agrees: this step is the last
+            self.stopping = True
+            self.log0(f"wallclock_cap_reached step:{step} train_time:{elapsed_ms:.0f}ms")
+
+    def log_train_loss(self, train_loss: Tensor, elapsed_ms: float) -> None:
+        if self.rt.distributed:  # the mean over every rank's micro-batches: 1 and 8 GPUs agree
+            dist.all_reduce(train_loss)
+            train_loss /= self.rt.world_size
+        self.log0(
+            f"step:{self.step}/{self.cfg.iterations} train_loss:{train_loss.item():.4f} "
+            f"train_time:{elapsed_ms:.0f}ms step_avg:{elapsed_ms / self.step:.2f}ms"
+        )
+
+    def validate(self, evaluate: Callable[[], tuple[float, float]]) -> None:
+        self.pause_clock()
+        with self.tracer.span("validation"):
+            val_loss, val_bpb = evaluate()
+        ms = self.training_time_ms
+        self.log0(
+            f"step:{self.step}/{self.cfg.iterations} val_loss:{val_loss:.4f} "
+            f"val_bpb:{val_bpb:.4f} train_time:{ms:.0f}ms "
+            f"step_avg:{ms / max(self.step, 1):.2f}ms"
+        )
+        self.resume_clock()
+
+    def log_summary(self) -> None:
+        for line in self.probe.finished_lines(wait=True):
+            self.log0(line)
+        if self.probe.enabled:
+            wait_ms, train_ms = self.probe.data_wait_total_ms, self.training_time_ms
+            self.log0(
+                f"timing_summary data_wait_total_ms:{wait_ms:.2f} train_time_ms:{train_ms:.0f} "
+                f"data_wait_share:{100.0 * wait_ms / max(train_ms, 1e-9):.3f}%"
+            )
+        if self.rt.cuda:
+            allocated = torch.cuda.max_memory_allocated() >> 20
+            reserved = torch.cuda.max_memory_reserved() >> 20
+        else:  # the process's peak resident memory
+            allocated = reserved = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+        self.log0(f"peak memory allocated: {allocated} MiB reserved: {reserved} MiB")
 
 
 # -----------------------------
@@ -1574,31 +1699,52 @@ def eval_val(
 # -----------------------------
 
 
+class Data(NamedTuple):
+    val: ValidationSet
+    device_luts: tuple[Tensor, ...] | None  # VAL_BYTECOUNT_DEVICE=cuda only
+
+
 def init_runtime(world_size: int) -> Runtime:
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
+    device = torch.device("cpu")
     if torch.cuda.is_available():
-        if (
-            local_world := env_int("LOCAL_WORLD_SIZE", 1)
-        ) > torch.cuda.device_count():  # the same on every rank
+        local_world = env_int("LOCAL_WORLD_SIZE", 1)  # the same on every rank: all say it
+        if local_world > torch.cuda.device_count():
             raise ConfigError(
-                f"LOCAL_WORLD_SIZE={local_world}: only {torch.cuda.device_count()} CUDA devices are visible"
+                f"LOCAL_WORLD_SIZE={local_world}: only "
+                f"{torch.cuda.device_count()} CUDA devices are visible"
             )
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        from torch.backends import cuda as backends
+
+        backends.enable_cudnn_sdp(False)
+        backends.enable_flash_sdp(True)
+        backends.enable_mem_efficient_sdp(False)
+        backends.enable_math_sdp(False)
     if distributed:
-        dist.init_process_group(
-            **(
-                dict(backend="nccl", device_id=device)
-                if device.type == "cuda"
-                else dict(backend="gloo")
-            )
-        )
+        if device.type == "cuda":
+            dist.init_process_group(backend="nccl", device_id=device)
+        else:
+            dist.init_process_group(backend="gloo")
     return Runtime(
         rank, local_rank, world_size, grad_accum_steps_for(world_size), device, distributed
     )
+
+
+def configure() -> tuple[Hyperparameters, Runtime]:
+    """The config (every user error before any heavy work), then the device and process group."""
+    world_size = env_int("WORLD_SIZE", 1)
+    cfg = Hyperparameters.from_env(os.environ, world_size)
+    rt = init_runtime(world_size)
+    if rt.distributed:  # one RUN_ID for all ranks: it names the log and every rank's trace file
+        shared = [cfg.run_id]
+        dist.broadcast_object_list(shared, src=0)
+        cfg = dataclasses.replace(cfg, run_id=shared[0])
+    return cfg, rt
 
 
 def make_logger(rt: Runtime, run_id: str) -> Callable:
@@ -1619,52 +1765,157 @@ def make_logger(rt: Runtime, run_id: str) -> Callable:
 
 def nvidia_smi() -> str:
     try:
-        return subprocess.run(
-            ["nvidia-smi"], capture_output=True, text=True, check=False, timeout=30
-        ).stdout
+        run = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30)
+        return run.stdout
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"nvidia-smi: unavailable ({e})"
 
 
-def main() -> None:
-    world_size = env_int("WORLD_SIZE", 1)
-    cfg = Hyperparameters.from_env(os.environ, world_size)  # every user error before any heavy work
-    code = Path(__file__).read_text(encoding="utf-8")
-    rt = init_runtime(world_size)
-    if rt.distributed:  # one RUN_ID for all ranks: it names the log and every rank's trace file
-        shared = [cfg.run_id]
-        dist.broadcast_object_list(shared, src=0)
-        cfg = dataclasses.replace(cfg, run_id=shared[0])
+def start_logs(cfg: Hyperparameters, rt: Runtime, code: str) -> tuple[Callable, Tracer]:
+    """Rank 0's log begins with what ran and where; each rank gets its tracer."""
     log0 = make_logger(rt, cfg.run_id)
-    for header in (
-        code,
-        "=" * 100,
-        f"Running Python {sys.version}",
-        f"Running PyTorch {torch.__version__}",
-        nvidia_smi(),
-        "=" * 100,
-    ):
-        log0(header, console=False)  # the log alone says exactly what ran, and where
+    versions = f"Running Python {sys.version}", f"Running PyTorch {torch.__version__}"
+    for header in (code, "=" * 100, *versions, nvidia_smi(), "=" * 100):
+        log0(header, console=False)
     log0(f"hyperparameters:{json.dumps(dataclasses.asdict(cfg), sort_keys=True)}")
-    tracer = Tracer(
-        Path(cfg.pipeline_trace) / f"{cfg.run_id}_rank{rt.rank}.json"
-        if cfg.pipeline_trace
-        else None,
-        rt.rank,
-    )
-    try:  # now, not after the run: a trace that cannot be written must not fail a finished run
-        Path(cfg.pipeline_trace or ".").mkdir(parents=True, exist_ok=True)
-    except OSError as e:
+    trace_path = None
+    if cfg.pipeline_trace:  # checked now: a trace that cannot be written must not fail a run
+        try:
+            Path(cfg.pipeline_trace).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(
+                f"PIPELINE_TRACE={cfg.pipeline_trace}: cannot create the "
+                f"directory ({e.strerror or e})"
+            ) from None
+        trace_path = Path(cfg.pipeline_trace) / f"{cfg.run_id}_rank{rt.rank}.json"
+    if not rt.cuda:
+        log0(
+            "cpu_mode: fp32 compute (no bf16 autocast), no torch.compile, no TF32; pinned memory "
+            "and copy streams are CUDA-only, so TRAIN_COPY_STREAM/VAL_COPY_STREAM are no-ops "
+            "(prefetch threads still run)"
+        )
+    return log0, Tracer(trace_path, rt.rank)
+
+
+def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> Data:
+    """The tokenizer and every shard checked, the validation split loaded and its bytes counted."""
+    if not Path(cfg.tokenizer_path).is_file():
+        raise DataError(
+            f"TOKENIZER_PATH={cfg.tokenizer_path}: no such file "
+            f"(build or download the dataset first)"
+        )
+    sp = spm.SentencePieceProcessor(model_file=cfg.tokenizer_path)
+    if int(sp.vocab_size()) != cfg.vocab_size:
         raise ConfigError(
-            f"PIPELINE_TRACE={cfg.pipeline_trace}: cannot create the directory ({e.strerror or e})"
-        ) from None
-    try:
-        train_and_evaluate(cfg, rt, code, log0, tracer)
-    finally:
-        tracer.save()  # also on failure: the trace shows what ran up to it
-    if (
-        rt.distributed
-    ):  # ordered shutdown: loaders are closed, every rank is done, then the group goes
+            f"VOCAB_SIZE={cfg.vocab_size} does not match tokenizer "
+            f"vocab_size={int(sp.vocab_size())} ({cfg.tokenizer_path})"
+        )
+    luts = build_sentencepiece_luts(sp, cfg.vocab_size)
+    train_files, train_tokens = check_shards(cfg.train_files)
+    val = ValidationSet(cfg, rt, luts)  # every val shard loaded: header, size, token ids checked
+    device_luts = None
+    if cfg.val_bytecount_device == "cuda":
+        device_luts = tuple(torch.from_numpy(t).to(rt.device) for t in luts)
+    log0(f"val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path={cfg.tokenizer_path}")
+    log0(
+        f"train_loader:dataset:{Path(cfg.data_path).resolve().name} train_shards:{len(train_files)}"
+    )
+    log0(
+        f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} "
+        f"bytes:{val.target_bytes}"
+    )
+    if cfg.max_val_tokens:
+        log0(
+            f"WARNING: MAX_VAL_TOKENS={cfg.max_val_tokens} evaluates {val.target_tokens} of the "
+            f"split's {val.split_tokens} tokens: val_loss/val_bpb are NOT comparable to the "
+            f"challenge's score"
+        )
+    copy_streams = [int(on and rt.cuda) for on in (cfg.train_copy_stream, cfg.val_copy_stream)]
+    log0(
+        f"train_tokens:{train_tokens} train_prefetch:{int(cfg.train_prefetch)} "
+        f"queue:{cfg.train_prefetch_queue} copy_stream:{copy_streams[0]} "
+        f"val_prefetch:{int(cfg.val_prefetch)} queue:{cfg.val_prefetch_queue} "
+        f"copy_stream:{copy_streams[1]} val_bytecount_device:{cfg.val_bytecount_device}"
+    )
+    return Data(val, device_luts)
+
+
+def log_network(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable) -> None:
+    log0(f"model_params:{sum(p.numel() for p in net.base.parameters())}")
+    log0(f"world_size:{rt.world_size} grad_accum_steps:{rt.grad_accum_steps}")
+    if rt.cuda:
+        log0("sdp_backends:cudnn=False flash=True mem_efficient=False math=False")
+    log0(f"attention_backend:{net.attention}")
+    log0(f"attention_mode:gqa num_heads:{cfg.num_heads} num_kv_heads:{cfg.num_kv_heads}")
+    embed_lr = cfg.tied_embed_lr if cfg.tie_embeddings else cfg.embed_lr
+    head_lr = cfg.head_lr if net.base.lm_head is not None else 0.0
+    log0(
+        f"tie_embeddings:{cfg.tie_embeddings} embed_lr:{embed_lr} head_lr:{head_lr} "
+        f"matrix_lr:{cfg.matrix_lr} scalar_lr:{cfg.scalar_lr}"
+    )
+    log0(
+        f"train_batch_tokens:{cfg.train_batch_tokens} train_seq_len:{cfg.train_seq_len} "
+        f"iterations:{cfg.iterations} warmup_steps:{cfg.warmup_steps} "
+        f"max_wallclock_seconds:{cfg.max_wallclock_seconds:.3f}"
+    )
+    log0(f"seed:{cfg.seed}")
+
+
+def save_artifacts(rt: Runtime, net: Network, code: str, log0: Callable) -> bytes:
+    """final_model.pt and final_model.int8.ptz (rank 0); returns the int8 payload this rank
+    will load back: rank 0 the file as written, the others their own identical bytes."""
+    code_bytes = len(code.encode("utf-8"))
+    if rt.rank == 0:
+        buf = io.BytesIO()
+        torch.save(net.base.state_dict(), buf)
+        atomic_write_bytes("final_model.pt", buf.getvalue())
+        model_bytes = os.path.getsize("final_model.pt")
+        log0(f"Serialized model: {model_bytes} bytes")
+        log0(f"Code size: {code_bytes} bytes")
+        log0(f"Total submission size: {model_bytes + code_bytes} bytes")
+    quant_obj, stats = quantize_state_dict_int8(net.base.state_dict())
+    quant_buf = io.BytesIO()
+    torch.save(quant_obj, quant_buf)
+    quant_raw = quant_buf.getvalue()
+    if rt.rank == 0:
+        atomic_write_bytes("final_model.int8.ptz", zlib.compress(quant_raw, level=9))
+        quant_file_bytes = os.path.getsize("final_model.int8.ptz")
+        payload = stats["int8_payload_bytes"]
+        ratio = stats["baseline_tensor_bytes"] / max(payload, 1)
+        log0(
+            f"Serialized model int8+zlib: {quant_file_bytes} bytes "
+            f"(payload:{payload} raw_torch:{len(quant_raw)} payload_ratio:{ratio:.2f}x)"
+        )
+        log0(f"Total submission size int8+zlib: {quant_file_bytes + code_bytes} bytes")
+    if rt.distributed:
+        dist.barrier()
+    if rt.rank == 0:  # the file as written
+        with open("final_model.int8.ptz", "rb") as f:
+            quant_raw = zlib.decompress(f.read())
+    return quant_raw
+
+
+def evaluate_round_trip(
+    quant_raw: bytes, evaluate: Callable, net: Network, rt: Runtime, log0: Callable, tracer: Tracer
+) -> None:
+    """Load the int8 weights back into the model and score them: the challenge's number."""
+    quant_state = torch.load(io.BytesIO(quant_raw), map_location="cpu")
+    net.base.load_state_dict(dequantize_state_dict_int8(quant_state), strict=True)
+    rt.synchronize()
+    t0 = time.perf_counter()
+    with tracer.span("validation"):
+        val_loss, val_bpb = evaluate()
+    rt.synchronize()
+    eval_ms = 1000.0 * (time.perf_counter() - t0)
+    log0(
+        f"final_int8_zlib_roundtrip val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f} "
+        f"eval_time:{eval_ms:.0f}ms"
+    )
+    log0(f"final_int8_zlib_roundtrip_exact val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
+
+
+def shut_down(rt: Runtime) -> None:
+    if rt.distributed:  # ordered: loaders are closed, every rank is done, then the group goes
         dist.barrier()
         dist.destroy_process_group()
     if rt.cuda:  # the compile workers' atexit shutdown, which os._exit (see __main__) would skip
@@ -1673,319 +1924,26 @@ def main() -> None:
         inductor_compile.shutdown_compile_workers()
 
 
-def train_and_evaluate(
-    cfg: Hyperparameters, rt: Runtime, code: str, log0: Callable, tracer: Tracer
-) -> None:
-    # ---- DEVICE, TOKENIZER AND DATA CHECKS ----
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)  # every device's generator too
-    if rt.cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-        from torch.backends.cuda import (
-            enable_cudnn_sdp,
-            enable_flash_sdp,
-            enable_math_sdp,
-            enable_mem_efficient_sdp,
-        )
-
-        (
-            enable_cudnn_sdp(False),
-            enable_flash_sdp(True),
-            enable_mem_efficient_sdp(False),
-            enable_math_sdp(False),
-        )
-    else:
-        log0(
-            "cpu_mode: fp32 compute (no bf16 autocast), no torch.compile, no TF32; pinned memory and copy streams "
-            "are CUDA-only, so TRAIN_COPY_STREAM/VAL_COPY_STREAM are no-ops (prefetch threads still run)"
-        )
-    if not Path(cfg.tokenizer_path).is_file():
-        raise DataError(
-            f"TOKENIZER_PATH={cfg.tokenizer_path}: no such file (build or download the dataset first)"
-        )
-    sp = spm.SentencePieceProcessor(model_file=cfg.tokenizer_path)
-    if int(sp.vocab_size()) != cfg.vocab_size:
-        raise ConfigError(
-            f"VOCAB_SIZE={cfg.vocab_size} does not match tokenizer vocab_size={int(sp.vocab_size())} ({cfg.tokenizer_path})"
-        )
-    luts = build_sentencepiece_luts(sp, cfg.vocab_size)
-    train_files, train_tokens = check_shards(cfg.train_files)
-    val = ValidationSet(cfg, rt, luts)  # loads every val shard: header, size and token ids checked
-    device_luts = (
-        tuple(torch.from_numpy(t).to(rt.device) for t in luts)
-        if cfg.val_bytecount_device == "cuda"
-        else None
-    )
-    log0(f"val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path={cfg.tokenizer_path}")
-    log0(
-        f"train_loader:dataset:{Path(cfg.data_path).resolve().name} train_shards:{len(train_files)}"
-    )
-    log0(
-        f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} bytes:{val.target_bytes}"
-    )
-    if cfg.max_val_tokens:
-        log0(
-            f"WARNING: MAX_VAL_TOKENS={cfg.max_val_tokens} evaluates {val.target_tokens} of the split's {val.split_tokens} "
-            f"tokens: val_loss/val_bpb are NOT comparable to the challenge's score"
-        )
-    log0(
-        f"train_tokens:{train_tokens} train_prefetch:{int(cfg.train_prefetch)} queue:{cfg.train_prefetch_queue} "
-        f"copy_stream:{int(cfg.train_copy_stream and rt.cuda)} val_prefetch:{int(cfg.val_prefetch)} queue:{cfg.val_prefetch_queue} "
-        f"copy_stream:{int(cfg.val_copy_stream and rt.cuda)} val_bytecount_device:{cfg.val_bytecount_device}"
-    )
-
-    # ---- MODEL AND OPTIMIZERS ----
-    attention_name, attention = select_attention(cfg.attention_backend, rt.device)
-    base_model = build_model(cfg, rt.device, attention)
-    compiled_model = (
-        torch.compile(base_model, dynamic=False, fullgraph=True) if rt.cuda else base_model
-    )
-    model = compiled_model
-    if rt.distributed:
-        no_buffer_sync = {
-            "forward_sync_buffers"
-            if "forward_sync_buffers" in inspect.signature(DDP).parameters
-            else "broadcast_buffers": False
-        }
-        model = DDP(
-            compiled_model, device_ids=[rt.local_rank] if rt.cuda else None, **no_buffer_sync
-        )
-    optimizers, optimizer_muon = build_optimizers(cfg, base_model)
-    log0(f"model_params:{sum(p.numel() for p in base_model.parameters())}")
-    log0(f"world_size:{rt.world_size} grad_accum_steps:{rt.grad_accum_steps}")
-    if rt.cuda:
-        log0("sdp_backends:cudnn=False flash=True mem_efficient=False math=False")
-    log0(f"attention_backend:{attention_name}")
-    log0(f"attention_mode:gqa num_heads:{cfg.num_heads} num_kv_heads:{cfg.num_kv_heads}")
-    log0(
-        f"tie_embeddings:{cfg.tie_embeddings} embed_lr:{cfg.tied_embed_lr if cfg.tie_embeddings else cfg.embed_lr} "
-        f"head_lr:{cfg.head_lr if base_model.lm_head is not None else 0.0} matrix_lr:{cfg.matrix_lr} scalar_lr:{cfg.scalar_lr}"
-    )
-    log0(
-        f"train_batch_tokens:{cfg.train_batch_tokens} train_seq_len:{cfg.train_seq_len} iterations:{cfg.iterations} "
-        f"warmup_steps:{cfg.warmup_steps} max_wallclock_seconds:{cfg.max_wallclock_seconds:.3f}"
-    )
-    log0(f"seed:{cfg.seed}")
-
-    # ---- TRAINING ----
-    probe = Probe(cfg.training_timing_breakdown, cfg.training_timing_every, rt.cuda, tracer)
-
-    def make_loader():
-        if not cfg.train_prefetch:
-            return DistributedTokenLoader(
-                cfg.train_files, rt.rank, rt.world_size, rt.device, vocab_size=cfg.vocab_size
-            )
-        loader = PrefetchingDistributedTokenLoader(
-            cfg.train_files,
-            rt.rank,
-            rt.world_size,
-            rt.device,
-            vocab_size=cfg.vocab_size,
-            queue_depth=cfg.train_prefetch_queue,
-            copy_stream=cfg.train_copy_stream,
-            tracer=tracer,
-        )
-        loader.copy_probe = lambda stream: probe.phase("h2d", stream)
-        return loader
-
-    def zero_grad_all():
-        for opt in optimizers:
-            opt.zero_grad(set_to_none=True)
-
-    def train_step(loader) -> Tensor:
-        train_loss = torch.zeros((), device=rt.device)
-        for micro_step in range(rt.grad_accum_steps):
-            if rt.distributed:  # gradients are all-reduced on the last micro-step only
-                model.require_backward_grad_sync = micro_step == rt.grad_accum_steps - 1
-            with probe.phase("data_wait"):
-                x, y = loader.next_batch(
-                    cfg.train_batch_tokens, cfg.train_seq_len, rt.grad_accum_steps
-                )
-            with probe.phase("forward"), rt.autocast():
-                loss = model(x, y)
-            train_loss += loss.detach()
-            with probe.phase("backward"):
-                (
-                    loss / rt.grad_accum_steps
-                ).backward()  # a power of 2: exactly the baseline's loss * (1/accum)
-        return train_loss / rt.grad_accum_steps
-
-    def optimizer_step() -> None:
-        with probe.phase("optimizer"):
-            if cfg.grad_clip_norm > 0:
-                torch.nn.utils.clip_grad_norm_(base_model.parameters(), cfg.grad_clip_norm)
-            for opt in optimizers:
-                opt.step()
-            zero_grad_all()
-
-    max_wallclock_ms = 1000.0 * cfg.max_wallclock_seconds if cfg.max_wallclock_seconds > 0 else None
-    train_loader = make_loader()
+def main() -> None:
+    cfg, rt = configure()
+    code = Path(__file__).read_text(encoding="utf-8")
+    log0, tracer = start_logs(cfg, rt, code)
     try:
-        if (
-            cfg.warmup_steps > 0
-        ):  # compile and warm the kernels, then restore everything "so we aren't cheating"
-            initial_model_state = {
-                name: t.detach().cpu().clone() for name, t in base_model.state_dict().items()
-            }
-            initial_optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in optimizers]
-            model.train()
-            for warmup_step in range(cfg.warmup_steps):
-                zero_grad_all()
-                train_step(train_loader)
-                optimizer_step()
-                if (
-                    cfg.warmup_steps <= 20
-                    or (warmup_step + 1) % 10 == 0
-                    or warmup_step + 1 == cfg.warmup_steps
-                ):
-                    log0(f"warmup_step:{warmup_step + 1}/{cfg.warmup_steps}")
-            base_model.load_state_dict(initial_model_state, strict=True)
-            for opt, state in zip(optimizers, initial_optimizer_states, strict=True):
-                opt.load_state_dict(state)
-            zero_grad_all()
-            if rt.distributed:
-                model.require_backward_grad_sync = True
-            train_loader.close()
-            train_loader = make_loader()  # the timed run starts again from token 0
-        probe.data_wait_total_ms = 0.0
-        tracer.active = tracer.path is not None and cfg.pipeline_trace_steps > 0
-
-        training_time_ms, stop_after_step = 0.0, None
-        rt.synchronize()
-        t0 = time.perf_counter()
-        step = 0
-        while True:
-            last_step = step == cfg.iterations or (
-                stop_after_step is not None and step >= stop_after_step
-            )
-            if last_step or (cfg.val_loss_every > 0 and step % cfg.val_loss_every == 0):
-                rt.synchronize()
-                training_time_ms += 1000.0 * (time.perf_counter() - t0)
-                with tracer.span("validation"):
-                    val_loss, val_bpb = eval_val(
-                        cfg, rt, compiled_model, val, tracer, log0, device_luts
-                    )
-                log0(
-                    f"step:{step}/{cfg.iterations} val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f} "
-                    f"train_time:{training_time_ms:.0f}ms step_avg:{training_time_ms / max(step, 1):.2f}ms"
-                )
-                rt.synchronize()
-                t0 = time.perf_counter()
-            if last_step:
-                if stop_after_step is not None and step < cfg.iterations:
-                    log0(
-                        f"stopping_early: wallclock_cap train_time:{training_time_ms:.0f}ms step:{step}/{cfg.iterations}"
-                    )
-                break
-
-            elapsed_ms = training_time_ms + 1000.0 * (time.perf_counter() - t0)
-            scale = lr_multiplier(
-                step, elapsed_ms, cfg.iterations, cfg.warmdown_iters, max_wallclock_ms
-            )
-            probe.begin_step(step + 1)
-            zero_grad_all()
-            train_loss = train_step(train_loader)
-            frac = (
-                min(step / cfg.muon_momentum_warmup_steps, 1.0)
-                if cfg.muon_momentum_warmup_steps > 0
-                else 1.0
-            )
-            for group in optimizer_muon.param_groups:
-                group["momentum"] = (
-                    1 - frac
-                ) * cfg.muon_momentum_warmup_start + frac * cfg.muon_momentum
-            for opt in optimizers:
-                for group in opt.param_groups:
-                    group["lr"] = group["base_lr"] * scale
-            optimizer_step()
-            probe.end_step(step + 1)
-            step += 1
-            approx_training_time_ms = training_time_ms + 1000.0 * (time.perf_counter() - t0)
-            if cfg.train_log_every > 0 and (
-                step <= 10 or step % cfg.train_log_every == 0 or stop_after_step is not None
-            ):
-                if (
-                    rt.distributed
-                ):  # the mean over every rank's micro-batches, so 1 GPU and 8 GPUs print the same
-                    dist.all_reduce(train_loss)
-                    train_loss /= rt.world_size
-                log0(
-                    f"step:{step}/{cfg.iterations} train_loss:{train_loss.item():.4f} "
-                    f"train_time:{approx_training_time_ms:.0f}ms step_avg:{approx_training_time_ms / step:.2f}ms"
-                )
-            for line in probe.finished_lines():
-                log0(line)
-            if step >= cfg.pipeline_trace_steps:
-                tracer.active = False
-            reached_cap = (
-                max_wallclock_ms is not None and approx_training_time_ms >= max_wallclock_ms
-            )
-            if rt.distributed and max_wallclock_ms is not None:  # every rank stops on the same step
-                reached_cap_tensor = torch.tensor(int(reached_cap), device=rt.device)
-                dist.all_reduce(reached_cap_tensor, op=dist.ReduceOp.MAX)
-                reached_cap = bool(reached_cap_tensor.item())
-            if stop_after_step is None and reached_cap:
-                stop_after_step = step
+        data = load_data(cfg, rt, log0)
+        net = build_network(cfg, rt)
+        log_network(cfg, rt, net, log0)
+        evaluate = functools.partial(
+            eval_val, cfg, rt, net.compiled, data.val, tracer, log0, data.device_luts
+        )
+        with Trainer(cfg, rt, net, log0, tracer) as trainer:
+            trainer.warm_up_and_restore()
+            trainer.train(evaluate)
+        trainer.log_summary()
+        quant_raw = save_artifacts(rt, net, code, log0)
+        evaluate_round_trip(quant_raw, evaluate, net, rt, log0, tracer)
     finally:
-        train_loader.close()
-
-    for line in probe.finished_lines(wait=True):
-        log0(line)
-    if probe.enabled:
-        log0(
-            f"timing_summary data_wait_total_ms:{probe.data_wait_total_ms:.2f} train_time_ms:{training_time_ms:.0f} "
-            f"data_wait_share:{100.0 * probe.data_wait_total_ms / max(training_time_ms, 1e-9):.3f}%"
-        )
-    if rt.cuda:
-        allocated, reserved = (
-            torch.cuda.max_memory_allocated() >> 20,
-            torch.cuda.max_memory_reserved() >> 20,
-        )
-    else:  # the process's peak resident memory
-        allocated = reserved = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
-    log0(f"peak memory allocated: {allocated} MiB reserved: {reserved} MiB")
-
-    # ---- SERIALIZATION AND INT8+ZLIB ROUND TRIP ----
-    code_bytes = len(code.encode("utf-8"))
-    if rt.rank == 0:
-        buf = io.BytesIO()
-        torch.save(base_model.state_dict(), buf)
-        atomic_write_bytes("final_model.pt", buf.getvalue())
-        model_bytes = os.path.getsize("final_model.pt")
-        log0(f"Serialized model: {model_bytes} bytes")
-        log0(f"Code size: {code_bytes} bytes")
-        log0(f"Total submission size: {model_bytes + code_bytes} bytes")
-    quant_obj, quant_stats = quantize_state_dict_int8(base_model.state_dict())
-    quant_buf = io.BytesIO()
-    torch.save(quant_obj, quant_buf)
-    quant_raw = quant_buf.getvalue()
-    if rt.rank == 0:
-        atomic_write_bytes("final_model.int8.ptz", zlib.compress(quant_raw, level=9))
-        quant_file_bytes = os.path.getsize("final_model.int8.ptz")
-        ratio = quant_stats["baseline_tensor_bytes"] / max(quant_stats["int8_payload_bytes"], 1)
-        log0(
-            f"Serialized model int8+zlib: {quant_file_bytes} bytes "
-            f"(payload:{quant_stats['int8_payload_bytes']} raw_torch:{len(quant_raw)} payload_ratio:{ratio:.2f}x)"
-        )
-        log0(f"Total submission size int8+zlib: {quant_file_bytes + code_bytes} bytes")
-    if rt.distributed:
-        dist.barrier()
-    if rt.rank == 0:  # the file as written; other ranks (maybe on other nodes) hold the same bytes
-        with open("final_model.int8.ptz", "rb") as f:
-            quant_raw = zlib.decompress(f.read())
-    quant_state = torch.load(io.BytesIO(quant_raw), map_location="cpu")
-    base_model.load_state_dict(dequantize_state_dict_int8(quant_state), strict=True)
-    rt.synchronize()
-    t_qeval = time.perf_counter()
-    with tracer.span("validation"):
-        q_val_loss, q_val_bpb = eval_val(cfg, rt, compiled_model, val, tracer, log0, device_luts)
-    rt.synchronize()
-    log0(
-        f"final_int8_zlib_roundtrip val_loss:{q_val_loss:.4f} val_bpb:{q_val_bpb:.4f} eval_time:{1000.0 * (time.perf_counter() - t_qeval):.0f}ms"
-    )
-    log0(f"final_int8_zlib_roundtrip_exact val_loss:{q_val_loss:.8f} val_bpb:{q_val_bpb:.8f}")
+        tracer.save()  # also on failure: the trace shows what ran up to it
+    shut_down(rt)
 
 
 if __name__ == "__main__":
@@ -1993,17 +1951,15 @@ if __name__ == "__main__":
         main()
     except (ConfigError, DataError) as e:  # user mistakes: one clear line, not a traceback per rank
         rank = os.environ.get("RANK", "0")
-        if rank not in (
-            "0",
-            "",
-        ):  # rank 0 says it and torchrun stops us meanwhile, unless the error is ours alone
+        if rank not in ("0", ""):  # rank 0 says it and torchrun stops us, unless it is ours alone
             time.sleep(5)
         print(f"error: {e}" if rank in ("0", "") else f"[rank {rank}] error: {e}", file=sys.stderr)
         exit_code = 2
     else:
         exit_code = 0
-    # Threads are joined and files closed by now. Skip the interpreter's teardown of torch's C++ state: with
-    # gloo it aborts ("terminate called without an active exception") in ~1 of 25 runs of plain DDP code.
+    # Threads are joined and files closed by now. Skip the interpreter's teardown of torch's C++
+    # state: with gloo it aborts ("terminate called without an active exception") in about 1 of
+    # 25 runs of plain DDP code.
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -1,4 +1,5 @@
-"""GPU-only: copy streams, pinned staging, allocator safety and real compiled runs. Skipped without CUDA."""
+"""GPU-only: copy streams, pinned staging, allocator safety, sync-free steps and real compiled
+runs. Skipped without CUDA."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def test_prefetched_cuda_batches_equal_the_synchronous_ones(tmp_path, copy_strea
 
 
 def test_batches_stay_intact_while_compute_still_reads_them(tmp_path):
-    """The allocator must not hand a batch's memory to the next copy while queued kernels read it."""
+    """The allocator must not hand a batch's memory to the next copy while queued kernels still
+    read it."""
     pattern = write_consecutive(tmp_path, [40000, 30000])
     sync = tg.DistributedTokenLoader(pattern, 0, 1, "cpu")
     sums, expected = [], []
@@ -88,3 +90,33 @@ def test_compiled_gpu_run_is_identical_with_and_without_prefetch(tmp_path, tiny_
     assert runs[0].numbers() == runs[1].numbers()
     for line in runs[1].lines("timing_breakdown "):
         assert float(re.search(r"forward_ms:(\S+)", line).group(1)) > 0
+
+
+def test_steady_state_training_steps_never_wait_on_the_gpu(tmp_path):
+    """The real step (prefetching loader, compiled model, Muon and Adam, schedules, timing
+    breakdown, wall-clock cap) under sync debug mode "error": a .item(), a blocking copy or any
+    other host sync in a step that neither logs nor validates raises here."""
+    write_consecutive(tmp_path, [200_000])
+    env = {
+        "DATA_PATH": str(tmp_path), "VOCAB_SIZE": "1024", "NUM_LAYERS": "2", "MODEL_DIM": "64",
+        "NUM_HEADS": "4", "NUM_KV_HEADS": "2", "TRAIN_SEQ_LEN": "128", "TRAIN_BATCH_TOKENS": "8192",
+        "ITERATIONS": "1000", "WARMUP_STEPS": "2", "TRAIN_LOG_EVERY": "1000",
+        "TRAINING_TIMING_BREAKDOWN": "1", "TRAINING_TIMING_EVERY": "5",
+        "MAX_WALLCLOCK_SECONDS": "3600",
+    }  # fmt: skip
+    cfg = tg.Hyperparameters.from_env(env, 1)
+    rt = tg.Runtime(0, 0, 1, 8, torch.device("cuda", torch.cuda.current_device()), False)
+    net = tg.build_network(cfg, rt)
+    with tg.Trainer(cfg, rt, net, lambda msg, console=True: None, tg.NULL_TRACER) as trainer:
+        trainer.warm_up_and_restore()
+        trainer.open_loader()
+        trainer.resume_clock()
+        for _ in range(12):  # steps 1-10 log their loss: those may read it back
+            trainer.train_one_step()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(30):
+                trainer.train_one_step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert trainer.step == 42 and not trainer.stopping

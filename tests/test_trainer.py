@@ -1,0 +1,108 @@
+"""The training loop's stop rule, driven by a fake clock: the wall-clock cap ends the run on the
+first step whose elapsed training time reached it (the baseline's rule), on every rank at once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import train_gpt as tg
+
+TINY = {
+    "NUM_LAYERS": "2", "MODEL_DIM": "32", "NUM_HEADS": "2", "NUM_KV_HEADS": "1",
+    "VOCAB_SIZE": "64", "TRAIN_SEQ_LEN": "16", "TRAIN_BATCH_TOKENS": "256",
+    "VAL_BATCH_SIZE": "256", "ITERATIONS": "20", "WARMUP_STEPS": "0", "VAL_LOSS_EVERY": "0",
+    "TRAIN_LOG_EVERY": "0", "WARMDOWN_ITERS": "0",
+}  # fmt: skip
+
+
+class FakeClock:
+    """Seconds that advance only with finished steps: `ms_per_step` per step, nothing else."""
+
+    def __init__(self, ms_per_step: float):
+        self.ms_per_step, self.trainer = ms_per_step, None
+
+    def __call__(self) -> float:
+        return self.trainer.step * self.ms_per_step / 1000.0
+
+
+def baseline_stop_step(ms_per_step: float, cap_ms: float, iterations: int) -> int:
+    """The baseline's rule, stated independently: stop after the first step k whose elapsed
+    time (k * ms_per_step here) is at or past the cap."""
+    return next((k for k in range(1, iterations + 1) if k * ms_per_step >= cap_ms), iterations)
+
+
+def write_shards(folder: Path) -> None:
+    from data.shard_io import write_shard
+
+    write_shard(folder / "fineweb_train_000000.bin", np.arange(20_000) % 64)
+
+
+def run_with_fake_clock(folder: Path, rank: int, world_size: int, ms_per_step: float, cap_s):
+    """Real model, optimizers, loader and loop; only the clock and the evaluation are fakes."""
+    env = dict(TINY, DATA_PATH=str(folder), MAX_WALLCLOCK_SECONDS=str(cap_s))
+    cfg = tg.Hyperparameters.from_env(env, world_size)
+    accum = tg.grad_accum_steps_for(world_size)
+    rt = tg.Runtime(rank, 0, world_size, accum, torch.device("cpu"), world_size > 1)
+    net = tg.build_network(cfg, rt)
+    lines: list[str] = []
+    clock = FakeClock(ms_per_step)
+    with tg.Trainer(cfg, rt, net, lambda msg, console=True: lines.append(msg), tg.NULL_TRACER,
+                    clock=clock) as trainer:  # fmt: skip
+        clock.trainer = trainer
+        trainer.train(evaluate=lambda: (0.0, 0.0))
+    return trainer.step, lines
+
+
+def test_the_cap_stops_on_the_first_step_that_reached_it(tmp_path):
+    write_shards(tmp_path)
+    step, lines = run_with_fake_clock(tmp_path, 0, 1, ms_per_step=100.0, cap_s=0.45)
+    assert step == baseline_stop_step(100.0, 450.0, 20) == 5
+    assert "wallclock_cap_reached step:5 train_time:500ms" in lines
+    assert lines[-1] == "stopping_early: wallclock_cap train_time:500ms step:5/20"
+    assert lines[-2].startswith("step:5/20 val_loss:")  # the final validation comes first
+
+
+@pytest.mark.parametrize("cap_s, expected", [(0.1, 1), (0.3, 3), (0.301, 4), (1000.0, 20)])
+def test_the_stop_step_follows_the_baseline_rule(tmp_path, cap_s, expected):
+    write_shards(tmp_path)
+    step, lines = run_with_fake_clock(tmp_path, 0, 1, ms_per_step=100.0, cap_s=cap_s)
+    assert step == baseline_stop_step(100.0, 1000.0 * cap_s, 20) == expected
+    assert any(line.startswith("stopping_early") for line in lines) == (expected < 20)
+
+
+def test_no_cap_runs_every_iteration(tmp_path):
+    write_shards(tmp_path)
+    step, lines = run_with_fake_clock(tmp_path, 0, 1, ms_per_step=1e9, cap_s=0)
+    assert step == 20 and not any("wallclock_cap" in line for line in lines)
+
+
+def _rank_main(rank: int, folder: str, ms_per_rank: list[float]) -> None:
+    dist.init_process_group(
+        "gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=len(ms_per_rank)
+    )
+    try:
+        step, lines = run_with_fake_clock(
+            Path(folder), rank, len(ms_per_rank), ms_per_rank[rank], 0.45
+        )
+        Path(folder, f"rank{rank}.json").write_text(json.dumps({"step": step, "lines": lines}))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_stop_together_on_the_first_rank_to_reach_the_cap(tmp_path):
+    """Rank 1's clock runs twice as fast: it reaches 450 ms after step 3 (rank 0 would go on to
+    step 5). Both ranks stop after step 3, with no GPU involved in agreeing."""
+    write_shards(tmp_path)
+    ms_per_rank = [100.0, 200.0]
+    mp.spawn(_rank_main, args=(str(tmp_path), ms_per_rank), nprocs=2, join=True)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["step"] for r in results] == [3, 3]
+    assert min(baseline_stop_step(ms, 450.0, 20) for ms in ms_per_rank) == 3
+    assert "wallclock_cap_reached step:3 train_time:300ms" in results[0]["lines"]
