@@ -1,0 +1,293 @@
+"""Record submissions for the Parameter Golf challenge: scaffold, validate, test, pack.
+
+None of these tools count toward the artifact; only train_gpt.py does.
+
+    python records/submission.py new logs/run_a.txt logs/run_b.txt logs/run_c.txt \\
+        --name "My Idea" --author "Ada" --github-id ada [--pack]
+    python records/submission.py check "records/track_10min_16mb/2026-05-01_MyIdea"
+    python records/submission.py stats --new records/track_10min_16mb/2026-05-01_MyIdea \\
+        --old records/track_10min_16mb/2026-04-27_PreviousRecord
+    python records/submission.py pack train_gpt.py -o packed/train_gpt.py
+
+new    builds records/<track>/YYYY-MM-DD_<Name>/ from train logs: the script that ran, one
+       train_seed{SEED}.log per run, submission.json computed from the logs, a README.
+check  says whether the challenge would accept a record folder: FAIL only for what breaks a
+       rule (no code, a score no log backs, artifact > 16,000,000 bytes, training or scored
+       evaluation over 600 s, no readable submission.json); a WARN, with its fix, otherwise.
+stats  one-sided Welch t-test of per-seed val_loss against the previous record (0.005 nats,
+       p < 0.01); reads the same runs as check.
+pack   writes the self-extracting form of a script (bz2 + base85 + exec) and checks it.
+
+Exit codes: 0 = ok (accepted / significant / created and accepted / packed and verified),
+1 = rejected / not significant / verification failed, 2 = bad input (usage, unreadable files,
+folder exists without --force, scipy missing for stats).
+
+new, check and pack need only the standard library; stats needs scipy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .check import check_folder
+from .errors import SubmissionError
+from .pack import TINY_RUN_ENV, compressor_sizes, verify_runs, write_packed
+from .rules import ALPHA, MARGIN_NATS, TRACKS, rules_help
+from .scaffold import create_record
+from .stats import describe, gather, one_sample_test, report_ttest, require_scipy, welch_test
+
+# -----------------------------
+# COMMANDS
+# -----------------------------
+
+
+def _print_check(folder, findings, quiet: bool) -> bool:
+    """Print the findings and the verdict line; True when the folder would be accepted."""
+    if not quiet:
+        for f in findings:
+            print(f.line())
+    fails = [f for f in findings if f.status == "FAIL"]
+    warns = [f for f in findings if f.status == "WARN"]
+    if fails:
+        names = ", ".join(dict.fromkeys(f.rule for f in fails))
+        print(f"VERDICT rejected: {folder}: {len(fails)} failed ({names}), {len(warns)} warning(s)")
+    else:
+        passed = len(findings) - len(warns)
+        print(f"VERDICT accepted: {folder}: {passed} passed, {len(warns)} warning(s)")
+    return not fails
+
+
+def cmd_new(args) -> int:
+    dest = create_record(
+        args.logs,
+        name=args.name,
+        author=args.author,
+        github_id=args.github_id,
+        blurb=args.blurb,
+        date=args.date,
+        track=args.track,
+        script=args.script,
+        seeds=args.seeds,
+        hardware=args.hardware,
+        pytorch_version=args.pytorch_version,
+        records_dir=args.records_dir,
+        out=args.out,
+        force=args.force,
+        pack=args.pack,
+    )
+    print(f"created {dest}")
+    return 0 if _print_check(dest, check_folder(dest), quiet=False) else 1
+
+
+def cmd_check(args) -> int:
+    results = [
+        _print_check(folder, check_folder(folder, track=args.track), args.quiet)
+        for folder in args.folders
+    ]
+    return 0 if all(results) else 1
+
+
+def _stats_inputs(args) -> bool:
+    """True when there is something to test; raises on missing inputs unless systems-only."""
+    if args.new and (args.old is not None or args.sota is not None):
+        return True
+    if args.systems_only:
+        return False
+    if not args.new:
+        raise SubmissionError("give --new values (per-seed val_loss: numbers, logs, folders, JSON)")
+    raise SubmissionError("give --old (the previous record's per-seed val_loss) or --sota")
+
+
+def cmd_stats(args) -> int:
+    if args.systems_only:
+        print(
+            "EXEMPT systems-only: pure systems speed-ups that leave the ML unchanged are exempt "
+            "from the significance requirement"
+        )
+    if not _stats_inputs(args):
+        return 0
+    require_scipy()  # says how to install scipy before any work
+    new, sources = gather(args.new)
+    print(f"new: {describe(new)}  [{'; '.join(sources)}]")
+    results = []
+    if args.old is not None:
+        old, sources = gather(args.old)
+        print(f"old: {describe(old)}  [{'; '.join(sources)}]")
+        two = len(old) > 1
+        results.append(
+            welch_test(new, old, args.margin) if two else one_sample_test(new, old[0], args.margin)
+        )
+    if args.sota is not None:
+        results.append(one_sample_test(new, args.sota, args.margin))
+    for res in results:
+        print("\n".join(report_ttest(res, args.alpha)))
+    ok = all(r.significant(args.alpha) for r in results)
+    if args.systems_only and not ok:
+        print("EXEMPT significance: not significant, but a systems-only change does not need to be")
+    return 0 if ok or args.systems_only else 1
+
+
+def _parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SubmissionError(f"--env {pair!r} is not KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def cmd_pack(args) -> int:
+    script, out = Path(args.script), Path(args.out)
+    res = write_packed(script, out)
+    print(
+        f"packed {script} -> {out}: {res.original:,} -> {res.packed:,} bytes, "
+        f"{res.saved:,} code bytes saved"
+    )
+    sizes = compressor_sizes(script.read_bytes())
+    print("payload by compressor: " + "; ".join(f"{k} {v:,}" for k, v in sizes.items()))
+    print(f"PASS roundtrip: {out} decompresses to {script.name} byte for byte")
+    if args.verify_run is None:
+        print(
+            "SKIP run: the packed file was not run; give --verify-run DATA_PATH --tokenizer "
+            "MODEL to run both under torchrun on a tiny CPU config"
+        )
+        return 0
+    if args.tokenizer is None:
+        raise SubmissionError("--verify-run needs --tokenizer (the dataset's .model file)")
+    env = {
+        **TINY_RUN_ENV,
+        "DATA_PATH": str(Path(args.verify_run).resolve()),
+        "TOKENIZER_PATH": str(Path(args.tokenizer).resolve()),
+        "VOCAB_SIZE": str(args.vocab_size),
+        **_parse_env(args.env),
+    }
+    ok = verify_runs(script, out, env, nproc=args.nproc, timeout=args.run_timeout)
+    return 0 if ok else 1
+
+
+# -----------------------------
+# PARSER
+# -----------------------------
+
+
+def _add_new(sub) -> None:
+    p = sub.add_parser(
+        "new",
+        help="scaffold a record folder from train logs",
+        description="Scaffold records/<track>/YYYY-MM-DD_<Name>/ from one log per seed: our own "
+        "logs/<RUN_ID>.txt (which embed the script) or console captures (then pass --script). "
+        "Writes train_gpt.py (the exact script that ran; its size must match `Code size:`), "
+        "train_seed{SEED}.log, submission.json (per-seed results, mean/std, bytes_total = max "
+        "over seeds, compliance from the logs) and README.md, atomically; then runs `check` on "
+        "it. With --pack, train_gpt.py is the packed form (see `pack`) and the readable script "
+        "is kept as train_gpt_readable.py. Exit 0 when the new folder would be accepted, 1 when "
+        "not, 2 on bad input.",
+    )
+    p.add_argument("logs", nargs="+", help="train logs, one per seed")
+    p.add_argument("--name", required=True, help="submission name; names the folder too")
+    p.add_argument("--author", required=True, help="author's name")
+    p.add_argument("--github-id", required=True, help="author's GitHub user name")
+    p.add_argument("--blurb", default="", help="one-paragraph description")
+    p.add_argument("--date", help="YYYY-MM-DD (default: today)")
+    p.add_argument("--track", default="10min_16mb", choices=sorted(TRACKS))
+    p.add_argument("--script", help="the train_gpt.py that ran (when no log embeds the source)")
+    p.add_argument("--seeds", nargs="+", type=int, help="seeds in log order, for logs without one")
+    p.add_argument("--hardware", help="e.g. '8xH100 80GB SXM' (default: from nvidia-smi)")
+    p.add_argument("--pytorch-version", help="default: from the logs' `Running PyTorch` line")
+    p.add_argument("--records-dir", help="records/ folder to create it in (default: records/)")
+    p.add_argument("--out", help="exact folder to create (overrides --records-dir/track/name)")
+    p.add_argument("--force", action="store_true", help="replace the folder if it exists")
+    p.add_argument("--pack", action="store_true", help="ship train_gpt.py in its packed form")
+    p.set_defaults(func=cmd_new)
+
+
+def _add_check(sub) -> None:
+    p = sub.add_parser(
+        "check",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="validate record folders (exit 0 only if accepted)",
+        description="Validate record folders against the challenge's rules. Prints one "
+        "`PASS|WARN|FAIL rule: message[; fix: ...]` line per finding and a VERDICT line per "
+        "folder. Exit 0 when every folder would be accepted (warnings allowed), 1 otherwise.\n\n"
+        + rules_help(),
+    )
+    p.add_argument("folders", nargs="+", help="record folders")
+    p.add_argument("--track", choices=sorted(TRACKS), help="override the track")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the verdict lines")
+    p.set_defaults(func=cmd_check)
+
+
+def _add_stats(sub) -> None:
+    p = sub.add_parser(
+        "stats",
+        help="significance of a new result against the current record",
+        description="One-sided Welch t-test (scipy.stats.ttest_ind, equal_var=False) of per-seed "
+        "val_loss (nats): H1 mean(new) < mean(old) - margin; or, with --sota (or one --old "
+        "value), the one-sample form (scipy.stats.ttest_1samp). Values may be numbers, train "
+        "logs, record folders (the runs `check` counts) or submission.json files (seed_results). "
+        "Exit 0 when p < alpha (or --systems-only), 1 when not significant, 2 on bad input or "
+        "when scipy is missing.",
+    )
+    p.add_argument("--new", nargs="+", metavar="VALUE|PATH", help="the new per-seed val_loss")
+    p.add_argument("--old", nargs="+", metavar="VALUE|PATH", help="the old per-seed val_loss")
+    p.add_argument("--sota", type=float, help="a single SOTA val_loss for the one-sample test")
+    p.add_argument("--margin", type=float, default=MARGIN_NATS, help="default %(default)s nats")
+    p.add_argument("--alpha", type=float, default=ALPHA, help="default %(default)s")
+    p.add_argument(
+        "--systems-only",
+        action="store_true",
+        help="a pure systems speed-up that leaves the ML unchanged: exempt from significance",
+    )
+    p.set_defaults(func=cmd_stats)
+
+
+def _add_pack(sub) -> None:
+    p = sub.add_parser(
+        "pack",
+        help="write the self-extracting (packed) form of a script",
+        description="Write OUT = `import bz2,base64` + `exec(bz2.decompress(base64.b85decode("
+        '"...")))` of SCRIPT, the form merged records shipped to save code bytes. Checks that '
+        "OUT decompresses to SCRIPT byte for byte and prints the bytes saved. With "
+        "--verify-run DATA_PATH --tokenizer MODEL, also runs SCRIPT and OUT under torchrun "
+        "(--nproc CPU processes, a tiny model) and checks both reach the same final score "
+        "line. Exit 0 when packed (and verified), 1 when the runs disagree, 2 on bad input.",
+    )
+    p.add_argument("script", help="the readable script, e.g. train_gpt.py")
+    p.add_argument("-o", "--out", required=True, help="the packed file to write")
+    p.add_argument("--verify-run", metavar="DATA_PATH", help="dataset folder for the run check")
+    p.add_argument("--tokenizer", metavar="MODEL", help="SentencePiece model of that dataset")
+    p.add_argument("--vocab-size", type=int, default=1024, help="default %(default)s")
+    p.add_argument("--nproc", type=int, default=2, help="torchrun processes (default 2)")
+    p.add_argument("--run-timeout", type=float, default=600.0, help="seconds per run")
+    p.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="a run variable (repeat)"
+    )
+    p.set_defaults(func=cmd_pack)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="submission.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{new,check,stats,pack}")
+    for add in (_add_new, _add_check, _add_stats, _add_pack):
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SubmissionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+"""The one exception the command line turns into `error: ...` and exit code 2."""
+
+
+class SubmissionError(Exception):
+    """A user mistake (bad path, unreadable log, missing option): reported once, exit code 2."""

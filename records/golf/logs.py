@@ -1,0 +1,463 @@
+"""Train logs as the challenge's scripts write them, read into a `TrainLog`.
+
+Both upstream formats are read: the baseline's `step:N/M train_loss:x train_time:Tms ...` and
+the later `N/M train_loss: x train_time: 9.8m tok/s: n`. Any line may carry a prefix (torchrun
+rank tags such as `[default0]:`, epoch or ISO timestamps, log levels), and a scored line may
+carry any `key:value` fields besides val_loss and val_bpb (`final_sliding_window_eval_exact
+stride:64 val_loss:... val_bpb:...`). A log may begin with the script's source (our logs do),
+optionally after a hyperparameter dump.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .numbers import NUMBER, half_ulp
+from .rules import SEPARATOR
+
+# -----------------------------
+# LINE PATTERNS
+# -----------------------------
+
+_PREFIX_TOKEN = re.compile(
+    r"""(?:
+      \[[^\]]*\]:?\s*                                  # [default0]:  [rank3]  [12:00:01]
+    | (?:\d{9,}(?:\.\d+)?                              # epoch seconds or milliseconds
+      | \d{4}-\d{2}-\d{2}(?:[T_ ]\d{2}:\d{2}(?::\d{2})?(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?
+      | \d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?                # 12:00:01.123
+      | (?:INFO|DEBUG|WARNING|WARN|ERROR|CRITICAL):?   # log levels
+      | -                                              # `2026-05-01 12:00:01 - msg`
+      )(?:\s+|$)
+    )""",
+    re.VERBOSE,
+)
+_STEP = re.compile(r"^(?:step:\s*(\d+)/(\d+)|(\d+)/(\d+))(?=[\s,:]|$)")
+_FIELD_KEY = re.compile(r"(?<![\w.\-])([A-Za-z_][\w.]*):(?=\S|\s*[-+.\d])")  # key:value or key: 1
+_VAL_LOSS = re.compile(r"(?<![\w])val_loss:\s*" + NUMBER)
+_VAL_BPB = re.compile(r"(?<![\w])val_bpb:\s*" + NUMBER)
+_UNIT = r"\s*(ms|s|min|m|h)?(?![A-Za-z])"
+_TRAIN_TIME = re.compile(r"(?<![\w])train_time:\s*" + NUMBER + _UNIT)
+_EVAL_TIME = re.compile(r"(?<![\w])eval_time:\s*" + NUMBER + _UNIT)
+_STEP_AVG = re.compile(r"(?<![\w])step_avg:\s*" + NUMBER + r"\s*ms")
+_STOP = re.compile(
+    r"^stopping_early:.*?train_time:\s*" + NUMBER + _UNIT + r".*?step:\s*(\d+)/(\d+)"
+)
+_SEED = re.compile(r"^seed\s*[:=]\s*(\d+)$", re.IGNORECASE)
+_WORLD = re.compile(r"(?<![\w])world_size:\s*(\d+)")
+_PACKED = re.compile(
+    r"^(?:Packed code size|Code size,? packed)[^:\d]*:\s*(\d+)\s*bytes"  # a line of its own
+    r"|^Code size\b.*?\bpack\w*\D{0,20}?(\d+)\s*bytes"  # `Code size: N bytes (would pack to M)`
+)
+_CODE = re.compile(r"^Code size[^:]*:\s*(\d+)\s*bytes")
+_MODEL = re.compile(r"^Serialized model[^:]*:\s*(\d+)\s*bytes")
+_TOTAL = re.compile(r"^Total submission size[^:]*:\s*(\d+)\s*bytes")
+_GPU = re.compile(r"^\|\s*(\d+)\s+(.+?)\s+(?:On|Off)\s*\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:")
+_ONE_WORD = re.compile(r"^[A-Za-z][\w.+\-]*$")
+_MS_PER_UNIT = {None: 1.0, "ms": 1.0, "s": 1e3, "m": 6e4, "min": 6e4, "h": 3.6e6}
+
+
+def strip_prefix(line: str) -> str:
+    """The line without rank tags, timestamps and log levels in front of it."""
+    line = line.strip()
+    while True:
+        m = _PREFIX_TOKEN.match(line)
+        if not m or not m.group(0):
+            return line
+        line = line[m.end() :]
+
+
+def _ms(num: str, unit: str | None) -> tuple[float, float]:
+    """A printed duration in milliseconds, with half its printed resolution."""
+    return float(num) * _MS_PER_UNIT[unit], half_ulp(num) * _MS_PER_UNIT[unit]
+
+
+# -----------------------------
+# WHAT A LOG SAYS
+# -----------------------------
+
+
+@dataclass
+class Evaluation:
+    """One logged `val_loss`/`val_bpb` pair: a step validation or a labelled evaluation."""
+
+    label: str  # "final_int8_zlib_roundtrip_exact", "quantized_ttt_phased", "step:13780", ...
+    val_loss: float
+    val_bpb: float
+    loss_text: str
+    bpb_text: str
+    eval_time_ms: float | None = None
+    eval_time_tol_ms: float = 0.0
+    line_no: int = 0
+    step: int | None = None
+
+    @property
+    def loss_tol(self) -> float:
+        return half_ulp(self.loss_text)
+
+    @property
+    def bpb_tol(self) -> float:
+        return half_ulp(self.bpb_text)
+
+    def tol(self, metric: str) -> float:
+        """Printed precision of `metric` ("val_bpb" or "val_loss")."""
+        return self.bpb_tol if metric == "val_bpb" else self.loss_tol
+
+    @property
+    def group(self) -> str:
+        """The label without `_exact`: `x` and `x_exact` report the same evaluation."""
+        return self.label.removesuffix("_exact")
+
+    @property
+    def is_final(self) -> bool:
+        """A one-word label: a final evaluation, not a step line nor a free-text diagnostic."""
+        return self.step is None and bool(_ONE_WORD.match(self.label))
+
+
+@dataclass
+class TrainLog:
+    """What one train log says. Build with `parse_log` / `read_log`."""
+
+    path: Path | None = None
+    source: bytes | None = None  # the script, when the log embeds it (our logs/*.txt do)
+    python_version: str | None = None
+    pytorch_version: str | None = None
+    gpus: list[str] = field(default_factory=list)  # names from the nvidia-smi table
+    no_gpu: bool = False  # "nvidia-smi: unavailable"
+    seed_line: int | None = None  # from a `seed:N` line
+    world_size: int | None = None
+    iterations: int | None = None
+    last_step: int | None = None
+    stop_step: int | None = None
+    stopped_early: bool = False
+    train_time_ms: float | None = None
+    train_time_tol_ms: float = 0.0
+    step_avg_ms: float | None = None
+    step_avg_text: str | None = None
+    code_bytes: int | None = None
+    packed_code_bytes: int | None = None  # "would pack to N bytes" of a readable script's run
+    model_bytes: int | None = None
+    total_bytes: int | None = None
+    train_lines: int = 0
+    step_evals: list[Evaluation] = field(default_factory=list)
+    evaluations: list[Evaluation] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.path.name if self.path is not None else "<log>"
+
+    @property
+    def seed(self) -> int | None:
+        """The `seed:N` line, else a seed in the file name (`train_seed42.log`)."""
+        if self.seed_line is not None:
+            return self.seed_line
+        return seed_from_name(self.path.name) if self.path is not None else None
+
+    @property
+    def is_train_log(self) -> bool:
+        return bool(self.train_lines or self.step_evals or self.evaluations)
+
+    @property
+    def steps(self) -> int | None:
+        return self.stop_step if self.stop_step is not None else self.last_step
+
+    @property
+    def step_avg(self) -> tuple[float | None, float]:
+        """(ms per step, tolerance): as printed, else train_time / steps."""
+        if self.step_avg_ms is not None:
+            return self.step_avg_ms, half_ulp(self.step_avg_text or "")
+        if self.train_time_ms is not None and self.steps:
+            return self.train_time_ms / self.steps, self.train_time_tol_ms / self.steps
+        return None, 0.0
+
+    @property
+    def scored(self) -> Evaluation | None:
+        """The reported score: the last final evaluation printed, at its most precise (`_exact`)."""
+        finals = [e for e in self.evaluations if e.is_final]
+        if finals:
+            group = finals[-1].group
+            members = [e for e in finals if e.group == group]
+            return min(members, key=lambda e: (e.bpb_tol, -e.line_no))
+        return self.step_evals[-1] if self.step_evals else None
+
+    def finals(self) -> dict[str, Evaluation]:
+        """Final evaluations by label, the last one printed for each label."""
+        return {e.label: e for e in self.evaluations if e.is_final}
+
+    def final_groups(self) -> dict[str, Evaluation]:
+        """One final evaluation per group (`x` and `x_exact`): the most precisely printed."""
+        out: dict[str, Evaluation] = {}
+        for e in self.finals().values():
+            if e.group not in out or e.bpb_tol < out[e.group].bpb_tol:
+                out[e.group] = e
+        return out
+
+    @property
+    def eval_time(self) -> tuple[float | None, float]:
+        """(ms, tolerance) the scored evaluation took: its own eval_time or its twin's."""
+        scored = self.scored
+        if scored is None:
+            return None, 0.0
+        if scored.eval_time_ms is not None:
+            return scored.eval_time_ms, scored.eval_time_tol_ms
+        for e in reversed(self.evaluations):
+            if e.group == scored.group and e.eval_time_ms is not None:
+                return e.eval_time_ms, e.eval_time_tol_ms
+        return None, 0.0
+
+    @property
+    def all_eval_time_ms(self) -> float:
+        """Sum of every final evaluation's eval_time (diagnostic ones included)."""
+        return sum(e.eval_time_ms for e in self.evaluations if e.is_final and e.eval_time_ms)
+
+    @property
+    def artifact_bytes(self) -> int | None:
+        if self.total_bytes is not None:
+            return self.total_bytes
+        if self.code_bytes is not None and self.model_bytes is not None:
+            return self.code_bytes + self.model_bytes
+        return None
+
+    def artifact_with_code(self, code_len: int) -> int | None:
+        """The artifact had the run shipped a script of `code_len` bytes (e.g. its packed form)."""
+        if self.artifact_bytes is None or self.code_bytes is None:
+            return None
+        return self.artifact_bytes - self.code_bytes + code_len
+
+    @property
+    def hardware(self) -> str | None:
+        return hardware_from(self.gpus, self.world_size, self.no_gpu)
+
+    @property
+    def identity(self) -> tuple:
+        """What makes two logs the same run: seed, score, steps (a .txt and .log copy match)."""
+        s = self.scored
+        return (self.seed, s and s.label, s and s.bpb_text, s and s.loss_text, self.steps)
+
+
+def seed_from_name(name: str) -> int | None:
+    """`train_seed42.log`, `log_seed-7.txt`, `seed1337.log`, `run_s42.log` -> the seed."""
+    m = re.search(r"seed[_\-\s=]?(\d+)", name, re.IGNORECASE)
+    if m:
+        return int(m.group(1))
+    m = re.search(r"(?:^|[_\-\s])s(\d+)(?=[_\-.\s]|$)", name)
+    return int(m.group(1)) if m else None
+
+
+def hardware_from(gpus: list[str], world_size: int | None, no_gpu: bool = False) -> str | None:
+    """'8xH100 80GB SXM' from the nvidia-smi GPU names and the world size; 'CPU' without GPUs."""
+    if not gpus:
+        return "CPU" if no_gpu else None
+    name = max(set(gpus), key=gpus.count).replace("NVIDIA ", "").strip()
+    if "H100" in name and ("HBM3" in name or "SXM" in name):
+        name = "H100 80GB SXM"
+    count = world_size if world_size and world_size <= len(gpus) else len(gpus)
+    return f"{count}x{name}"
+
+
+# -----------------------------
+# THE EMBEDDED SOURCE
+# -----------------------------
+
+_PY_START = re.compile(
+    rb"^(?:#|[rRbBuU]{0,2}(?:\"\"\"|''')|import\s|from\s|def\s|class\s|@|if\s|try:|with\s)",
+    re.MULTILINE,
+)
+
+
+def _compiles(source: bytes) -> bool:
+    try:
+        compile(source.decode("utf-8"), "<embedded source>", "exec")
+    except (SyntaxError, ValueError, UnicodeDecodeError):
+        return False
+    return True
+
+
+def _source_start(head: bytes) -> int | None:
+    """Where the script begins in `head` (everything before the header's separator).
+
+    Tried in order: the very start, just after a separator line, each line that looks like the
+    start of a script; the first from which the rest compiles wins. A hyperparameter dump
+    printed before the source is skipped that way. When nothing compiles (the script may need a
+    newer Python than this one), the source is taken to start after the last separator line.
+    """
+    sep_lines = re.finditer(b"^" + re.escape(SEPARATOR.encode()) + b"\n", head, re.MULTILINE)
+    after_seps = [m.end() for m in sep_lines]
+    py_starts = [
+        m.start() for m in itertools.islice(_PY_START.finditer(head), 8)
+    ]  # dumps are short
+    starts = sorted({0, *after_seps, *py_starts})
+    for start in starts:
+        if head[start:].strip() and _compiles(head[start:]):
+            return start
+    return after_seps[-1] if after_seps else 0
+
+
+def split_embedded_source(data: bytes) -> tuple[bytes | None, bytes]:
+    """(source, the log without it) for a log that embeds its script; (None, data) otherwise.
+
+    train_gpt.py writes `print(source)` (the source and one newline), then a line of 100 "=",
+    then `Running Python ...`. The separator is found with that header when present; a bare
+    separator only counts when the text before it compiles as Python.
+    """
+    marker = ("\n" + SEPARATOR + "\n").encode()
+    end = data.find(marker + b"Running Python")
+    with_header = end >= 0
+    if not with_header:
+        end = data.find(marker)
+    if end <= 0:
+        return None, data
+    head = data[:end]
+    start = _source_start(head) if with_header else 0
+    source = head[start:]
+    if not source.strip() or (not with_header and not _compiles(source)):
+        return None, data
+    return source, data[:start] + data[end + len(marker) :]
+
+
+# -----------------------------
+# PARSING
+# -----------------------------
+
+
+def parse_log(data: bytes | str, path: str | Path | None = None) -> TrainLog:
+    """Parse a train log in either upstream format, whatever prefixes its lines carry."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    log = TrainLog(path=Path(path) if path is not None else None)
+    log.source, rest = split_embedded_source(data)
+    text = rest.decode("utf-8", errors="replace")
+    for line_no, raw in enumerate(re.split(r"\r\n|\r|\n", text), 1):
+        line = strip_prefix(raw)
+        if line:
+            _parse_line(log, line, line_no)
+    return log
+
+
+def read_log(path: str | Path) -> TrainLog:
+    path = Path(path)
+    return parse_log(path.read_bytes(), path)
+
+
+def _parse_line(log: TrainLog, line: str, line_no: int) -> None:
+    if _parse_header(log, line) or _parse_sizes(log, line) or _parse_stop(log, line):
+        return
+    if _parse_step(log, line, line_no):
+        return
+    m = _WORLD.search(line)
+    if m and "train_loss" not in line:
+        log.world_size = int(m.group(1))
+    ev = _parse_evaluation(line, line_no)
+    if ev is not None:
+        log.evaluations.append(ev)
+
+
+def _parse_header(log: TrainLog, line: str) -> bool:
+    """Versions, the nvidia-smi table and the seed."""
+    if line.startswith("Running Python"):
+        log.python_version = line[len("Running Python") :].strip()
+    elif line.startswith("Running PyTorch"):
+        parts = line.split()
+        log.pytorch_version = parts[2] if len(parts) > 2 else None
+    elif line.startswith("nvidia-smi: unavailable") or "NVIDIA-SMI has failed" in line:
+        log.no_gpu = True
+    elif line.startswith("|"):
+        if m := _GPU.match(line):
+            log.gpus.append(m.group(2).strip())
+    elif m := _SEED.match(line):
+        log.seed_line = int(m.group(1))
+    else:
+        return False
+    return True
+
+
+def _parse_sizes(log: TrainLog, line: str) -> bool:
+    """`Code size`, `Serialized model`, `Total submission size`: the last one printed wins."""
+    m = _PACKED.match(line)
+    if m:
+        log.packed_code_bytes = int(m.group(1) or m.group(2))
+        if m.group(1):
+            return True
+    for regex, attr in ((_CODE, "code_bytes"), (_MODEL, "model_bytes"), (_TOTAL, "total_bytes")):
+        m = regex.match(line)
+        if m:
+            setattr(log, attr, int(m.group(1)))
+            return True
+    return False
+
+
+def _parse_stop(log: TrainLog, line: str) -> bool:
+    m = _STOP.match(line)
+    if not m:
+        return False
+    log.stopped_early = True
+    log.train_time_ms, log.train_time_tol_ms = _ms(m.group(1), m.group(2))
+    log.stop_step, log.iterations = int(m.group(3)), int(m.group(4))
+    return True
+
+
+def _parse_step(log: TrainLog, line: str, line_no: int) -> bool:
+    """`step:N/M ...` or `N/M ...`: training progress, maybe with a validation."""
+    m = _STEP.match(line)
+    if not m:
+        return False
+    step = int(m.group(1) or m.group(3))
+    log.iterations = int(m.group(2) or m.group(4))
+    log.last_step = step if log.last_step is None else max(log.last_step, step)
+    t = _TRAIN_TIME.search(line)
+    if t and not log.stopped_early:
+        log.train_time_ms, log.train_time_tol_ms = _ms(t.group(1), t.group(2))
+    a = _STEP_AVG.search(line)
+    if a:
+        log.step_avg_ms, log.step_avg_text = float(a.group(1)), a.group(1)
+    log.train_lines += "train_loss" in line
+    loss, bpb = _VAL_LOSS.search(line), _VAL_BPB.search(line)
+    if loss and bpb:
+        log.step_evals.append(
+            Evaluation(
+                f"step:{step}",
+                float(loss.group(1)),
+                float(bpb.group(1)),
+                loss.group(1),
+                bpb.group(1),
+                line_no=line_no,
+                step=step,
+            )
+        )
+    return True
+
+
+def _label(line: str, first_metric: int) -> str:
+    """The words before a scored line's first `key:value` field.
+
+    `final_sliding_window_eval_exact stride:64 val_loss:...` -> the first word; a line that opens
+    with other fields (`ttt_phase:1/3 chunk:9 val_loss:...`) keeps them, so it is not final.
+    """
+    first_key = _FIELD_KEY.search(line)
+    start = first_key.start() if first_key else first_metric
+    label = line[:start].strip().rstrip(":").strip()
+    if label:
+        return label
+    if start == first_metric:
+        return "eval"  # a bare `val_loss:x val_bpb:y` line
+    return line[:first_metric].strip()
+
+
+def _parse_evaluation(line: str, line_no: int) -> Evaluation | None:
+    loss, bpb = _VAL_LOSS.search(line), _VAL_BPB.search(line)
+    if not (loss and bpb) or "train_loss" in line:
+        return None
+    ev = Evaluation(
+        _label(line, min(loss.start(), bpb.start())),
+        float(loss.group(1)),
+        float(bpb.group(1)),
+        loss.group(1),
+        bpb.group(1),
+        line_no=line_no,
+    )
+    t = _EVAL_TIME.search(line)
+    if t:
+        ev.eval_time_ms, ev.eval_time_tol_ms = _ms(t.group(1), t.group(2))
+    return ev

@@ -1,0 +1,395 @@
+"""`new`: build a record folder from train logs, written all at once.
+
+The folder gets the exact script that ran (recovered from a log that embeds it, or `--script`;
+with `--pack`, its packed form plus the readable copy), one `train_seed{SEED}.log` per run, a
+`submission.json` whose every number comes from the logs, and a README with the results.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+
+from .errors import SubmissionError
+from .evidence import compliance_of, shipped_artifact
+from .folders import write_bytes_atomic
+from .logs import TrainLog, read_log
+from .pack import pack_source, unpack
+from .rules import ARTIFACT_LIMIT_BYTES, MIN_SEEDS, SCRIPT_NAME, TRACKS
+
+READABLE_NAME = "train_gpt_readable.py"  # with --pack: the source that ran, for reading
+
+# -----------------------------
+# INPUTS
+# -----------------------------
+
+
+def slugify(name: str) -> str:
+    """Folder-safe name: 'Int6 + TTT (v2)' -> 'Int6_+_TTT_v2'."""
+    slug = re.sub(r"[^A-Za-z0-9.+\-]+", "_", name).strip("_.")
+    if not slug:
+        raise SubmissionError(f"--name {name!r} has no usable characters for a folder name")
+    return slug
+
+
+def _read_scored(path: Path) -> TrainLog:
+    try:
+        log = read_log(path)
+    except OSError as exc:
+        raise SubmissionError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if log.scored is None:
+        raise SubmissionError(
+            f"{path} has no val_bpb result (is it a train log of a finished run?)"
+        )
+    return log
+
+
+def collect_runs(paths: list[str | Path], seeds: list[int] | None = None) -> list[TrainLog]:
+    """Parse the logs given to `new`, each with a seed and a score; sorted by seed."""
+    if seeds is not None and len(seeds) != len(paths):
+        raise SubmissionError(f"--seeds has {len(seeds)} values for {len(paths)} logs")
+    logs = []
+    for i, p in enumerate(map(Path, paths)):
+        lg = _read_scored(p)
+        if seeds is not None:
+            if lg.seed_line is not None and lg.seed_line != seeds[i]:
+                raise SubmissionError(f"{p} says seed:{lg.seed_line} but --seeds gives {seeds[i]}")
+            lg.seed_line = seeds[i]
+        elif lg.seed is None:
+            raise SubmissionError(
+                f"{p}: no `seed:N` line and no seed in the file name; pass --seeds"
+            )
+        logs.append(lg)
+    seen: dict[int, str] = {}
+    for lg in logs:
+        if lg.seed in seen:
+            raise SubmissionError(f"{lg.path} and {seen[lg.seed]} are both seed {lg.seed}")
+        seen[lg.seed] = str(lg.path)
+    return sorted(logs, key=lambda lg: lg.seed)
+
+
+def _embedded_script(logs: list[TrainLog]) -> bytes | None:
+    embedded = [lg for lg in logs if lg.source is not None]
+    for lg in embedded[1:]:
+        if lg.source != embedded[0].source:
+            raise SubmissionError(
+                f"{lg.path} and {embedded[0].path} embed different scripts; "
+                f"one record folder holds one {SCRIPT_NAME}"
+            )
+    return embedded[0].source if embedded else None
+
+
+def resolve_script(logs: list[TrainLog], script: str | Path | None = None) -> bytes:
+    """The exact script that ran: the source the logs embed, or `script`; sizes must agree."""
+    embedded = _embedded_script(logs)
+    if script is not None:
+        try:
+            code = Path(script).read_bytes()
+        except OSError as exc:
+            raise SubmissionError(f"cannot read --script {script}: {exc.strerror or exc}") from None
+        if embedded is not None and code != embedded:
+            raise SubmissionError(
+                f"--script {script} differs from the source embedded in the logs; "
+                "leave out --script to use the embedded one"
+            )
+    elif embedded is not None:
+        code = embedded
+    else:
+        raise SubmissionError(
+            "no log embeds the script (console captures don't): pass --script path/to/train_gpt.py"
+        )
+    if not code.strip():
+        raise SubmissionError("the script is empty")
+    for lg in logs:
+        if lg.code_bytes is not None and lg.code_bytes != len(code):
+            raise SubmissionError(
+                f"{lg.path} says `Code size: {lg.code_bytes} bytes` but the script is "
+                f"{len(code)} bytes: it is not the script that ran"
+            )
+    return code
+
+
+# -----------------------------
+# SUBMISSION.JSON
+# -----------------------------
+
+
+def _r(x: float | None, nd: int = 8) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def _seed_result(lg: TrainLog, artifact: int | None) -> dict:
+    ms, _ = lg.eval_time
+    avg, _ = lg.step_avg
+    train_s = lg.train_time_ms / 1000.0 if lg.train_time_ms is not None else None
+    return {
+        "val_bpb": lg.scored.val_bpb,
+        "val_loss": lg.scored.val_loss,
+        "artifact_bytes": artifact,
+        "steps": lg.steps,
+        "step_avg_ms": _r(avg, 2 if lg.step_avg_text else 3),
+        "train_time_s": _r(train_s, 3),
+        "eval_time_s": _r(ms / 1000.0 if ms is not None else None, 3),
+    }
+
+
+def _std(values: list[float]) -> float:
+    return _r(statistics.stdev(values)) if len(values) > 1 else 0.0
+
+
+def build_submission(
+    logs: list[TrainLog],
+    code: bytes,
+    *,
+    name: str,
+    author: str,
+    github_id: str,
+    date: str,
+    blurb: str = "",
+    track: str = "10min_16mb",
+    hardware: str | None = None,
+    pytorch_version: str | None = None,
+) -> dict:
+    """submission.json for the runs, every number computed from the logs. `code` is the script
+    as shipped: when it is not the one that ran (--pack), sizes count its bytes instead."""
+    sizes = {lg.name: shipped_artifact(lg, code) for lg in logs}
+    known = {name: size for name, size in sizes.items() if size is not None}
+    bpbs = [lg.scored.val_bpb for lg in logs]
+    losses = [lg.scored.val_loss for lg in logs]
+    versions = sorted({lg.pytorch_version for lg in logs if lg.pytorch_version})
+    sub = {
+        "author": author,
+        "github_id": github_id,
+        "name": name,
+        "blurb": blurb,
+        "date": date,
+        "track": track,
+        "val_bpb": _r(statistics.fmean(bpbs)),
+        "val_loss": _r(statistics.fmean(losses)),
+        "val_bpb_std": _std(bpbs),
+        "val_loss_std": _std(losses),
+        "bytes_total": max(sizes.values()) if None not in sizes.values() else None,
+        "bytes_code": len(code),
+        "seeds": [lg.seed for lg in logs],
+        "seed_results": {str(lg.seed): _seed_result(lg, sizes[lg.name]) for lg in logs},
+        "hardware": hardware
+        or next((lg.hardware for lg in logs if lg.hardware), None)
+        or "unknown",
+        "pytorch_version": pytorch_version or (versions[0] if versions else "unknown"),
+        "compliance": {k: bool(v) for k, v in compliance_of(logs, known).items()},  # unknown: no
+    }
+    if sub["bytes_total"] is None:
+        del sub["bytes_total"]
+    return sub
+
+
+# -----------------------------
+# README.md
+# -----------------------------
+
+
+def _readme_head(sub: dict, logs: list[TrainLog]) -> list[str]:
+    lines = [
+        f"# {sub['name']}",
+        "",
+        f"By {sub['author']} (@{sub['github_id']}), {sub['date']}. Track: `{sub['track']}`.",
+        "",
+    ]
+    if sub.get("blurb"):
+        lines += [sub["blurb"], ""]
+    size = f"{sub['bytes_total']:,} bytes" if "bytes_total" in sub else "unknown"
+    lines += [
+        f"**val_bpb {sub['val_bpb']:.8f}** (mean of {len(logs)} seed(s), std "
+        f"{sub['val_bpb_std']:.8f}); val_loss {sub['val_loss']:.8f} nats; largest artifact {size} "
+        f"(code {sub['bytes_code']:,} bytes); {sub['hardware']}; PyTorch {sub['pytorch_version']}.",
+        "",
+    ]
+    return lines
+
+
+def _cell(v) -> str:
+    return "?" if v is None else f"{v:,}" if isinstance(v, int) else f"{v}"
+
+
+def _readme_results(sub: dict, logs: list[TrainLog]) -> list[str]:
+    lines = [
+        "## Results",
+        "",
+        "| Seed | val_bpb | val_loss | Steps | step_avg (ms) | Train (s) | Eval (s) "
+        "| Artifact (bytes) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for lg in logs:
+        r = sub["seed_results"][str(lg.seed)]
+        cells = [r[k] for k in ("steps", "step_avg_ms", "train_time_s", "eval_time_s")]
+        lines.append(
+            f"| {lg.seed} | {lg.scored.bpb_text} | {lg.scored.loss_text} | "
+            + " | ".join(map(_cell, [*cells, r["artifact_bytes"]]))
+            + " |"
+        )
+    labels = ", ".join(f"`{lab}`" for lab in sorted({lg.scored.label for lg in logs}))
+    logs_list = ", ".join(f"`train_seed{lg.seed}.log`" for lg in logs)
+    lines += [
+        f"| **mean** | **{sub['val_bpb']:.8f}** | **{sub['val_loss']:.8f}** | | | | | |",
+        "",
+        f"Scored line: {labels} (the last evaluation each log prints). Logs: {logs_list}.",
+        "",
+    ]
+    return lines
+
+
+def _readme_compliance(sub: dict) -> list[str]:
+    tick = {True: "x", False: " "}
+    c = sub["compliance"]
+    return [
+        "## Compliance",
+        "",
+        f"- [{tick[c['train_under_600s']]}] training within 600 s (the cap is checked each step)",
+        f"- [{tick[c['eval_under_600s']]}] evaluation within 600 s",
+        f"- [{tick[c['artifact_under_16mb']]}] artifact (code + compressed model) <= "
+        f"{ARTIFACT_LIMIT_BYTES:,} bytes",
+        f"- [{tick[c['three_seeds']]}] at least {MIN_SEEDS} seeds",
+        "",
+    ]
+
+
+def _readme_reproduce(logs: list[TrainLog], packed: bool) -> list[str]:
+    ws = next((lg.world_size for lg in logs if lg.world_size), None) or 8
+    lines = ["## Reproduce", "", "```bash"]
+    lines += [
+        f"SEED={lg.seed} torchrun --standalone --nproc_per_node={ws} {SCRIPT_NAME}" for lg in logs
+    ]
+    lines += ["```", ""]
+    if packed:
+        lines += [
+            f"`{SCRIPT_NAME}` is the packed form (`python records/submission.py pack`) of "
+            f"`{READABLE_NAME}`, byte-for-byte the script that produced the logs."
+        ]
+    else:
+        lines += [f"`{SCRIPT_NAME}` here is byte-for-byte the script that produced the logs."]
+    lines += ["Validate this folder with `python records/submission.py check <this folder>`.", ""]
+    return lines
+
+
+def render_readme(sub: dict, logs: list[TrainLog], packed: bool = False) -> str:
+    """README.md with a results table for a new record folder."""
+    parts = _readme_head(sub, logs) + _readme_results(sub, logs)
+    return "\n".join(parts + _readme_compliance(sub) + _readme_reproduce(logs, packed))
+
+
+# -----------------------------
+# WRITING
+# -----------------------------
+
+
+def _swap_in(tmp: Path, dest: Path) -> None:
+    """Rename `tmp` to `dest`, replacing an existing `dest` (restored if the rename fails)."""
+    if not dest.exists():
+        os.rename(tmp, dest)
+        return
+    old = dest.parent / f".{dest.name}.{os.getpid()}.old.tmp"
+    os.rename(dest, old)
+    try:
+        os.rename(tmp, dest)
+    except BaseException:
+        os.rename(old, dest)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write_folder_atomic(dest: Path, files: dict[str, bytes], force: bool = False) -> None:
+    """Create `dest` with `files` at once: built in a hidden sibling, then renamed into place."""
+    if dest.exists() and not force:
+        raise SubmissionError(f"{dest} already exists; pass --force to replace it")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        for name, data in files.items():
+            write_bytes_atomic(tmp / name, data)
+        os.chmod(tmp, 0o755)
+        _swap_in(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+# -----------------------------
+# NEW
+# -----------------------------
+
+
+def _check_inputs(track: str, date: str | None) -> str:
+    if track not in TRACKS:
+        raise SubmissionError(f"track must be one of {', '.join(TRACKS)}, not {track!r}")
+    date = date or _dt.date.today().isoformat()
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", date):
+        raise SubmissionError(f"--date {date!r} is not YYYY-MM-DD")
+    return date
+
+
+def _destination(out, records_dir, track: str, date: str, name: str) -> Path:
+    if out is not None:
+        return Path(out)
+    base = Path(records_dir) if records_dir is not None else Path(__file__).resolve().parents[1]
+    return base / TRACKS[track] / f"{date}_{slugify(name)}"
+
+
+def _scripts(code: bytes, pack: bool) -> dict[str, bytes]:
+    """The script files of the folder: the script, or its packed form and a readable copy."""
+    if not pack:
+        return {SCRIPT_NAME: code}
+    if unpack(code) is not None:
+        raise SubmissionError("--pack: the script that ran is already packed")
+    packed = pack_source(code)
+    if unpack(packed) != code:  # pack_source is exact; a broken bz2 would be caught here
+        raise SubmissionError("--pack: the packed script does not decompress to the original")
+    return {SCRIPT_NAME: packed, READABLE_NAME: code}
+
+
+def create_record(
+    log_paths: list[str | Path],
+    *,
+    name: str,
+    author: str,
+    github_id: str,
+    blurb: str = "",
+    date: str | None = None,
+    track: str = "10min_16mb",
+    script: str | Path | None = None,
+    seeds: list[int] | None = None,
+    hardware: str | None = None,
+    pytorch_version: str | None = None,
+    records_dir: str | Path | None = None,
+    out: str | Path | None = None,
+    force: bool = False,
+    pack: bool = False,
+) -> Path:
+    """Scaffold a record folder from train logs; returns its path (see `new --help`)."""
+    date = _check_inputs(track, date)
+    logs = collect_runs(log_paths, seeds)
+    code = resolve_script(logs, script)
+    files = _scripts(code, pack)
+    sub = build_submission(
+        logs,
+        files[SCRIPT_NAME],
+        name=name,
+        author=author,
+        github_id=github_id,
+        blurb=blurb,
+        date=date,
+        track=track,
+        hardware=hardware,
+        pytorch_version=pytorch_version,
+    )
+    files["README.md"] = render_readme(sub, logs, packed=pack).encode("utf-8")
+    files["submission.json"] = (json.dumps(sub, indent=2) + "\n").encode("utf-8")
+    files.update({f"train_seed{lg.seed}.log": lg.path.read_bytes() for lg in logs})
+    dest = _destination(out, records_dir, track, date, name)
+    write_folder_atomic(dest, files, force=force)
+    return dest
