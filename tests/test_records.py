@@ -237,6 +237,7 @@ def test_prefixes_are_read_on_every_kind_of_line():
         "[rank0]: seed:7\n"
         "1776144100.000 step:10/10 train_loss:3.0 train_time:600128ms step_avg:83.56ms\n"
         "1776144101.000 Code size: 80983 bytes (would pack to 26188 bytes)\n"
+        "1776144101.100 Code size if packed: 26188 bytes (records/submission.py pack)\n"
         "1776144101.500 Total submission size int8+zlib: 15900000 bytes\n"
         "1776144102.000 final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:1.20000000\n"
     )
@@ -677,7 +678,10 @@ def test_bytes_total_and_bytes_code_that_disagree_warn(tmp_path):
         "WARN bytes_total: bytes_total 15000000 is not a logged size; the largest is 15820035; "
         "fix: write 15820035"
     ) in lines
-    assert any(x.startswith("WARN bytes_code: bytes_code 100 is neither") for x in lines)
+    assert (
+        "WARN bytes_code: bytes_code 100 matches neither the script (159 bytes, 272 packed) nor a "
+        "logged `Code size` (159); fix: write 159"
+    ) in lines
 
 
 def test_compliance_claims_that_disagree_warn(tmp_path):
@@ -1065,6 +1069,15 @@ def test_help_explains_each_command():
         assert res.returncode == 0 and words in res.stdout, res.stdout
     assert "WARN (accepted, with a fix" in run_cli("check", "--help").stdout
     assert run_cli("check").returncode == 2
+
+
+def test_the_readme_documents_every_rule_with_its_severity():
+    readme = (REPO / "records" / "README.md").read_text()
+    warn_table = readme.index("Everything else WARNs")
+    for rule in RULES.values():
+        row = readme.find(f"| `{rule.name}` |")
+        assert row >= 0, f"records/README.md does not document the rule {rule.name}"
+        assert (row < warn_table) is rule.breaks, f"{rule.name} is in the wrong table"
 
 
 def test_entry_point_imports_the_package_api():

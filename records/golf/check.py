@@ -455,8 +455,10 @@ def check_bytes_total(ctx: Context) -> Checks:
     if value in (best, max(logged, default=None)):
         yield good("bytes_total", f"bytes_total {value} = the largest artifact")
         return
-    what = "one seed's size" if value in sizes.values() else "not a logged size"
-    if is_number(value) and min(sizes.values()) < value < best:
+    what = "not a logged size"
+    if value in sizes.values():
+        what = "one seed's size"
+    elif is_number(value) and min(sizes.values()) < value < best:
         what = "between the seeds' sizes (a mean?)"
     yield bad(
         "bytes_total", f"bytes_total {value} is {what}; the largest is {best}", f"write {best}"
@@ -467,15 +469,14 @@ def check_bytes_code(ctx: Context) -> Checks:
     value, data = ctx.sub.get("bytes_code"), ctx.record.script_bytes
     if value is None:
         return
-    options = ctx.record.code_sizes | {lg.packed_code_bytes for lg in ctx.logs}
-    if data:
-        options |= {len(data), len(pack_source(data))}
-    options.discard(None)
-    if value in options:
+    logged = ctx.record.code_sizes | {lg.packed_code_bytes for lg in ctx.logs} - {None}
+    script = {len(data), len(pack_source(data))} if data else set()
+    if value in logged | script:
         yield good("bytes_code", f"bytes_code {value} matches the script or the logs")
         return
-    known = ", ".join(map(str, sorted(options))) or "none"
-    what = f"bytes_code {value} is neither the script's size nor a logged `Code size` ({known})"
+    sizes = f"the script ({len(data)} bytes, {len(pack_source(data))} packed) " if data else ""
+    known = ", ".join(map(str, sorted(logged))) or "none"
+    what = f"bytes_code {value} matches neither {sizes}nor a logged `Code size` ({known})"
     yield bad("bytes_code", what, f"write {len(data) if data else known}")
 
 

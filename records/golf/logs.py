@@ -48,7 +48,7 @@ _STOP = re.compile(
 _SEED = re.compile(r"^seed\s*[:=]\s*(\d+)$", re.IGNORECASE)
 _WORLD = re.compile(r"(?<![\w])world_size:\s*(\d+)")
 _PACKED = re.compile(
-    r"^(?:Packed code size|Code size,? packed)[^:\d]*:\s*(\d+)\s*bytes"  # a line of its own
+    r"^(?:Packed code size|Code size[^:]*\bpack\w*)[^:\d]*:\s*(\d+)\s*bytes"  # `... if packed: M`
     r"|^Code size\b.*?\bpack\w*\D{0,20}?(\d+)\s*bytes"  # `Code size: N bytes (would pack to M)`
 )
 _CODE = re.compile(r"^Code size[^:]*:\s*(\d+)\s*bytes")

@@ -110,6 +110,19 @@ def unpack(packed: bytes) -> bytes | None:
 # -----------------------------
 
 
+def check_packed(source: bytes) -> bytes:
+    """pack_source(source), refused when it would not save bytes or not unpack exactly."""
+    packed = pack_source(source)
+    if len(packed) >= len(source):
+        raise SubmissionError(
+            f"packing would grow the script from {len(source):,} to {len(packed):,} bytes; "
+            "keep it readable"
+        )
+    if unpack(packed) != source:  # cannot happen unless bz2 or base64 is broken
+        raise SubmissionError("the packed script does not decompress to the original")
+    return packed
+
+
 @dataclass
 class PackResult:
     original: int
@@ -133,9 +146,7 @@ def write_packed(script: Path, out: Path) -> PackResult:
         raise SubmissionError(f"{script} is already packed")
     if out.resolve() == script.resolve():
         raise SubmissionError("-o must name a new file, not the script itself")
-    packed = pack_source(source)
-    if unpack(packed) != source:  # cannot happen unless bz2 or base64 is broken
-        raise SubmissionError("the packed file does not decompress to the script")
+    packed = check_packed(source)
     compile(packed, str(out), "exec")
     out.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(out, packed)

@@ -20,7 +20,7 @@ from .errors import SubmissionError
 from .evidence import compliance_of, shipped_artifact
 from .folders import write_bytes_atomic
 from .logs import TrainLog, read_log
-from .pack import pack_source, unpack
+from .pack import check_packed, unpack
 from .rules import ARTIFACT_LIMIT_BYTES, MIN_SEEDS, SCRIPT_NAME, TRACKS
 
 READABLE_NAME = "train_gpt_readable.py"  # with --pack: the source that ran, for reading
@@ -346,10 +346,7 @@ def _scripts(code: bytes, pack: bool) -> dict[str, bytes]:
         return {SCRIPT_NAME: code}
     if unpack(code) is not None:
         raise SubmissionError("--pack: the script that ran is already packed")
-    packed = pack_source(code)
-    if unpack(packed) != code:  # pack_source is exact; a broken bz2 would be caught here
-        raise SubmissionError("--pack: the packed script does not decompress to the original")
-    return {SCRIPT_NAME: packed, READABLE_NAME: code}
+    return {SCRIPT_NAME: check_packed(code), READABLE_NAME: code}
 
 
 def create_record(
