@@ -500,7 +500,7 @@ def _train_time(lg: TrainLog, timed: bool) -> Finding:
     past += f" of {avg:.2f} ms"
     if ok:
         return good("train_time", f"{lg.name}: {past} (<= {OVERSHOOT_STEPS:g} accepted)")
-    fix = "stop at the cap (MAX_WALLCLOCK_SECONDS=600)"
+    fix = f"stop at the cap (MAX_WALLCLOCK_SECONDS={limit_s:.0f})"
     return bad("train_time", f"{lg.name}: {past}; at most {OVERSHOOT_STEPS:g} accepted", fix)
 
 

@@ -209,8 +209,8 @@ def _add_check(sub) -> None:
         "check",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         help="validate record folders (exit 0 only if accepted)",
-        description="Validate record folders against the challenge's rules. Prints one "
-        "`PASS|WARN|FAIL rule: message[; fix: ...]` line per finding and a VERDICT line per "
+        description="Validate record folders against the challenge's rules. Prints one\n"
+        "`PASS|WARN|FAIL rule: message[; fix: ...]` line per finding and a VERDICT line per\n"
         "folder. Exit 0 when every folder would be accepted (warnings allowed), 1 otherwise.\n\n"
         + rules_help(),
     )

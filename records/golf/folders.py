@@ -183,7 +183,8 @@ def seeds_listed(sub: dict) -> list[int]:
     value = sub.get("seeds")
     if isinstance(value, dict):
         keys = [_int_in(k) for k in value]
-        value = keys if any(k is not None for k in keys) else list(value.values())
+        ints = [v for v in value.values() if isinstance(v, int) and not isinstance(v, bool)]
+        value = keys if any(k is not None for k in keys) else ints
     if not isinstance(value, list):
         value = list(seed_results(sub))
     return [s for s in map(_int_in, value) if s is not None]
@@ -235,8 +236,9 @@ def select_runs(logs: list[TrainLog], sub: dict) -> Runs:
     found = {lg.seed for lg in runs.logs}
     runs.missing_seeds = [s for s in dict.fromkeys(listed) if s not in found]
     if listed and found & set(listed):  # the JSON names the runs it reports: score those
-        runs.unlisted = [lg for lg in runs.logs if lg.seed is not None and lg.seed not in listed]
-        runs.logs = [lg for lg in runs.logs if lg not in runs.unlisted]
+        keep = [lg.seed is None or lg.seed in listed for lg in runs.logs]
+        runs.unlisted = [lg for lg, k in zip(runs.logs, keep, strict=True) if not k]
+        runs.logs = [lg for lg, k in zip(runs.logs, keep, strict=True) if k]
     return runs
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from .errors import SubmissionError
 from .folders import write_bytes_atomic
 from .logs import Evaluation, parse_log
+from .rules import ARTIFACT_LIMIT_BYTES
 
 PACK_HEAD = b'import bz2,base64\nexec(bz2.decompress(base64.b85decode("'
 PACK_TAIL = b'")))'
@@ -61,7 +62,7 @@ _WRAPPER = re.compile(
     re.VERBOSE,
 )
 _DECOMPRESSORS = {"bz2": bz2.BZ2Decompressor, "lzma": lzma.LZMADecompressor}
-_MAX_UNPACKED = 16_000_000  # no script is larger than the artifact it counts in
+_MAX_UNPACKED = ARTIFACT_LIMIT_BYTES  # no script is larger than the artifact it counts in
 
 
 def _aliases(imports: bytes) -> dict[str, str]:

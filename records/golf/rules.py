@@ -6,6 +6,7 @@ FAIL (the folder would be rejected); any other rule is advice, a WARN that says 
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 # -----------------------------
@@ -161,8 +162,14 @@ def severity(rule: str) -> str:
 
 def rules_help() -> str:
     """The rules table as text, for `check --help`."""
-    lines = ["FAIL (rejected) when one of these is not met:"]
-    lines += [f"  {r.name}: {r.text}" for r in _TABLE if r.breaks]
-    lines += ["WARN (accepted, with a fix to make) when one of these is not met:"]
-    lines += [f"  {r.name}: {r.text}" for r in _TABLE if not r.breaks]
+
+    def entries(breaks: bool) -> list[str]:
+        return [
+            textwrap.fill(r.text, 96, initial_indent=f"  {r.name}: ", subsequent_indent="    ")
+            for r in _TABLE
+            if r.breaks is breaks
+        ]
+
+    lines = ["FAIL (rejected) when one of these is not met:", *entries(True)]
+    lines += ["WARN (accepted, with a fix to make) when one of these is not met:", *entries(False)]
     return "\n".join(lines)
