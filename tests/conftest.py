@@ -85,7 +85,9 @@ class Run:
         ]
 
 
-def run_train(workdir: Path, dataset, nproc: int = 2, timeout: float = 240, **env) -> Run:
+def run_train(
+    workdir: Path, dataset, nproc: int = 2, timeout: float = 240, script: Path | None = None, **env
+) -> Run:
     """Run train_gpt.py in `workdir`: under torchrun with `nproc` processes, or plain python if
     nproc=0."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -101,7 +103,7 @@ def run_train(workdir: Path, dataset, nproc: int = 2, timeout: float = 240, **en
         OMP_NUM_THREADS="1",
     )
     full_env.update({k: str(v) for k, v in env.items()})
-    script = str(REPO / "train_gpt.py")
+    script = str(script or REPO / "train_gpt.py")
     if nproc:
         cmd = [
             sys.executable,

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, TINY_ENV, run_train
+from records.golf.pack import pack_source
 
 FORMATS = {  # the baseline's lines, byte for byte (people grep them)
     "train": r"step:\d+/\d+ train_loss:\d+\.\d{4} train_time:\d+ms step_avg:\d+\.\d{2}ms",
@@ -74,6 +75,21 @@ def test_rank0_log_embeds_the_source_then_every_console_line(tiny_run):
     for line in tiny_run.lines("step:") + tiny_run.lines("final_int8"):
         assert line in log
     assert f"Code size: {len(source.encode())} bytes" in log
+    packed = pack_source(source.encode())  # what `records/submission.py pack` writes
+    assert f"Code size if packed: {len(packed)} bytes (records/submission.py pack)" in log
+
+
+def test_a_run_of_the_packed_script_logs_its_packed_size(tmp_path, tiny_dataset, tiny_run):
+    packed = pack_source((REPO / "train_gpt.py").read_bytes())
+    script = tmp_path / "packed" / "train_gpt.py"
+    script.parent.mkdir()
+    script.write_bytes(packed)
+    run = run_train(tmp_path / "run", tiny_dataset, script=script)
+    assert run.returncode == 0, run.why()
+    assert run.numbers() == tiny_run.numbers()
+    log = run.log_path.read_bytes()
+    assert log.startswith(packed + b"\n") and f"Code size: {len(packed)} bytes".encode() in log
+    assert b"Code size if packed" not in log
 
 
 def test_outputs_are_written_whole(tiny_run):
