@@ -9,8 +9,16 @@
   steps  (CUDA) real steps of train_gpt's GPT on one GPU (grad_accum 8, compiled, bf16 autocast,
          Muon + Adam): ms/step per mode; exposed data time = ms/step - resident ms/step.
 
+  --order docpack|shuffled  train only, for the April records' orders: the upstream-style
+         synchronous loader (benchmarks/upstream_loaders.py), ours
+         (PrefetchingDistributedTokenLoader(order=...)) and resident (the same batches prebuilt),
+         side by side: main-thread wait per next_batch call, and the worst wait around a shard
+         entry (docpack) or a reshuffle (shuffled).
+
   python benchmarks/loader.py                      # CPU: train + val; CUDA: train + val + steps
   python benchmarks/loader.py --what train --compute busy --json out.json
+  python benchmarks/loader.py --order docpack --json docpack.json
+  python benchmarks/loader.py --order shuffled --shards 8 --shard-tokens 4000000
 
 Synthetic shards (random uint16 < vocab, fixed seed) are written once under --data-dir and reused.
 Exit code: 0 when every target printed as PASS, 1 when one FAILs, 2 on bad arguments.
@@ -21,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import glob
 import json
 import os
 import platform
@@ -35,9 +44,12 @@ from tqdm import tqdm
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 import train_gpt as tg  # noqa: E402
+from benchmarks.upstream_loaders import UpstreamDocPacking, UpstreamShuffled  # noqa: E402
 from data.shard_io import shard_name, write_shard  # noqa: E402
 
 MODES = ("sync", "prefetch", "resident")
+ORDER_MODES = ("upstream", "prefetch", "resident")  # --order docpack / shuffled
+ORDERS = ("stream", "docpack", "shuffled")
 MODEL_PRESETS = {
     "baseline": {},
     "small": {"num_layers": 2, "model_dim": 256, "num_heads": 4, "num_kv_heads": 2},
@@ -183,6 +195,8 @@ def simulated_compute(ms: float, kind: str) -> None:
 
 
 def bench_train(args, data: Path, device: torch.device, checks: list) -> dict:
+    if args.order != "stream":
+        return bench_train_order(args, data, device, checks)
     accum = tg.grad_accum_steps_for(args.world_size)
     shape = (args.batch_tokens, args.seq_len, accum)
     span = tg.rank_span(*shape, args.world_size)
@@ -287,6 +301,143 @@ def timed(sink: list):
     t = time.perf_counter()
     yield
     sink.append(1000 * (time.perf_counter() - t))
+
+
+# -----------------------------
+# TRAIN: THE DOCPACK AND SHUFFLED ORDERS
+# -----------------------------
+
+
+class UpstreamCalls:
+    """An upstream-style loader behind train_gpt's next_batch(global_tokens, seq_len, accum)."""
+
+    def __init__(self, order: str, files: list, args, device: torch.device):
+        cls = UpstreamDocPacking if order == "docpack" else UpstreamShuffled
+        self.ref = cls(files, args.rank, args.world_size, args.seq_len, device)
+
+    def next_batch(self, global_tokens: int, seq_len: int, grad_accum_steps: int):
+        return self.ref.next_batch(global_tokens, grad_accum_steps)
+
+    def events(self) -> list[int]:
+        """Per call: the shards it entered (docpack) or the reshuffles it made (shuffled)."""
+        if isinstance(self.ref, UpstreamDocPacking):
+            return self.ref.entered_at_call
+        return self.ref.reshuffled_at_call
+
+    def close(self):
+        pass
+
+
+def bench_train_order(args, data: Path, device: torch.device, checks: list) -> dict:
+    """Main-thread wait per next_batch call for --order docpack/shuffled, three loaders over the
+    same batches. Boundary calls (shard entries or reshuffles) come from the resident prebuild,
+    which runs the upstream-style loader: its order is the one every mode hands out."""
+    accum = tg.grad_accum_steps_for(args.world_size)
+    shape = (args.batch_tokens, args.seq_len, accum)
+    calls = args.steps * accum
+    pattern = str(data / "fineweb_train_*.bin")
+    files = sorted(glob.glob(pattern))
+    print(
+        f"\n== train, order {args.order}: rank {args.rank} of {args.world_size}, "
+        f"{args.batch_tokens} tokens/step, seq_len {args.seq_len}, grad_accum {accum}, "
+        f"{calls} calls, compute {args.compute_ms:g} ms/step ({args.compute}), "
+        f"queue {args.queue}, device {device.type}"
+    )
+    t0 = time.perf_counter()
+    prebuild = UpstreamCalls(args.order, files, args, device)
+    batches = [
+        prebuild.next_batch(*shape)
+        for _ in tqdm(range(calls), desc="resident: prebuild", leave=False)
+    ]
+    synchronize(device)
+    prebuild_s = time.perf_counter() - t0
+    bounds = [k for k, n in enumerate(prebuild.events()) if n]
+    what = "shard entries" if args.order == "docpack" else "reshuffles"
+    print(f"   {what} at calls {bounds}; resident prebuild {prebuild_s:.1f} s")
+    out = {"order": args.order, "boundary_calls": bounds, "modes": {}}
+    for mode in ORDER_MODES:
+        t0 = time.perf_counter()
+        if mode == "upstream":
+            loader = UpstreamCalls(args.order, files, args, device)
+        elif mode == "prefetch":
+            loader = tg.PrefetchingDistributedTokenLoader(
+                pattern,
+                args.rank,
+                args.world_size,
+                device,
+                vocab_size=args.vocab,
+                order=args.order,
+                queue_depth=args.queue,
+            )
+        else:
+            loader = ResidentLoader(batches)
+        upload_ms = []
+        if mode == "prefetch":
+            loader.copy_probe = lambda stream, sink=upload_ms: timed(sink)
+        init_ms, waits, start = 1000 * (time.perf_counter() - t0), [], time.perf_counter()
+        try:
+            for _ in tqdm(range(args.steps), desc=f"train {args.order} {mode}", leave=False):
+                for _ in range(accum):
+                    t = time.perf_counter()
+                    loader.next_batch(*shape)
+                    waits.append(1000 * (time.perf_counter() - t))
+                    simulated_compute(args.compute_ms / accum, args.compute)
+        finally:
+            loader.close()
+        wall = time.perf_counter() - start
+        stats = wait_stats(waits, bounds, args.queue + 1)
+        out["modes"][mode] = {
+            "mode": mode,
+            "init_ms": init_ms,
+            "first_ms": waits[0],
+            "mean_ms": stats["total_ms"] / (len(waits) - 1),
+            **stats,
+            "wall_s": wall,
+            "upload_total_ms": float(sum(upload_ms)),
+        }
+    m = out["modes"]
+    for r in m.values():
+        r["vs_upstream"] = r["mean_ms"] / max(m["upstream"]["mean_ms"], 1e-9)
+        r["wall_vs_resident"] = r["wall_s"] / m["resident"]["wall_s"]
+    print(
+        table(
+            list(m.values()),
+            [
+                ("mode", "mode", ""),
+                ("init ms", "init_ms", ".1f"),
+                ("first ms", "first_ms", ".2f"),
+                ("mean ms", "mean_ms", ".3f"),
+                ("p50 ms", "p50_ms", ".3f"),
+                ("p99 ms", "p99_ms", ".3f"),
+                ("max ms", "max_ms", ".2f"),
+                ("boundary max ms", "boundary_max_ms", ".2f"),
+                ("total wait ms", "total_ms", ".1f"),
+                ("mean/upstream", "vs_upstream", ".3f"),
+                ("wall s", "wall_s", ".2f"),
+                ("wall/resident", "wall_vs_resident", ".4f"),
+            ],
+        )
+    )
+    print(
+        "   (per-call waits; call 0 excluded from the stats: init = construction, first = call 0;"
+        f" boundary max = worst wait from the call before to {args.queue + 1} after each of "
+        f"the {what})"
+    )
+    p, u = m["prefetch"], m["upstream"]
+    check(
+        checks,
+        f"train {args.order}: prefetch exposed wait per call <= 10% of upstream-style's",
+        p["mean_ms"] <= 0.10 * u["mean_ms"],
+        f"{p['mean_ms']:.3f} ms vs {u['mean_ms']:.3f} ms = {100 * p['vs_upstream']:.1f}%",
+    )
+    check(
+        checks,
+        f"train {args.order}: no prefetch wait over 10 ms at {what}",
+        p["boundary_max_ms"] <= 10.0,
+        f"max {p['boundary_max_ms']:.2f} ms over {len(p['boundary_waits_ms'])} {what} "
+        f"(upstream-style: {u['boundary_max_ms']:.2f} ms)",
+    )
+    return out
 
 
 # -----------------------------
@@ -543,8 +694,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=fmt)
     ap.add_argument(
         "--what",
-        default="train,val,steps" if cuda else "train,val",
-        help="comma list of train, val, steps",
+        default=None,
+        help="comma list of train, val, steps (default: train,val,steps on CUDA, else train,val; "
+        "train with --order docpack/shuffled)",
+    )
+    ap.add_argument(
+        "--order",
+        choices=ORDERS,
+        default="stream",
+        help="train order: stream = baseline sync/prefetch/resident; docpack/shuffled = "
+        "upstream-style/prefetch/resident",
     )
     ap.add_argument(
         "--device", default="cuda" if cuda else "cpu", help="where batches go (and the model runs)"
@@ -619,7 +778,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     ap.add_argument("--json", type=Path, help="write every number here")
     args = ap.parse_args(argv)
+    if args.what is None:
+        args.what = (
+            "train" if args.order != "stream" else "train,val,steps" if cuda else "train,val"
+        )
     args.what, args.models = args.what.split(","), args.models.split(",")
+    if args.order != "stream" and args.what != ["train"]:
+        ap.error(f"--order {args.order} measures train only: use --what train")
+    if args.order == "shuffled" and args.shards < args.world_size:
+        ap.error(
+            f"--order shuffled gives each rank its own shards: --shards {args.shards} is fewer "
+            f"than --world-size {args.world_size}"
+        )
     bad = [w for w in args.what if w not in ("train", "val", "steps")] + [
         m for m in args.models if m not in MODEL_PRESETS
     ]

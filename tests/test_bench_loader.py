@@ -102,3 +102,64 @@ def test_cli_rejects_bad_arguments():
         [sys.executable, str(TOOL), "--what", "nope"], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 2 and "unknown --what" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "order,data_args",
+    [
+        ("docpack", ["--shards", "2", "--shard-tokens", "200000"]),  # 3 batches per shard
+        ("shuffled", ["--shards", "8", "--shard-tokens", "40000"]),  # a reshuffle every 5 calls
+    ],
+)
+def test_cli_tiny_run_reports_upstream_ours_and_resident_for_an_order(tmp_path, order, data_args):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(TOOL),
+            "--order",
+            order,
+            "--device",
+            "cpu",
+            "--steps",
+            "10",
+            "--compute-ms",
+            "1",
+            "--batch-tokens",
+            "65536",  # 8 ranks x 8192 tokens: 8 rows of 1024
+            "--val-tokens",
+            "1000",
+            *data_args,
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1 = a timing target FAILed
+    rows = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
+    for mode in ("upstream", "prefetch", "resident"):
+        assert mode in rows, f"no {mode} row in:\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    doc = json.loads(out.read_text())
+    train = doc["results"]["train"]
+    assert train["order"] == order and set(train["modes"]) == {"upstream", "prefetch", "resident"}
+    assert train["boundary_calls"], "the tiny data must cross a shard entry or a reshuffle"
+    assert all(m["mean_ms"] >= 0 and m["boundary_max_ms"] >= 0 for m in train["modes"].values())
+    assert [c["name"].split(":")[0] for c in doc["checks"]] == [f"train {order}"] * 2
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--order", "docpack", "--what", "train,val"], "measures train only"),
+        (["--order", "shuffled", "--shards", "4"], "fewer than --world-size 8"),
+    ],
+)
+def test_cli_rejects_order_arguments(args, message):
+    proc = subprocess.run(
+        [sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
