@@ -1,14 +1,9 @@
-"""
-train_gpt.py: the Parameter Golf naive baseline, with an input pipeline that never keeps the GPU
-waiting.
-
-Same model, optimizer, data order and log lines as the challenge's baseline (diff your runs
-against it), plus: training batches staged by a background thread in fixed pinned uint16 buffers
-and copied one batch ahead on a dedicated CUDA stream; a training step that never waits on the
-GPU (the wall-clock cap is agreed between hosts, not read back from the device); prefetched,
-double-buffered validation with BPB bytes counted once, exactly, on the CPU; a timing breakdown
-and Perfetto traces. Every knob is an environment variable (Hyperparameters); a bad value names
-itself.
+"""train_gpt.py: the Parameter Golf naive baseline (same model, optimizer, data order and log
+lines: diff your runs against it) with an input pipeline that never keeps the GPU waiting: batches
+staged by a thread in pinned uint16 buffers and copied a batch ahead on their own CUDA stream, in
+the baseline's order or the April records' (TRAIN_LOADER); steps that never wait on the GPU;
+prefetched validation with exact BPB bytes counted once on the CPU; a timing breakdown. Every knob
+is an environment variable (Hyperparameters); a bad value names itself.
 
   8xH100:   torchrun --standalone --nproc_per_node=8 train_gpt.py
   1 GPU:    torchrun --standalone --nproc_per_node=1 train_gpt.py   (grad accumulation: same math)
@@ -85,7 +80,6 @@ class Hyperparameters:
     val_loss_every: int = knob(1000, 0)  # 0 = only at the end
     train_log_every: int = knob(200, 0)
     max_val_tokens: int = knob(0, 0)  # 0 = the whole split; else NOT comparable to the challenge
-    val_progress_log_every: int = knob(0, 0)  # validation batches between progress lines
     # training length and batch
     iterations: int = knob(20000, 0)
     warmdown_iters: int = knob(1200, 0)
@@ -121,7 +115,8 @@ class Hyperparameters:
     beta2: float = knob(0.95, 0, 1)
     adam_eps: float = knob(1e-8, above=0)
     grad_clip_norm: float = knob(0.0, 0)
-    # input pipeline (none of these changes a single token or number)
+    # input pipeline: the data order, then what changes no token or number
+    train_loader: str = knob("stream", choices=("stream", "docpack", "shuffled"))
     train_prefetch: bool = True  # 0 = the baseline's synchronous loader
     train_prefetch_queue: int = knob(2, 1, 1024)
     train_copy_stream: bool = True
@@ -133,8 +128,6 @@ class Hyperparameters:
     # observability (changes no number either)
     training_timing_breakdown: bool = False
     training_timing_every: int = knob(200, 1)
-    pipeline_trace: str = ""  # directory for per-rank Chrome/Perfetto trace JSON; empty = off
-    pipeline_trace_steps: int = knob(50, 0)
 
     train_files = property(lambda self: os.path.join(self.data_path, "fineweb_train_*.bin"))
     val_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_*.bin"))
@@ -142,11 +135,7 @@ class Hyperparameters:
     @classmethod
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
         fields = {f.name.upper(): f for f in dataclasses.fields(cls)}
-        values = {
-            f.name: parse_value(name, env[name], f.type)
-            for name, f in fields.items()
-            if name in env
-        }
+        values = {f.name: parse_value(n, env[n], f.type) for n, f in fields.items() if n in env}
         cfg = cls(**values)
         cfg.validate(world_size)
         return cfg
@@ -154,40 +143,33 @@ class Hyperparameters:
     def validate(self, world_size: int) -> None:
         for f in dataclasses.fields(self):
             check_bounds(f.name.upper(), getattr(self, f.name), **f.metadata)
-        if not self.run_id or any(c in self.run_id for c in "/\\") or self.run_id in (".", ".."):
-            raise ConfigError(
-                f"RUN_ID={self.run_id!r}: expected a plain file name (it names logs/<RUN_ID>.txt)"
-            )
-        grad_accum = grad_accum_steps_for(world_size)
-        per_rank = self.train_batch_tokens // (world_size * grad_accum)
-        if self.train_batch_tokens % (world_size * grad_accum) or per_rank % self.train_seq_len:
-            unit = world_size * grad_accum * self.train_seq_len
-            raise ConfigError(
-                f"TRAIN_BATCH_TOKENS={self.train_batch_tokens} with TRAIN_SEQ_LEN="
-                f"{self.train_seq_len}: expected a multiple of WORLD_SIZE*grad_accum_steps*"
-                f"TRAIN_SEQ_LEN = {world_size}*{grad_accum}*{self.train_seq_len} = {unit}"
-            )
-        if self.val_batch_size // (world_size * grad_accum) < self.train_seq_len:
-            raise ConfigError(
-                f"VAL_BATCH_SIZE={self.val_batch_size}: expected at least one sequence per rank "
-                f"and micro-step, i.e. >= WORLD_SIZE*grad_accum_steps*TRAIN_SEQ_LEN = "
-                f"{world_size * grad_accum * self.train_seq_len}"
-            )
-        if self.model_dim % self.num_heads or (self.model_dim // self.num_heads) % 2:
-            raise ConfigError(
-                f"MODEL_DIM={self.model_dim}: expected a multiple of NUM_HEADS={self.num_heads} "
-                f"with an even head size (RoPE)"
-            )
-        if self.num_heads % self.num_kv_heads:
-            heads = self.num_heads
-            raise ConfigError(
-                f"NUM_KV_HEADS={self.num_kv_heads}: expected a divisor of NUM_HEADS={heads}"
-            )
-        if 0 < self.max_val_tokens < self.train_seq_len:
-            raise ConfigError(
-                f"MAX_VAL_TOKENS={self.max_val_tokens}: expected 0 (full split) or "
-                f">= TRAIN_SEQ_LEN={self.train_seq_len}"
-            )
+        accum, T = grad_accum_steps_for(world_size), self.train_seq_len
+        unit = world_size * accum * T  # tokens of one sequence per rank and micro-step
+        for broken, message in [
+            (not self.run_id or any(c in self.run_id for c in "/\\") or self.run_id in (".", ".."),
+             f"RUN_ID={self.run_id!r}: expected a plain file name (it names logs/<RUN_ID>.txt)"),
+            (self.train_batch_tokens % unit,
+             f"TRAIN_BATCH_TOKENS={self.train_batch_tokens} with TRAIN_SEQ_LEN={T}: expected a "
+             f"multiple of WORLD_SIZE*grad_accum_steps*TRAIN_SEQ_LEN = {world_size}*{accum}*{T} "
+             f"= {unit}"),
+            (self.val_batch_size < unit,
+             f"VAL_BATCH_SIZE={self.val_batch_size}: expected at least one sequence per rank and "
+             f"micro-step, i.e. >= WORLD_SIZE*grad_accum_steps*TRAIN_SEQ_LEN = {unit}"),
+            (self.model_dim % (2 * self.num_heads),
+             f"MODEL_DIM={self.model_dim}: expected a multiple of NUM_HEADS={self.num_heads} with "
+             f"an even head size (RoPE)"),
+            (self.num_heads % self.num_kv_heads,
+             f"NUM_KV_HEADS={self.num_kv_heads}: expected a divisor of NUM_HEADS={self.num_heads}"),
+            (self.train_loader == "docpack",
+             "TRAIN_LOADER=docpack: its batches need document-masked attention, which this "
+             "script does not have yet (it would attend across documents); use stream or "
+             "shuffled"),
+            (0 < self.max_val_tokens < T,
+             f"MAX_VAL_TOKENS={self.max_val_tokens}: expected 0 (full split) or >= "
+             f"TRAIN_SEQ_LEN={T}"),
+        ]:  # fmt: skip
+            if broken:
+                raise ConfigError(message)
 
 
 def check_bounds(name: str, value, low=None, high=None, above=None, choices=None) -> None:
@@ -222,9 +204,7 @@ def grad_accum_steps_for(world_size: int) -> int:
     """8 // WORLD_SIZE keeps the global batch and the math of 1-8 GPUs the same; multiples of 8
     run one micro-step each."""
     if world_size < 1 or (8 % world_size and world_size % 8):
-        raise ConfigError(
-            f"WORLD_SIZE={world_size}: expected a divisor of 8 (1, 2, 4, 8) or a multiple of 8"
-        )
+        raise ConfigError(f"WORLD_SIZE={world_size}: expected a divisor of 8 or a multiple of 8")
     return max(8 // world_size, 1)
 
 
@@ -293,13 +273,7 @@ class Muon(torch.optim.Optimizer):
         return p.grad.add(buf, alpha=group["momentum"]) if group["nesterov"] else p.grad
 
 
-def lr_multiplier(
-    step: int,
-    elapsed_ms: float,
-    iterations: int,
-    warmdown_iters: int,
-    max_wallclock_ms: float | None,
-) -> float:
+def lr_multiplier(step, elapsed_ms, iterations, warmdown_iters, max_wallclock_ms) -> float:
     """Linear warm-down over the last WARMDOWN_ITERS steps or, under a wall-clock cap, over the
     last WARMDOWN_ITERS * step_avg milliseconds."""
     if warmdown_iters <= 0:
@@ -483,6 +457,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 # -----------------------------
 
 SHARD_MAGIC, SHARD_VERSION, HEADER_INTS = 20240520, 1, 256
+BOS_ID = 1  # every document starts with it
 HEADER_BYTES = HEADER_INTS * 4
 
 
@@ -522,13 +497,17 @@ def load_data_shard(path: str | Path, vocab_size: int | None = None) -> np.ndarr
         raise DataError(f"{path}: cannot read tokens ({e.strerror or e})") from e
     if tokens.size != num_tokens:
         raise DataError(f"{path}: truncated: read {tokens.size} of {num_tokens} tokens")
-    if vocab_size is not None and num_tokens and int(tokens.max()) >= vocab_size:
+    check_token_ids(tokens, vocab_size, path)
+    return tokens
+
+
+def check_token_ids(tokens: np.ndarray, vocab_size: int | None, path, offset: int = 0) -> None:
+    if vocab_size is not None and tokens.size and int(tokens.max()) >= vocab_size:
         bad = int(np.argmax(tokens >= vocab_size))
         raise DataError(
-            f"{path}: token {int(tokens[bad])} at position {bad} >= vocab {vocab_size} "
+            f"{path}: token {int(tokens[bad])} at position {offset + bad} >= vocab {vocab_size} "
             f"(VOCAB_SIZE / wrong tokenizer?)"
         )
-    return tokens
 
 
 def list_shards(pattern: str) -> list[Path]:
@@ -542,38 +521,107 @@ def list_shards(pattern: str) -> list[Path]:
     return files
 
 
-def check_shards(pattern: str) -> tuple[list[Path], int]:
-    """Header and size of every shard (start-up, cheap); the files and their total token count."""
+def check_shards(pattern: str) -> tuple[list[Path], list[int]]:
+    """Header and size of every shard (start-up, cheap); the files and their token counts."""
     files = list_shards(pattern)
-    total = sum(read_shard_header(f) for f in files)
-    if total == 0:
+    sizes = [read_shard_header(f) for f in files]
+    if sum(sizes) == 0:
         raise DataError(f"{pattern}: all {len(files)} shards are empty")
-    return files, total
+    return files, sizes
+
+
+class TrainShards:
+    """The sorted train shards, headers checked: read whole and checked by `load(i)` (read ahead by
+    the prefetching loader), or mapped for the shuffled order's random reads."""
+
+    def __init__(self, pattern: str, vocab_size: int | None = None):
+        self.files, self.sizes = check_shards(pattern)
+        self.vocab_size = vocab_size
+        self.load = self.read
+        self.bos: list[int] | None = None  # each shard's first BOS position (docpack)
+
+    def read(self, idx: int) -> np.ndarray:
+        return load_data_shard(self.files[idx], self.vocab_size)
+
+    def mapped(self, idx: int) -> np.ndarray:
+        if self.sizes[idx] == 0:
+            return np.zeros(0, dtype=np.uint16)
+        shape = (self.sizes[idx],)
+        return np.memmap(self.files[idx], dtype="<u2", mode="r", offset=HEADER_BYTES, shape=shape)
+
+    def check_order(self, order: str, world_size: int) -> None:
+        """What an order needs of the shards, checked before any batch is made."""
+        if order == "shuffled" and len(self.files) < world_size:
+            raise DataError(
+                f"TRAIN_LOADER=shuffled: {len(self.files)} train shards for {world_size} ranks: "
+                f"each rank reads shards of its own, so it needs at least one"
+            )
+        if order == "docpack" and self.bos is None:
+            self.bos = [self.first_bos(i) for i in range(len(self.files))]
+
+    def first_bos(self, idx: int, chunk: int = 1 << 16) -> int:
+        tokens = self.mapped(idx)
+        for start in range(0, tokens.size, chunk):
+            hits = np.flatnonzero(tokens[start : start + chunk] == BOS_ID)
+            if hits.size:
+                return start + int(hits[0])
+        raise DataError(
+            f"{self.files[idx]}: no BOS token (id {BOS_ID}): TRAIN_LOADER=docpack packs documents "
+            f"that start with BOS"
+        )
+
+
+class Layout(NamedTuple):
+    local: int  # input tokens per rank and micro-step
+    tokens: int  # tokens staged: inputs plus the shifted targets
+    cu_entries: int  # room for cu_seqlens (docpack), else 0
 
 
 def rank_span(global_tokens: int, seq_len: int, grad_accum_steps: int, world_size: int) -> int:
     """Tokens each rank reads per micro-step: its local batch plus one for the shifted targets."""
-    local_tokens = global_tokens // (world_size * grad_accum_steps)
-    if local_tokens <= 0 or local_tokens % seq_len:
+    local = global_tokens // (world_size * grad_accum_steps)
+    if local <= 0 or local % seq_len:
         raise ValueError(
             f"a batch of {global_tokens} tokens over {world_size} ranks x {grad_accum_steps} "
-            f"micro-steps gives {local_tokens} tokens per rank: expected a positive multiple of "
+            f"micro-steps gives {local} tokens per rank: expected a positive multiple of "
             f"seq_len={seq_len}"
         )
-    return local_tokens + 1
+    return local + 1
 
 
 def split_inputs_targets(tokens: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
     return tokens[:-1].view(-1, seq_len), tokens[1:].view(-1, seq_len)
 
 
-class TokenStream:
-    """The baseline's order: one pass over the sorted shards, wrapping around to the first."""
+# The orders: each writes rank r's next batch into staging arrays (fill), says where it stands
+# (state) and can resume from there; layout and assemble say how a batch is staged and becomes
+# tensors. Both loaders drive them: the synchronous one in next_batch, the other on its worker.
 
-    def __init__(self, files: list[Path], load: Callable[[int], np.ndarray], position=(0, 0)):
-        self.files, self.load = files, load
-        self.file_idx, self.pos = position
-        self.tokens = load(self.file_idx)
+
+class StreamOrder:
+    """TRAIN_LOADER=stream, the baseline's: one pass over the sorted shards, wrapping around;
+    each micro-step consumes world_size spans of local+1 tokens, rank r keeps the r-th."""
+
+    def __init__(self, shards: TrainShards, rank: int, world_size: int, state=None):
+        self.shards, self.rank, self.world_size = shards, rank, world_size
+        self.file_idx, self.pos = state or (0, 0)
+        self.tokens = shards.load(self.file_idx)
+
+    @staticmethod
+    def layout(global_tokens: int, seq_len: int, grad_accum_steps: int, world_size: int) -> Layout:
+        span = rank_span(global_tokens, seq_len, grad_accum_steps, world_size)
+        return Layout(span - 1, span, 0)
+
+    @staticmethod
+    def assemble(tokens: Tensor, cu: Tensor | None, max_seqlen: int, seq_len: int) -> tuple:
+        return split_inputs_targets(tokens, seq_len)
+
+    def fill(self, layout: Layout, seq_len: int, tokens: np.ndarray, cu) -> tuple[int, int]:
+        self.take_rank_span(layout.tokens, tokens)
+        return 0, 0
+
+    def state(self) -> tuple[int, int]:
+        return self.file_idx, self.pos
 
     def consume(self, n: int, out: np.ndarray | None = None) -> None:
         """Advance n tokens, copying them into `out` when given (the baseline's take())."""
@@ -581,8 +629,8 @@ class TokenStream:
         while done < n:
             avail = self.tokens.size - self.pos
             if avail <= 0:
-                self.file_idx = (self.file_idx + 1) % len(self.files)
-                self.tokens, self.pos = self.load(self.file_idx), 0
+                self.file_idx = (self.file_idx + 1) % len(self.shards.files)
+                self.tokens, self.pos = self.shards.load(self.file_idx), 0
                 continue
             k = min(n - done, avail)
             if out is not None:
@@ -590,17 +638,147 @@ class TokenStream:
             self.pos += k
             done += k
 
-    def take_rank_span(self, span: int, rank: int, world_size: int, out: np.ndarray) -> None:
-        """Each micro-step consumes world_size*span tokens; rank r keeps the r-th span. On an
-        error the stream stays where it was, so a retry reads the same tokens (none skipped)."""
+    def take_rank_span(self, span: int, out: np.ndarray) -> None:
+        """World_size spans are consumed, this rank's copied. On an error the stream stays where
+        it was, so a retry reads the same tokens (none skipped)."""
         saved = self.file_idx, self.pos, self.tokens
         try:
-            self.consume(rank * span)
+            self.consume(self.rank * span)
             self.consume(span, out)
-            self.consume((world_size - rank - 1) * span)
+            self.consume((self.world_size - self.rank - 1) * span)
         except BaseException:
             self.file_idx, self.pos, self.tokens = saved
             raise
+
+
+class DocPackOrder:
+    """TRAIN_LOADER=docpack, the April records' DocumentPackingLoader: from a shard's first BOS,
+    world_size spans of local+1 tokens per micro-step, rank r's the r-th, a tail too short for all
+    skipped; its documents cut into pieces of at most seq_len tokens make cu_seqlens."""
+
+    def __init__(self, shards: TrainShards, rank: int, world_size: int, state=None):
+        shards.check_order("docpack", world_size)
+        self.shards, self.rank, self.world_size = shards, rank, world_size
+        self.idx, self.cursor = state or (0, shards.bos[0])
+        self.tokens = shards.load(self.idx)
+
+    @staticmethod
+    def layout(global_tokens: int, seq_len: int, grad_accum_steps: int, world_size: int) -> Layout:
+        local = rank_span(global_tokens, 1, grad_accum_steps, world_size) - 1  # any size > 0
+        return Layout(local, local + 1, pad_to_64(local + 1))
+
+    @staticmethod
+    def assemble(tokens: Tensor, cu: Tensor | None, max_seqlen: int, seq_len: int) -> tuple:
+        return tokens[:-1].view(1, -1), tokens[1:].view(1, -1), cu, max_seqlen
+
+    def fill(self, layout: Layout, seq_len: int, tokens: np.ndarray, cu) -> tuple[int, int]:
+        global_span = self.world_size * layout.tokens
+        self.move_to_room_for(global_span)
+        start = self.cursor + self.rank * layout.tokens
+        tokens[: layout.tokens] = self.tokens[start : start + layout.tokens]
+        self.cursor += global_span
+        return document_pieces(tokens[: layout.local], seq_len, cu)
+
+    def move_to_room_for(self, global_span: int) -> None:
+        """The next shard (after the last, the first) while this one has no room for the spans."""
+        for _ in range(len(self.shards.files) + 1):
+            if self.cursor + global_span <= self.tokens.size:
+                return
+            self.idx = (self.idx + 1) % len(self.shards.files)
+            self.tokens, self.cursor = self.shards.load(self.idx), self.shards.bos[self.idx]
+        raise DataError(
+            f"TRAIN_LOADER=docpack: no train shard holds {global_span} tokens (one micro-step of "
+            f"every rank) after its first BOS"
+        )
+
+    def state(self) -> tuple[int, int]:
+        return self.idx, self.cursor
+
+
+def pad_to_64(n: int) -> int:
+    return -(-n // 64) * 64
+
+
+def document_pieces(x: np.ndarray, max_len: int, cu: np.ndarray) -> tuple[int, int]:
+    """cu_seqlens of a packed span into `cu`: the starts of its documents (each BOS, and 0) cut
+    into pieces of at most max_len tokens from the document's start, then len(x), padded with
+    len(x) to a multiple of 64 entries. Returns (entries written, longest piece)."""
+    starts = np.flatnonzero(x == BOS_ID)
+    if starts.size == 0 or starts[0] != 0:
+        starts = np.concatenate(([0], starts))
+    lengths = np.diff(starts, append=x.size)
+    pieces = -(-lengths // max_len)
+    first_piece = np.repeat(np.cumsum(pieces) - pieces, pieces)  # index of each doc's 1st piece
+    piece_starts = np.repeat(starts, pieces) + (np.arange(pieces.sum()) - first_piece) * max_len
+    entries = pad_to_64(piece_starts.size + 1)
+    cu[: piece_starts.size] = piece_starts
+    cu[piece_starts.size : entries] = x.size
+    return entries, int(np.diff(piece_starts, append=x.size).max())
+
+
+class ShuffledOrder:
+    """TRAIN_LOADER=shuffled, the April records' ShuffledSequenceLoader: rank r owns files[r::W]
+    and draws windows of seq_len+1 tokens at shuffled starts from shards picked in proportion to
+    what they have left, with numpy's PCG64(rank); the exact sequence of RNG calls is the order."""
+
+    def __init__(self, shards: TrainShards, rank: int, world_size: int, state=None):
+        shards.check_order("shuffled", world_size)
+        self.shards, self.owned = shards, list(range(rank, len(shards.files), world_size))
+        self.tokens = [shards.mapped(i) for i in self.owned]
+        self.rng = np.random.Generator(np.random.PCG64(rank))
+        self.seq_len, self.starts, self.remaining = None, (), np.zeros(0)
+        if state is not None:
+            rng_state, self.seq_len, self.starts, remaining = state
+            self.rng.bit_generator.state = rng_state
+            self.remaining = remaining.copy()
+
+    @staticmethod
+    def layout(global_tokens: int, seq_len: int, grad_accum_steps: int, world_size: int) -> Layout:
+        local = rank_span(global_tokens, seq_len, grad_accum_steps, world_size) - 1
+        return Layout(local, local // seq_len * (seq_len + 1), 0)
+
+    @staticmethod
+    def assemble(tokens: Tensor, cu: Tensor | None, max_seqlen: int, seq_len: int) -> tuple:
+        windows = tokens.view(-1, seq_len + 1)
+        return windows[:, :-1], windows[:, 1:]
+
+    def reset_all(self) -> None:
+        """Every owned shard: a random phase, then its starts in a random permutation."""
+        seq, starts = self.seq_len, []
+        for tokens in self.tokens:
+            max_phase = min(seq - 1, max(0, tokens.size - seq - 1))
+            phase = int(self.rng.integers(max_phase + 1)) if max_phase > 0 else 0
+            count = max((tokens.size - 1 - phase) // seq, 0)
+            starts.append(phase + self.rng.permutation(count) * seq)
+        self.starts = tuple(starts)  # never changed in place: a state can refer to them
+        self.remaining = np.array([s.size for s in starts], dtype=np.float64)
+        if self.remaining.sum() <= 0:
+            raise DataError(
+                f"TRAIN_LOADER=shuffled: this rank's shards ({len(self.owned)}) hold no window of "
+                f"TRAIN_SEQ_LEN+1 = {seq + 1} tokens"
+            )
+
+    def fill(self, layout: Layout, seq_len: int, tokens: np.ndarray, cu) -> tuple[int, int]:
+        if self.seq_len is None:  # the starts are laid out for the first batch's seq_len
+            self.seq_len = seq_len
+            self.reset_all()
+        width = seq_len + 1
+        for row in range(layout.tokens // width):
+            if self.remaining.sum() <= 0:
+                self.reset_all()
+            i = self.rng.choice(len(self.owned), p=self.remaining / self.remaining.sum())
+            self.remaining[i] -= 1
+            start = int(self.starts[i][int(self.remaining[i])])  # popped from the end
+            window = self.tokens[i][start : start + width]
+            check_token_ids(window, self.shards.vocab_size, self.shards.files[self.owned[i]], start)
+            tokens[row * width : (row + 1) * width] = window
+        return 0, 0
+
+    def state(self) -> tuple:
+        return self.rng.bit_generator.state, self.seq_len, self.starts, self.remaining.copy()
+
+
+TRAIN_ORDERS = {"stream": StreamOrder, "docpack": DocPackOrder, "shuffled": ShuffledOrder}
 
 
 class ClosedOnExit(contextlib.AbstractContextManager):  # `with loader:` closes it
@@ -612,19 +790,34 @@ class ClosedOnExit(contextlib.AbstractContextManager):  # `with loader:` closes 
 
 
 class DistributedTokenLoader(ClosedOnExit):
-    """The baseline's synchronous loader: every rank walks the shared stream, keeps its span."""
+    """The synchronous reference: rank r's next batch in the given order, built on the calling
+    thread, widened to int64 and copied. (x, y), or (x, y, cu_seqlens, max_seqlen) for docpack."""
 
-    def __init__(self, pattern: str, rank: int, world_size: int, device, *, vocab_size=None):
+    def __init__(self, pattern, rank, world_size, device, *, vocab_size=None, order="stream"):
+        if order not in TRAIN_ORDERS:
+            raise ValueError(f"order={order!r}: expected one of {', '.join(TRAIN_ORDERS)}")
         self.rank, self.world_size, self.device = rank, world_size, torch.device(device)
-        files, _ = check_shards(pattern)
-        self.stream = TokenStream(files, lambda i: load_data_shard(files[i], vocab_size))
+        self.kind, self.seq_len = TRAIN_ORDERS[order], None
+        self.shards = TrainShards(pattern, vocab_size)
+        self.shards.check_order(order, world_size)
+        self.order = self.kind(self.shards, rank, world_size)  # as in the baseline: shard 0 now
 
-    def next_batch(self, global_tokens: int, seq_len: int, grad_accum_steps: int):
-        span = rank_span(global_tokens, seq_len, grad_accum_steps, self.world_size)
-        local = np.empty(span, dtype=np.uint16)
-        self.stream.take_rank_span(span, self.rank, self.world_size, local)
-        x, y = split_inputs_targets(torch.from_numpy(local.astype(np.int64)), seq_len)
-        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+    def layout(self, global_tokens: int, seq_len: int, grad_accum_steps: int) -> Layout:
+        if self.kind is ShuffledOrder and self.seq_len not in (None, seq_len):
+            raise ValueError(
+                f"seq_len={seq_len}: the shuffled order is laid out for {self.seq_len}"
+            )
+        self.seq_len = seq_len
+        return self.kind.layout(global_tokens, seq_len, grad_accum_steps, self.world_size)
+
+    def next_batch(self, global_tokens: int, seq_len: int, grad_accum_steps: int) -> tuple:
+        layout = self.layout(global_tokens, seq_len, grad_accum_steps)
+        tokens = np.empty(layout.tokens, dtype=np.uint16)
+        cu = np.empty(layout.cu_entries, dtype=np.int32)
+        entries, max_seqlen = self.order.fill(layout, seq_len, tokens, cu)
+        tokens = torch.from_numpy(tokens.astype(np.int64)).to(self.device, non_blocking=True)
+        cu = torch.from_numpy(cu[:entries]).to(self.device, non_blocking=True)
+        return self.kind.assemble(tokens, cu, max_seqlen, seq_len)
 
 
 # -----------------------------
@@ -637,10 +830,9 @@ class WorkerError(RuntimeError):
 
 
 class _Handoff:
-    """Bounded FIFO between two threads that never blocks forever: close() wakes every waiter,
-    a producer's failure is raised to the consumer, a dead producer is noticed. A producer facing
-    a full queue re-checks every POLL_S, so the consumer need not pay a thread wake-up (~40 us)
-    per batch."""
+    """Bounded FIFO between two threads that never blocks forever: close() wakes both sides, a
+    producer's failure reaches the consumer, a dead producer is noticed. A producer facing a full
+    queue polls, so the consumer pays no thread wake-up (~40 us) per batch."""
 
     POLL_S = 0.002
 
@@ -693,36 +885,26 @@ class _Handoff:
 
 
 class DeviceBatch(NamedTuple):
-    x: Tensor  # int64 inputs on the device, (seqs, seq_len); y are the targets, shifted by one
-    y: Tensor
+    tensors: tuple  # what next_batch returns: (x, y) or (x, y, cu_seqlens, max_seqlen)
+    owners: tuple[Tensor, ...]  # the device allocations behind them (record_stream)
     ready: torch.cuda.Event | None  # recorded on the copy stream; None without a side stream
-    tag: object
+    tag: object  # where the data order stands after this batch
 
 
 class StagingPipeline:
-    """A worker thread fills a fixed pool of staging buffers (pinned on CUDA) by calling
-    fill(buffer) -> (n, tag), or None at the end. Tokens cross PCIe as uint16 and become int64
-    on the device (on CPU the worker widens them); a buffer is refilled only once the event of
-    the copy out of it has completed."""
+    """A worker thread fills a fixed pool of staging buffers (pinned on CUDA) with fill(tokens, cu)
+    -> (n_tokens, n_cu, max_seqlen, tag), or None at the end; tokens cross PCIe as uint16, become
+    int64 on the device and then, by assemble, what next_batch returns. A buffer is refilled only
+    once the copy out of it has completed."""
 
-    def __init__(
-        self,
-        fill,
-        buffer_tokens: int,
-        seq_len: int,
-        device: torch.device,
-        *,
-        depth: int,
-        copy_stream: bool,
-        name: str,
-        tracer: Tracer,
-    ):
-        self.device, self.seq_len, self.tracer = device, seq_len, tracer
+    def __init__(self, fill, assemble, sizes, device, name, depth, copy_stream):
+        self.assemble, self.device = assemble, device
         self.cuda = device.type == "cuda"
         self.ready, self.free = _Handoff(depth), _Handoff(depth + 2)
         for _ in range(depth + 2):  # `depth` waiting, one being filled, one whose copy may run
-            buf = torch.empty(buffer_tokens, dtype=torch.int16, pin_memory=self.cuda)
-            self.free.put((buf, None))
+            tokens = torch.empty(sizes[0], dtype=torch.int16, pin_memory=self.cuda)
+            cu = torch.empty(sizes[1], dtype=torch.int32, pin_memory=self.cuda)  # cu_seqlens
+            self.free.put((tokens, cu, None))
         self.copy_stream = torch.cuda.Stream(device) if self.cuda and copy_stream else None
         self.copy_probe: Callable = null_phase
         self.ahead: DeviceBatch | None = None  # the next batch, its copy already queued
@@ -735,27 +917,27 @@ class StagingPipeline:
             if self.cuda:  # else this thread's CUDA calls would open a context on GPU 0
                 torch.cuda.set_device(self.device)
             while (slot := self.free.get()) is not None:
-                buf, copied = slot
+                tokens, cu, copied = slot
                 if copied is not None:
                     copied.synchronize()  # the copy out of this buffer is done: safe to refill
-                with self.tracer.span("batch_fill"):
-                    filled = fill(view := buf.numpy().view(np.uint16))
+                filled = fill(tokens.numpy().view(np.uint16), cu.numpy())
                 if filled is None:
                     return self.ready.finish()
-                staged = (buf, *filled)
-                if not self.cuda:  # no copy to issue: widen and split here, off the main thread
-                    tokens = torch.from_numpy(view[: filled[0]].astype(np.int64))
-                    x, y = split_inputs_targets(tokens, self.seq_len)
-                    staged = DeviceBatch(x, y, None, filled[1])
-                    self.free.put((buf, None))
+                staged = (tokens, cu, filled)
+                if not self.cuda:  # no copy to issue: the batch is made here, off the main thread
+                    n, n_cu, max_seqlen, tag = filled
+                    ids = torch.from_numpy(tokens.numpy().view(np.uint16)[:n].astype(np.int64))
+                    batch = self.assemble(ids, cu[:n_cu].clone(), max_seqlen)
+                    staged = DeviceBatch(batch, (), None, tag)
+                    self.free.put((tokens, cu, None))
                 if not self.ready.put(staged):
                     return
         except BaseException as e:  # anything, even SystemExit: the main thread must hear of it
             self.ready.fail(e)
 
-    def next_batch(self) -> tuple[Tensor, Tensor] | None:
-        """Batch k's (x, y), ready for compute, after queueing batch k+1's copy if it is staged
-        already (so that it overlaps batch k's compute); None at the end."""
+    def next_batch(self) -> tuple | None:
+        """Batch k, ready for compute, after queueing batch k+1's copy if it is staged already
+        (so that it overlaps batch k's compute); None at the end."""
         batch, self.ahead = self.ahead, None
         if batch is None and (staged := self.ready.get(self.thread)) is not None:
             batch = self.upload(staged)
@@ -767,27 +949,29 @@ class StagingPipeline:
         if batch.ready is not None:  # the compute stream waits for the copy on the GPU: no sync
             compute = torch.cuda.current_stream(self.device)
             compute.wait_event(batch.ready)
-            # The tensor was allocated on the copy stream. record_stream stops the caching
-            # allocator from giving its memory to a later copy-stream allocation until the
-            # compute work queued so far (which reads it) is done; we free it from Python without
-            # knowing when that is.
-            batch.x.record_stream(compute)  # x and y share one allocation
-        return batch.x, batch.y
+            # The tensors were allocated on the copy stream. record_stream stops the caching
+            # allocator from giving their memory to a later copy-stream allocation until the
+            # compute work queued so far (which reads them) is done; we free them from Python
+            # without knowing when that is.
+            for owner in batch.owners:
+                owner.record_stream(compute)
+        return batch.tensors
 
     def upload(self, staged) -> DeviceBatch:
         if not self.cuda:
             return staged  # the worker built it: nothing to copy
-        buf, n, tag = staged
-        with self.tracer.span("copy_issue"):
-            stream = self.copy_stream or torch.cuda.current_stream(self.device)
-            with torch.cuda.stream(stream), self.copy_probe(stream):
-                tokens = buf[:n].to(self.device, non_blocking=True)
-                tokens = tokens.to(torch.int64).bitwise_and_(0xFFFF)  # uint16 ids above 32767
-                copied = torch.cuda.Event()
-                copied.record(stream)
-            self.free.put((buf, copied))
-            ready = copied if self.copy_stream is not None else None
-            return DeviceBatch(*split_inputs_targets(tokens, self.seq_len), ready, tag)
+        tokens_buf, cu_buf, (n, n_cu, max_seqlen, tag) = staged
+        stream = self.copy_stream or torch.cuda.current_stream(self.device)
+        with torch.cuda.stream(stream), self.copy_probe(stream):
+            tokens = tokens_buf[:n].to(self.device, non_blocking=True)
+            tokens = tokens.to(torch.int64).bitwise_and_(0xFFFF)  # uint16 ids above 32767
+            cu = cu_buf[:n_cu].to(self.device, non_blocking=True) if n_cu else None
+            owners = (tokens,) if cu is None else (tokens, cu)
+            copied = torch.cuda.Event()
+            copied.record(stream)
+        self.free.put((tokens_buf, cu_buf, copied))
+        ready = copied if self.copy_stream is not None else None
+        return DeviceBatch(self.assemble(tokens, cu, max_seqlen), owners, ready, tag)
 
     def close(self) -> None:
         self.ready.close()
@@ -799,23 +983,19 @@ class _ShardReadAhead:
     """Reads and validates shard i+1 on its own thread while shard i is being sliced, so a shard
     boundary stalls nobody."""
 
-    def __init__(self, files: list[Path], vocab_size: int | None, tracer: Tracer):
-        self.files, self.vocab_size, self.tracer = files, vocab_size, tracer
+    def __init__(self, shards: TrainShards):
+        self.shards = shards
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="train_shard_reader")
         self.pending: dict = {}
 
-    def _read(self, idx: int) -> np.ndarray:
-        with self.tracer.span("shard_load"):
-            return load_data_shard(self.files[idx], self.vocab_size)
-
     def prefetch(self, idx: int) -> None:
         if idx not in self.pending:
-            self.pending[idx] = self.pool.submit(self._read, idx)
+            self.pending[idx] = self.pool.submit(self.shards.read, idx)
 
     def load(self, idx: int) -> np.ndarray:
         self.prefetch(idx)
         tokens = self.pending[idx].result()
-        nxt = (idx + 1) % len(self.files)
+        nxt = (idx + 1) % len(self.shards.files)
         self.pending = {i: f for i, f in self.pending.items() if i in (idx, nxt)}  # drop stale
         self.prefetch(nxt)
         return tokens
@@ -824,59 +1004,44 @@ class _ShardReadAhead:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-class PrefetchingDistributedTokenLoader(ClosedOnExit):
-    """DistributedTokenLoader's batches, made ahead: a worker thread stages this rank's spans
-    (the next shard read ahead by a second thread) and batch k+1's copy overlaps batch k's
-    compute. A new batch shape restarts the worker where the last returned batch ended: nothing
-    skipped or repeated."""
+class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
+    """DistributedTokenLoader's batches made ahead by a worker thread (shards read ahead by a
+    second one); batch k+1's copy overlaps batch k's compute. A new batch shape restarts the
+    worker where the last returned batch ended: nothing skipped or repeated."""
 
-    def __init__(
-        self,
-        pattern: str,
-        rank: int,
-        world_size: int,
-        device,
-        *,
-        vocab_size=None,
-        queue_depth: int = 2,
-        copy_stream: bool = True,
-        tracer: Tracer | None = None,
-    ):
+    def __init__(self, *args, queue_depth=2, copy_stream=True, **kwargs):
         if queue_depth < 1:
             raise ValueError(f"queue_depth={queue_depth}: expected an integer >= 1")
-        self.rank, self.world_size, self.device = rank, world_size, torch.device(device)
+        super().__init__(*args, **kwargs)
         self.queue_depth, self.copy_stream = queue_depth, copy_stream
-        self.tracer = tracer or NULL_TRACER
-        self.files, _ = check_shards(pattern)
-        self.reader = _ShardReadAhead(self.files, vocab_size, self.tracer)
-        try:
-            self.reader.load(0)  # as in the baseline, shard 0 is read before any clock starts
-        except BaseException:
-            self.reader.close()  # no thread outlives a loader that failed to open
-            raise
-        self.position = (0, 0)  # stream position after the last batch returned
+        self.reader = _ShardReadAhead(self.shards)
+        self.shards.load = self.reader.load  # from now on shards are read ahead
+        if self.kind is not ShuffledOrder:  # (which maps its shards instead of reading them)
+            self.reader.prefetch(1 % len(self.shards.files))
+        self.position = None  # where the order stands after the last batch returned
         self.shape = self.pipe = None
         self.copy_probe: Callable = null_phase
 
-    def next_batch(self, global_tokens: int, seq_len: int, grad_accum_steps: int):
+    def next_batch(self, global_tokens: int, seq_len: int, grad_accum_steps: int) -> tuple:
+        layout = self.layout(global_tokens, seq_len, grad_accum_steps)
         if (global_tokens, seq_len, grad_accum_steps) != self.shape:
-            self._restart((global_tokens, seq_len, grad_accum_steps))
-        x, y = self.pipe.next_batch()
+            self._restart((global_tokens, seq_len, grad_accum_steps), layout)
+        batch = self.pipe.next_batch()
         self.position = self.pipe.last_tag
-        return x, y
+        return batch
 
-    def _restart(self, shape: tuple[int, int, int]) -> None:
+    def _restart(self, shape: tuple[int, int, int], layout: Layout) -> None:
         self._stop()
-        source = _RankSpans(self, rank_span(*shape, self.world_size))
+        resume = functools.partial(
+            self.kind, self.shards, self.rank, self.world_size, self.position
+        )
+        source = _OrderFill(self.order, resume, layout, shape[1])
+        self.order = None  # the first worker takes the order made at start-up; others resume
+        assemble = functools.partial(self.kind.assemble, seq_len=shape[1])
+        sizes = (layout.tokens, layout.cu_entries)
+        options = (self.queue_depth, self.copy_stream)
         self.pipe = StagingPipeline(
-            source.fill,
-            source.span,
-            shape[1],
-            self.device,
-            depth=self.queue_depth,
-            copy_stream=self.copy_stream,
-            name="train_prefetch",
-            tracer=self.tracer,
+            source.fill, assemble, sizes, self.device, "train_prefetch", *options
         )
         self.pipe.copy_probe, self.shape = self.copy_probe, shape
 
@@ -890,19 +1055,17 @@ class PrefetchingDistributedTokenLoader(ClosedOnExit):
         self.reader.close()
 
 
-class _RankSpans:
-    """The worker's side of a prefetching loader: this rank's spans, from where it stopped."""
+class _OrderFill:
+    """The worker's side of a prefetching loader: an order (made on the worker when resumed, so
+    that its shard reads stay off the training thread) filling the staging buffers."""
 
-    def __init__(self, loader: PrefetchingDistributedTokenLoader, span: int):
-        self.loader, self.span, self.start = loader, span, loader.position
-        self.stream: TokenStream | None = None  # opened on the worker: shard reads stay off main
+    def __init__(self, order, resume: Callable, layout: Layout, seq_len: int):
+        self.order, self.resume, self.layout, self.seq_len = order, resume, layout, seq_len
 
-    def fill(self, out: np.ndarray) -> tuple[int, tuple[int, int]]:
-        loader = self.loader
-        if self.stream is None:
-            self.stream = TokenStream(loader.files, loader.reader.load, self.start)
-        self.stream.take_rank_span(self.span, loader.rank, loader.world_size, out)
-        return self.span, (self.stream.file_idx, self.stream.pos)  # where the next batch starts
+    def fill(self, tokens: np.ndarray, cu: np.ndarray | None) -> tuple:
+        self.order = self.order or self.resume()
+        entries, max_seqlen = self.order.fill(self.layout, self.seq_len, tokens, cu)
+        return self.layout.tokens, entries, max_seqlen, self.order.state()
 
 
 # -----------------------------
@@ -935,31 +1098,26 @@ class ValidationSet:
         starts = range(first, end, batch_seqs)
         self.spans = [(s * T, min(s + batch_seqs, end) * T + 1) for s in starts]
         self.max_span = batch_seqs * T + 1
-        local_bytes = (
-            count_target_bytes(self.tokens[first * T : end * T + 1], luts) if end > first else 0
-        )
+        mine = self.tokens[first * T : end * T + 1]
+        local_bytes = count_target_bytes(mine, luts) if end > first else 0
         totals = torch.tensor([(end - first) * T, local_bytes], dtype=torch.int64, device=rt.device)
         if rt.distributed:
             dist.all_reduce(totals)
         self.target_tokens, self.target_bytes = (int(v) for v in totals.tolist())
 
-    def batches(self, cfg: Hyperparameters, device: torch.device, tracer: Tracer):
+    def batches(self, cfg: Hyperparameters, device: torch.device):
         """This rank's batches as int64 (x, y) on the device."""
         if not cfg.val_prefetch:  # the baseline's loop: slice, widen, copy
             for a, b in self.spans:
                 tokens = torch.from_numpy(self.tokens[a:b].astype(np.int64))
                 yield split_inputs_targets(tokens.to(device, non_blocking=True), self.seq_len)
             return
+        assemble = functools.partial(StreamOrder.assemble, seq_len=self.seq_len)
+        spans = _ValSpans(self.tokens, self.spans)
         pipe = StagingPipeline(
-            _ValSpans(self.tokens, self.spans).fill,
-            self.max_span,
-            self.seq_len,
-            device,
-            depth=cfg.val_prefetch_queue,
-            copy_stream=cfg.val_copy_stream,
-            name="val_prefetch",
-            tracer=tracer,
-        )
+            spans.fill, assemble, (self.max_span, 0), device, "val_prefetch",
+            cfg.val_prefetch_queue, cfg.val_copy_stream,
+        )  # fmt: skip
         try:
             while (batch := pipe.next_batch()) is not None:
                 yield batch
@@ -973,15 +1131,15 @@ class _ValSpans:
     def __init__(self, tokens: np.ndarray, spans: list[tuple[int, int]]):
         self.tokens, self.spans = tokens, iter(spans)
 
-    def fill(self, out: np.ndarray) -> tuple[int, None] | None:
+    def fill(self, tokens: np.ndarray, cu: None) -> tuple | None:
         if (span := next(self.spans, None)) is None:
             return None
-        out[: span[1] - span[0]] = self.tokens[span[0] : span[1]]
-        return span[1] - span[0], None
+        tokens[: span[1] - span[0]] = self.tokens[span[0] : span[1]]
+        return span[1] - span[0], 0, 0, None
 
 
 # -----------------------------
-# INSTRUMENTATION: TIMING BREAKDOWN AND PIPELINE TRACE
+# INSTRUMENTATION: TIMING BREAKDOWN
 # -----------------------------
 
 NULL_CONTEXT = contextlib.nullcontext()
@@ -991,62 +1149,15 @@ def null_phase(*args) -> contextlib.nullcontext:
     return NULL_CONTEXT
 
 
-class Tracer:
-    """PIPELINE_TRACE: Chrome trace-event JSON (opens in Perfetto). The rank is the process and
-    each thread its own lane; spans are recorded only while `active`, so the file stays bounded."""
-
-    MAX_EVENTS = 1_000_000
-
-    def __init__(self, path: Path | None, rank: int):
-        self.path, self.rank, self.active = path, rank, False  # on once the warm-up is done
-        self.events: list = []
-        self.origin = time.perf_counter_ns()
-
-    def span(self, name: str):
-        return self._span(name) if self.active else NULL_CONTEXT
-
-    @contextlib.contextmanager
-    def _span(self, name: str):
-        start = time.perf_counter_ns()
-        try:
-            yield
-        finally:
-            if len(self.events) < self.MAX_EVENTS:  # list.append is atomic: workers record too
-                lane = threading.current_thread().name
-                self.events.append((name, lane, start, time.perf_counter_ns()))
-
-    def save(self) -> None:
-        if self.path is None:
-            return
-        events = sorted(self.events, key=lambda e: (e[1], e[2], -e[3]))
-        lanes = dict.fromkeys(["MainThread"] + [e[1] for e in events])
-        tids = {lane: tid for tid, lane in enumerate(lanes)}
-        pid, t0 = self.rank, self.origin
-        meta = [dict(name="process_name", ph="M", pid=pid, args=dict(name=f"rank {pid}"))]
-        for lane, tid in tids.items():
-            args = dict(name="main" if lane == "MainThread" else lane)
-            meta.append(dict(name="thread_name", ph="M", pid=pid, tid=tid, args=args))
-        spans = [
-            dict(name=n, ph="X", pid=pid, tid=tids[lane], ts=(s - t0) / 1000, dur=(e - s) / 1000)
-            for n, lane, s, e in events
-        ]
-        trace = {"traceEvents": meta + spans, "displayTimeUnit": "ms"}
-        atomic_write_bytes(self.path, json.dumps(trace).encode())
-
-
-NULL_TRACER = Tracer(None, 0)
-
-
 class Probe:
     """TRAINING_TIMING_BREAKDOWN: phase times of the path that actually runs, overlap on: CUDA
     events on the stream doing the work (read once complete: no added sync), and data_wait, the
-    host time blocked in next_batch. Off, phase() is a shared no-op. It also opens the pipeline
-    trace's spans."""
+    host time blocked in next_batch. Off, phase() is a shared no-op."""
 
     PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
 
-    def __init__(self, enabled: bool, every: int, cuda: bool, tracer: Tracer):
-        self.enabled, self.every, self.cuda, self.tracer = enabled, every, cuda, tracer
+    def __init__(self, enabled: bool, every: int, cuda: bool):
+        self.enabled, self.every, self.cuda = enabled, every, cuda
         self.timed, self.marks, self.pending, self.data_wait_total_ms = False, {}, [], 0.0
 
     def _mark(self, stream=None, host: bool = False):
@@ -1059,25 +1170,21 @@ class Probe:
     def begin_step(self, step: int) -> None:
         self.timed = self.enabled and (step <= 10 or step % self.every == 0)
         self.marks = {name: [] for name in ("step", *self.PHASES)} if self.timed else {}
-        self.step_span = self.tracer.span("step")
-        self.step_span.__enter__()  # spans the whole step, closed by end_step
         self.step_start = self._mark() if self.timed else None
 
     def end_step(self, step: int) -> None:
         if self.timed:
             self.marks["step"].append((self.step_start, self._mark()))
             self.pending.append((step, self.marks))
-        self.step_span.__exit__(None, None, None)
 
     def phase(self, name: str, stream=None):
-        return self._phase(name, stream) if self.enabled or self.tracer.active else NULL_CONTEXT
+        return self._phase(name, stream) if self.enabled else NULL_CONTEXT
 
     @contextlib.contextmanager
     def _phase(self, name: str, stream):
         host = name == "data_wait"  # blocked host time; the others are GPU work on `stream`
         start = self._mark(stream, host) if self.timed or (host and self.enabled) else None
-        with self.tracer.span(name):
-            yield
+        yield
         if start is not None:
             end = self._mark(stream, host)
             if host:
@@ -1091,9 +1198,7 @@ class Probe:
         lines = []
         while self.pending and (wait or self._completed(self.pending[0][1])):
             step, marks = self.pending.pop(0)
-            ms = {
-                name: sum(self._elapsed_ms(a, b) for a, b in pairs) for name, pairs in marks.items()
-            }
+            ms = {name: sum(elapsed_ms(a, b) for a, b in pairs) for name, pairs in marks.items()}
             fields = " ".join(f"{n}_ms:{ms[n]:.2f}" for n in (*self.PHASES, "step"))
             lines.append(f"timing_breakdown step:{step} {fields}")
         return lines
@@ -1102,12 +1207,13 @@ class Probe:
     def _completed(marks: dict) -> bool:
         return all(isinstance(b, float) or b.query() for pairs in marks.values() for _, b in pairs)
 
-    @staticmethod
-    def _elapsed_ms(a, b) -> float:
-        if isinstance(a, float):
-            return 1000.0 * (b - a)
-        b.synchronize()  # a no-op unless the caller asked to wait
-        return a.elapsed_time(b)
+
+def elapsed_ms(a, b) -> float:
+    """Between two host times, or two CUDA events (the second waited for, if it is not done)."""
+    if isinstance(a, float):
+        return 1000.0 * (b - a)
+    b.synchronize()
+    return a.elapsed_time(b)
 
 
 # -----------------------------
@@ -1146,12 +1252,8 @@ class Rotary(nn.Module):
         if self._cache is None or self._cache[0] != seq_len or self._cache[1] != device:
             t = torch.arange(seq_len, device=device, dtype=self.inv_freq.dtype)
             freqs = torch.outer(t, self.inv_freq.to(device))
-            self._cache = (
-                seq_len,
-                device,
-                freqs.cos()[None, :, None, :],
-                freqs.sin()[None, :, None, :],
-            )
+            cos, sin = freqs.cos()[None, :, None, :], freqs.sin()[None, :, None, :]
+            self._cache = (seq_len, device, cos, sin)
         return self._cache[2].to(dtype=dtype), self._cache[3].to(dtype=dtype)
 
 
@@ -1168,26 +1270,24 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa).transpose(1, 2)
 
 
+def flash_attention(kernel: Callable, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    out = kernel(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
+    return out[0] if isinstance(out, tuple) else out  # some FA3 releases also return the LSE
+
+
 def select_attention(requested: str, device: torch.device) -> tuple[str, Callable]:
     """FlashAttention-3 on Hopper, else FlashAttention-2, else PyTorch SDPA (always on CPU)."""
     cuda = device.type == "cuda"
     if cuda and requested in ("auto", "fa3") and torch.cuda.get_device_capability(device)[0] == 9:
         with contextlib.suppress(ImportError):
-            from flash_attn_interface import flash_attn_func as fa3
+            from flash_attn_interface import flash_attn_func
 
-            def fa3_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-                out = fa3(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
-                return out[0] if isinstance(out, tuple) else out  # some releases add the LSE
-
-            return "flash_attn_3", fa3_attention
+            return "flash_attn_3", functools.partial(flash_attention, flash_attn_func)
     if cuda and requested in ("auto", "fa2"):
         with contextlib.suppress(ImportError):
-            from flash_attn import flash_attn_func as fa2
+            from flash_attn import flash_attn_func
 
-            def fa2_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-                return fa2(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
-
-            return "flash_attn_2", fa2_attention
+            return "flash_attn_2", functools.partial(flash_attention, flash_attn_func)
     if requested not in ("auto", "sdpa"):
         raise ConfigError(
             f"ATTENTION_BACKEND={requested}: not available here (needs CUDA, flash-attn, Hopper "
@@ -1207,9 +1307,8 @@ class CausalSelfAttention(nn.Module):
         self.c_v = CastedLinear(dim, kv_dim, bias=False)
         self.proj = CastedLinear(dim, dim, bias=False)
         self.proj._zero_init = True
-        self.q_gain = nn.Parameter(
-            torch.full((cfg.num_heads,), cfg.qk_gain_init, dtype=torch.float32)
-        )
+        gains = torch.full((cfg.num_heads,), cfg.qk_gain_init, dtype=torch.float32)
+        self.q_gain = nn.Parameter(gains)
         self.rotary = Rotary(self.head_dim, base=cfg.rope_base)
         self.attention = attention
 
@@ -1323,9 +1422,8 @@ def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim
     ns = zeropower_via_newtonschulz5
     if model.tok_emb.weight.is_cuda:  # compiled on the GPU, as the baseline does
         ns = torch.compile(ns)
-    muon = Muon(
-        matrix_params, cfg.matrix_lr, cfg.muon_momentum, cfg.muon_backend_steps, orthogonalize=ns
-    )
+    steps = cfg.muon_backend_steps
+    muon = Muon(matrix_params, cfg.matrix_lr, cfg.muon_momentum, steps, orthogonalize=ns)
     for group in muon.param_groups:
         group["base_lr"] = cfg.matrix_lr
     optimizers = [adam([model.tok_emb.weight], token_lr), muon, adam(scalar_params, cfg.scalar_lr)]
@@ -1362,31 +1460,19 @@ class Runtime:
             torch.cuda.synchronize(self.device)
 
 
-def eval_val(
-    cfg: Hyperparameters,
-    rt: Runtime,
-    model: nn.Module,
-    val: ValidationSet,
-    tracer: Tracer,
-    log0: Callable,
-    device_luts=None,
-) -> tuple[float, float]:
+def eval_val(cfg, rt, model, val, device_luts=None) -> tuple[float, float]:
     """val_loss in nats per token and val_bpb. Per-token losses are summed in float64, so the
     result does not depend on how tokens are batched; token and byte totals are exact integers."""
     model.eval()
     loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
     byte_sum = torch.zeros((), dtype=torch.int64, device=rt.device)
-    t0 = time.perf_counter()
     # no_grad, not inference_mode: tensors cached here (RoPE tables) must stay usable in training
-    with torch.no_grad(), contextlib.closing(val.batches(cfg, rt.device, tracer)) as batches:
-        for i, (x, y) in enumerate(batches, 1):
-            with tracer.span("val_forward"), rt.autocast():
+    with torch.no_grad(), contextlib.closing(val.batches(cfg, rt.device)) as batches:
+        for x, y in batches:
+            with rt.autocast():
                 loss_sum += model(x, y, reduction="none").to(torch.float64).sum()
             if device_luts is not None:  # VAL_BYTECOUNT_DEVICE=cuda: the baseline's lookups
                 byte_sum += count_target_bytes_on_device(x, y, device_luts)
-            if cfg.val_progress_log_every and i % cfg.val_progress_log_every == 0:
-                elapsed_ms = 1000.0 * (time.perf_counter() - t0)
-                log0(f"val_progress:{i}/{len(val.spans)} elapsed:{elapsed_ms:.0f}ms")
     model.train()
     if rt.distributed:
         dist.all_reduce(loss_sum)
@@ -1428,9 +1514,8 @@ def build_network(cfg: Hyperparameters, rt: Runtime) -> Network:
     model = compiled
     if rt.distributed:
         ddp_args = inspect.signature(DDP).parameters
-        no_sync = (
-            "forward_sync_buffers" if "forward_sync_buffers" in ddp_args else "broadcast_buffers"
-        )
+        no_sync = "forward_sync_buffers"  # named broadcast_buffers in older releases
+        no_sync = no_sync if no_sync in ddp_args else "broadcast_buffers"
         device_ids = [rt.local_rank] if rt.cuda else None
         model = DDP(compiled, device_ids=device_ids, **{no_sync: False})
     optimizers, muon = build_optimizers(cfg, base)
@@ -1480,26 +1565,10 @@ class Trainer(ClosedOnExit):
     loader and the decision to stop. A steady-state step never waits for the GPU (StepFence,
     WallclockCap); only the steps that log a loss or validate read results back."""
 
-    def __init__(
-        self,
-        cfg: Hyperparameters,
-        rt: Runtime,
-        net: Network,
-        log0: Callable,
-        tracer: Tracer,
-        clock: Callable[[], float] = time.perf_counter,
-    ):
-        self.cfg, self.rt, self.net, self.log0, self.tracer, self.clock = (
-            cfg,
-            rt,
-            net,
-            log0,
-            tracer,
-            clock,
-        )
-        self.probe = Probe(
-            cfg.training_timing_breakdown, cfg.training_timing_every, rt.cuda, tracer
-        )
+    def __init__(self, cfg, rt, net, log0, clock=time.perf_counter):
+        self.cfg, self.rt, self.net = cfg, rt, net
+        self.log0, self.clock = log0, clock
+        self.probe = Probe(cfg.training_timing_breakdown, cfg.training_timing_every, rt.cuda)
         self.cap = WallclockCap(cfg.max_wallclock_seconds, rt)
         self.fence = StepFence(rt.cuda)
         self.loader = None
@@ -1511,24 +1580,16 @@ class Trainer(ClosedOnExit):
     # ---- the parts of a step ----
 
     def open_loader(self) -> None:
-        """A fresh loader: the data order starts again from token 0."""
+        """A fresh loader: the data order starts again from its beginning."""
         cfg, rt = self.cfg, self.rt
         self.close()
+        args = (cfg.train_files, rt.rank, rt.world_size, rt.device)
+        order = dict(vocab_size=cfg.vocab_size, order=cfg.train_loader)
         if not cfg.train_prefetch:
-            self.loader = DistributedTokenLoader(
-                cfg.train_files, rt.rank, rt.world_size, rt.device, vocab_size=cfg.vocab_size
-            )
+            self.loader = DistributedTokenLoader(*args, **order)
             return
-        self.loader = PrefetchingDistributedTokenLoader(
-            cfg.train_files,
-            rt.rank,
-            rt.world_size,
-            rt.device,
-            vocab_size=cfg.vocab_size,
-            queue_depth=cfg.train_prefetch_queue,
-            copy_stream=cfg.train_copy_stream,
-            tracer=self.tracer,
-        )
+        options = dict(queue_depth=cfg.train_prefetch_queue, copy_stream=cfg.train_copy_stream)
+        self.loader = PrefetchingDistributedTokenLoader(*args, **order, **options)
         self.loader.copy_probe = functools.partial(self.probe.phase, "h2d")
 
     def close(self) -> None:
@@ -1539,14 +1600,13 @@ class Trainer(ClosedOnExit):
     def forward_backward(self) -> Tensor:
         """Every micro-step of one step; returns the mean loss, left on the device."""
         cfg, rt, model = self.cfg, self.rt, self.net.model
+        shape = (cfg.train_batch_tokens, cfg.train_seq_len, rt.grad_accum_steps)
         train_loss = torch.zeros((), device=rt.device)
         for micro_step in range(rt.grad_accum_steps):
             if rt.distributed:  # gradients are all-reduced on the last micro-step only
                 model.require_backward_grad_sync = micro_step == rt.grad_accum_steps - 1
             with self.probe.phase("data_wait"):
-                x, y = self.loader.next_batch(
-                    cfg.train_batch_tokens, cfg.train_seq_len, rt.grad_accum_steps
-                )
+                x, y = self.loader.next_batch(*shape)
             with self.probe.phase("forward"), rt.autocast():
                 loss = model(x, y)
             train_loss += loss.detach()
@@ -1568,9 +1628,8 @@ class Trainer(ClosedOnExit):
 
     def set_schedules(self) -> None:
         cfg = self.cfg
-        scale = lr_multiplier(
-            self.step, self.elapsed_ms(), cfg.iterations, cfg.warmdown_iters, self.cap.cap_ms
-        )
+        elapsed, cap_ms = self.elapsed_ms(), self.cap.cap_ms
+        scale = lr_multiplier(self.step, elapsed, cfg.iterations, cfg.warmdown_iters, cap_ms)
         for group in self.net.muon.param_groups:
             group["momentum"] = muon_momentum_at(self.step, cfg)
         for opt in self.net.optimizers:
@@ -1622,7 +1681,6 @@ class Trainer(ClosedOnExit):
         cfg = self.cfg
         self.open_loader()
         self.probe.data_wait_total_ms = 0.0
-        self.tracer.active = self.tracer.path is not None and cfg.pipeline_trace_steps > 0
         self.resume_clock()
         while True:
             last = self.step == cfg.iterations or self.stopping
@@ -1653,8 +1711,6 @@ class Trainer(ClosedOnExit):
             self.log_train_loss(train_loss, elapsed_ms)
         for line in self.probe.finished_lines():
             self.log0(line)
-        if step >= cfg.pipeline_trace_steps:
-            self.tracer.active = False
         if self.cap.reached(elapsed_ms):  # every rank agrees: this step is the last
             self.stopping = True
             self.log0(f"wallclock_cap_reached step:{step} train_time:{elapsed_ms:.0f}ms")
@@ -1670,8 +1726,7 @@ class Trainer(ClosedOnExit):
 
     def validate(self, evaluate: Callable[[], tuple[float, float]]) -> None:
         self.pause_clock()
-        with self.tracer.span("validation"):
-            val_loss, val_bpb = evaluate()
+        val_loss, val_bpb = evaluate()
         ms = self.training_time_ms
         self.log0(
             f"step:{self.step}/{self.cfg.iterations} val_loss:{val_loss:.4f} "
@@ -1702,52 +1757,39 @@ class Trainer(ClosedOnExit):
 # -----------------------------
 
 
-class Data(NamedTuple):
-    val: ValidationSet
-    device_luts: tuple[Tensor, ...] | None  # VAL_BYTECOUNT_DEVICE=cuda only
-
-
-def init_runtime(world_size: int) -> Runtime:
-    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+def configure() -> tuple[Hyperparameters, Runtime]:
+    """The config (every user error before any heavy work), then the device and process group."""
+    world_size = env_int("WORLD_SIZE", 1)
+    cfg = Hyperparameters.from_env(os.environ, world_size)
     rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
-    device = torch.device("cpu")
-    if torch.cuda.is_available():
-        local_world = env_int("LOCAL_WORLD_SIZE", 1)  # the same on every rank: all say it
-        if local_world > torch.cuda.device_count():
-            raise ConfigError(
-                f"LOCAL_WORLD_SIZE={local_world}: only "
-                f"{torch.cuda.device_count()} CUDA devices are visible"
-            )
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-        from torch.backends import cuda as backends
-
-        backends.enable_cudnn_sdp(False)
-        backends.enable_flash_sdp(True)
-        backends.enable_mem_efficient_sdp(False)
-        backends.enable_math_sdp(False)
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
+        use_gpu(device)
+    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if distributed:
         if device.type == "cuda":
             dist.init_process_group(backend="nccl", device_id=device)
         else:
             dist.init_process_group(backend="gloo")
-    return Runtime(
-        rank, local_rank, world_size, grad_accum_steps_for(world_size), device, distributed
-    )
-
-
-def configure() -> tuple[Hyperparameters, Runtime]:
-    """The config (every user error before any heavy work), then the device and process group."""
-    world_size = env_int("WORLD_SIZE", 1)
-    cfg = Hyperparameters.from_env(os.environ, world_size)
-    rt = init_runtime(world_size)
-    if rt.distributed:  # one RUN_ID for all ranks: it names the log and every rank's trace file
-        shared = [cfg.run_id]
+        shared = [cfg.run_id]  # one RUN_ID for all ranks: it names the log
         dist.broadcast_object_list(shared, src=0)
         cfg = dataclasses.replace(cfg, run_id=shared[0])
-    return cfg, rt
+    accum = grad_accum_steps_for(world_size)
+    return cfg, Runtime(rank, local_rank, world_size, accum, device, distributed)
+
+
+def use_gpu(device: torch.device) -> None:
+    """This rank's GPU, with the baseline's kernel choices: TF32, and SDPA's flash kernel only."""
+    local_world = env_int("LOCAL_WORLD_SIZE", 1)  # the same on every rank: each one says it
+    if local_world > (visible := torch.cuda.device_count()):
+        raise ConfigError(f"LOCAL_WORLD_SIZE={local_world}: only {visible} CUDA devices visible")
+    torch.cuda.set_device(device)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    torch.backends.cuda.enable_flash_sdp(True)
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
+    torch.backends.cuda.enable_math_sdp(False)
 
 
 def make_logger(rt: Runtime, run_id: str) -> Callable:
@@ -1774,55 +1816,42 @@ def nvidia_smi() -> str:
         return f"nvidia-smi: unavailable ({e})"
 
 
-def start_logs(cfg: Hyperparameters, rt: Runtime, code: str) -> tuple[Callable, Tracer]:
-    """Rank 0's log begins with what ran and where; each rank gets its tracer."""
+def start_logs(cfg: Hyperparameters, rt: Runtime, code: str) -> Callable:
+    """Rank 0's log begins with what ran and where."""
     log0 = make_logger(rt, cfg.run_id)
     versions = f"Running Python {sys.version}", f"Running PyTorch {torch.__version__}"
     for header in (code, "=" * 100, *versions, nvidia_smi(), "=" * 100):
         log0(header, console=False)
     log0(f"hyperparameters:{json.dumps(dataclasses.asdict(cfg), sort_keys=True)}")
-    trace_path = None
-    if cfg.pipeline_trace:  # checked now: a trace that cannot be written must not fail a run
-        try:
-            Path(cfg.pipeline_trace).mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(
-                f"PIPELINE_TRACE={cfg.pipeline_trace}: cannot create the "
-                f"directory ({e.strerror or e})"
-            ) from None
-        trace_path = Path(cfg.pipeline_trace) / f"{cfg.run_id}_rank{rt.rank}.json"
     if not rt.cuda:
         log0(
             "cpu_mode: fp32 compute (no bf16 autocast), no torch.compile, no TF32; pinned memory "
             "and copy streams are CUDA-only, so TRAIN_COPY_STREAM/VAL_COPY_STREAM are no-ops "
             "(prefetch threads still run)"
         )
-    return log0, Tracer(trace_path, rt.rank)
+    return log0
 
 
-def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> Data:
-    """The tokenizer and every shard checked, the validation split loaded and its bytes counted."""
+def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple[ValidationSet, tuple]:
+    """The tokenizer and every shard checked, the validation split loaded and its bytes counted;
+    with VAL_BYTECOUNT_DEVICE=cuda, the byte tables on the device too."""
     if not Path(cfg.tokenizer_path).is_file():
-        raise DataError(
-            f"TOKENIZER_PATH={cfg.tokenizer_path}: no such file "
-            f"(build or download the dataset first)"
-        )
+        path = cfg.tokenizer_path
+        raise DataError(f"TOKENIZER_PATH={path}: no such file (build or download the data first)")
     sp = spm.SentencePieceProcessor(model_file=cfg.tokenizer_path)
     if int(sp.vocab_size()) != cfg.vocab_size:
-        raise ConfigError(
-            f"VOCAB_SIZE={cfg.vocab_size} does not match tokenizer "
-            f"vocab_size={int(sp.vocab_size())} ({cfg.tokenizer_path})"
-        )
+        found = f"tokenizer vocab_size={int(sp.vocab_size())} ({cfg.tokenizer_path})"
+        raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size} does not match {found}")
     luts = build_sentencepiece_luts(sp, cfg.vocab_size)
-    train_files, train_tokens = check_shards(cfg.train_files)
+    shards = TrainShards(cfg.train_files, cfg.vocab_size)
+    shards.check_order(cfg.train_loader, rt.world_size)  # now, not once the model is compiled
     val = ValidationSet(cfg, rt, luts)  # every val shard loaded: header, size, token ids checked
     device_luts = None
     if cfg.val_bytecount_device == "cuda":
         device_luts = tuple(torch.from_numpy(t).to(rt.device) for t in luts)
     log0(f"val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path={cfg.tokenizer_path}")
-    log0(
-        f"train_loader:dataset:{Path(cfg.data_path).resolve().name} train_shards:{len(train_files)}"
-    )
+    dataset = Path(cfg.data_path).resolve().name
+    log0(f"train_loader:dataset:{dataset} train_shards:{len(shards.files)}")
     log0(
         f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} "
         f"bytes:{val.target_bytes}"
@@ -1835,12 +1864,13 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> Data:
         )
     copy_streams = [int(on and rt.cuda) for on in (cfg.train_copy_stream, cfg.val_copy_stream)]
     log0(
-        f"train_tokens:{train_tokens} train_prefetch:{int(cfg.train_prefetch)} "
+        f"train_tokens:{sum(shards.sizes)} order:{cfg.train_loader} "
+        f"train_prefetch:{int(cfg.train_prefetch)} "
         f"queue:{cfg.train_prefetch_queue} copy_stream:{copy_streams[0]} "
         f"val_prefetch:{int(cfg.val_prefetch)} queue:{cfg.val_prefetch_queue} "
         f"copy_stream:{copy_streams[1]} val_bytecount_device:{cfg.val_bytecount_device}"
     )
-    return Data(val, device_luts)
+    return val, device_luts
 
 
 def log_network(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable) -> None:
@@ -1903,15 +1933,14 @@ def save_artifacts(rt: Runtime, net: Network, code: str, log0: Callable) -> byte
 
 
 def evaluate_round_trip(
-    quant_raw: bytes, evaluate: Callable, net: Network, rt: Runtime, log0: Callable, tracer: Tracer
+    quant_raw: bytes, evaluate: Callable, net: Network, rt: Runtime, log0: Callable
 ) -> None:
     """Load the int8 weights back into the model and score them: the challenge's number."""
     quant_state = torch.load(io.BytesIO(quant_raw), map_location="cpu")
     net.base.load_state_dict(dequantize_state_dict_int8(quant_state), strict=True)
     rt.synchronize()
     t0 = time.perf_counter()
-    with tracer.span("validation"):
-        val_loss, val_bpb = evaluate()
+    val_loss, val_bpb = evaluate()
     rt.synchronize()
     eval_ms = 1000.0 * (time.perf_counter() - t0)
     log0(
@@ -1934,22 +1963,17 @@ def shut_down(rt: Runtime) -> None:
 def main() -> None:
     cfg, rt = configure()
     code = Path(__file__).read_bytes().decode("utf-8")  # as counted: no newline translation
-    log0, tracer = start_logs(cfg, rt, code)
-    try:
-        data = load_data(cfg, rt, log0)
-        net = build_network(cfg, rt)
-        log_network(cfg, rt, net, log0)
-        evaluate = functools.partial(
-            eval_val, cfg, rt, net.compiled, data.val, tracer, log0, data.device_luts
-        )
-        with Trainer(cfg, rt, net, log0, tracer) as trainer:
-            trainer.warm_up_and_restore()
-            trainer.train(evaluate)
-        trainer.log_summary()
-        quant_raw = save_artifacts(rt, net, code, log0)
-        evaluate_round_trip(quant_raw, evaluate, net, rt, log0, tracer)
-    finally:
-        tracer.save()  # also on failure: the trace shows what ran up to it
+    log0 = start_logs(cfg, rt, code)
+    val, device_luts = load_data(cfg, rt, log0)
+    net = build_network(cfg, rt)
+    log_network(cfg, rt, net, log0)
+    evaluate = functools.partial(eval_val, cfg, rt, net.compiled, val, device_luts)
+    with Trainer(cfg, rt, net, log0) as trainer:
+        trainer.warm_up_and_restore()
+        trainer.train(evaluate)
+    trainer.log_summary()
+    quant_raw = save_artifacts(rt, net, code, log0)
+    evaluate_round_trip(quant_raw, evaluate, net, rt, log0)
     shut_down(rt)
 
 

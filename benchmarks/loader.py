@@ -467,12 +467,10 @@ class ResidentVal:
             val.target_tokens,
             val.target_bytes,
         )
-        self.prebuilt = list(
-            val.batches(dataclasses.replace(cfg, val_prefetch=False), device, tg.NULL_TRACER)
-        )
+        self.prebuilt = list(val.batches(dataclasses.replace(cfg, val_prefetch=False), device))
         synchronize(device)
 
-    def batches(self, cfg, device, tracer):
+    def batches(self, cfg, device):
         yield from self.prebuilt
 
 
@@ -526,16 +524,13 @@ def bench_val(args, data: Path, device: torch.device, checks: list) -> dict:
     sets = {"sync": val, "prefetch": val, "resident": ResidentVal(val, cfg, device)}
     runs = {m: [] for m in MODES}
     losses = {}
-    quiet = lambda *a, **k: None  # noqa: E731
-    tg.eval_val(
-        cfg, rt, model, val, tg.NULL_TRACER, quiet
-    )  # warm-up (compiles the eval graphs on CUDA)
+    tg.eval_val(cfg, rt, model, val)  # warm-up (compiles the eval graphs on CUDA)
     for _ in tqdm(range(args.val_repeats), desc="val repeats", leave=False):
         for mode in MODES:
             mcfg = dataclasses.replace(cfg, val_prefetch=mode == "prefetch")
             synchronize(device)
             t = time.perf_counter()
-            losses[mode], _ = tg.eval_val(mcfg, rt, model, sets[mode], tg.NULL_TRACER, quiet)
+            losses[mode], _ = tg.eval_val(mcfg, rt, model, sets[mode])
             runs[mode].append(time.perf_counter() - t)
     rows = {}
     for mode in MODES:

@@ -47,7 +47,6 @@ _SCRUB = (
     "RUN_ID",
     "DATA_PATH",
     "TOKENIZER_PATH",
-    "PIPELINE_TRACE",
 )
 
 

@@ -43,13 +43,9 @@ def test_defaults_are_the_baselines():
 
 def test_values_are_parsed_with_their_types():
     c = cfg(
-        ITERATIONS="500",
-        MATRIX_LR="0.02",
-        TIE_EMBEDDINGS="0",
-        RUN_ID="abc",
-        PIPELINE_TRACE="/tmp/t",
+        ITERATIONS="500", MATRIX_LR="0.02", TIE_EMBEDDINGS="0", RUN_ID="abc", DATA_PATH="/tmp/t"
     )
-    assert (c.iterations, c.matrix_lr, c.tie_embeddings, c.run_id, c.pipeline_trace) == (
+    assert (c.iterations, c.matrix_lr, c.tie_embeddings, c.run_id, c.data_path) == (
         500,
         0.02,
         False,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -225,15 +224,9 @@ def test_world_size_that_does_not_divide_8_is_refused(tmp_path, tiny_dataset):
     assert "error: WORLD_SIZE=3: expected a divisor of 8" in run.stderr
 
 
-def test_timing_breakdown_and_trace_change_no_number(tmp_path, tiny_dataset, tiny_run):
-    trace_dir = tmp_path / "traces"
+def test_timing_breakdown_changes_no_number(tmp_path, tiny_dataset, tiny_run):
     run = run_train(
-        tmp_path / "probed",
-        tiny_dataset,
-        TRAINING_TIMING_BREAKDOWN=1,
-        TRAINING_TIMING_EVERY=4,
-        PIPELINE_TRACE=trace_dir,
-        RUN_ID="probed",
+        tmp_path / "probed", tiny_dataset, TRAINING_TIMING_BREAKDOWN=1, TRAINING_TIMING_EVERY=4
     )
     assert run.returncode == 0, run.why()
     assert run.numbers() == tiny_run.numbers()
@@ -250,7 +243,6 @@ def test_timing_breakdown_and_trace_change_no_number(tmp_path, tiny_dataset, tin
         r"data_wait_share:\d+\.\d{3}%",
         summary,
     )
-    assert sorted(p.name for p in trace_dir.iterdir()) == ["probed_rank0.json", "probed_rank1.json"]
 
 
 def test_breakdown_lines_come_on_the_first_10_steps_and_every_n(tmp_path, tiny_dataset):
@@ -271,55 +263,41 @@ def test_breakdown_lines_come_on_the_first_10_steps_and_every_n(tmp_path, tiny_d
     assert steps == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16]
 
 
-def test_trace_has_a_lane_per_thread_with_nested_spans(tmp_path, tiny_dataset):
-    trace_dir = tmp_path / "traces"
-    run = run_train(
-        tmp_path / "traced",
-        tiny_dataset,
-        PIPELINE_TRACE=trace_dir,
-        PIPELINE_TRACE_STEPS=4,
-        RUN_ID="t",
-    )
+@pytest.fixture(scope="module")
+def shuffled_run(tmp_path_factory, tiny_dataset):
+    run = run_train(tmp_path_factory.mktemp("shuffled"), tiny_dataset, TRAIN_LOADER="shuffled")
     assert run.returncode == 0, run.why()
-    for rank in (0, 1):
-        trace = json.loads((trace_dir / f"t_rank{rank}.json").read_text())
-        meta = [e for e in trace["traceEvents"] if e["ph"] == "M"]
-        spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-        lanes = {e["tid"]: e["args"]["name"] for e in meta if e["name"] == "thread_name"}
-        assert {"main", "train_prefetch", "train_shard_reader_0", "val_prefetch"} <= set(
-            lanes.values()
-        )
-        assert {e["pid"] for e in trace["traceEvents"]} == {rank}
-        names_by_lane = {}
-        for e in spans:
-            names_by_lane.setdefault(lanes[e["tid"]], set()).add(e["name"])
-        assert {
-            "step",
-            "data_wait",
-            "forward",
-            "backward",
-            "optimizer",
-            "validation",
-            "val_forward",
-        } <= names_by_lane["main"]
-        assert (
-            "copy_issue" not in names_by_lane["main"]
-        )  # on CPU the workers hand over finished batches
-        assert names_by_lane["train_prefetch"] == {"batch_fill"}
-        assert names_by_lane["train_shard_reader_0"] == {"shard_load"}
-        assert names_by_lane["val_prefetch"] == {"batch_fill"}
-        assert sum(1 for e in spans if e["name"] == "step") == 4  # bounded: PIPELINE_TRACE_STEPS
-        for tid in lanes:  # slices on one lane nest or are disjoint
-            stack = []
-            for e in sorted(
-                (e for e in spans if e["tid"] == tid), key=lambda e: (e["ts"], -e["dur"])
-            ):
-                while stack and e["ts"] >= stack[-1] - 1e-3:
-                    stack.pop()
-                assert not stack or e["ts"] + e["dur"] <= stack[-1] + 1e-3, (
-                    f"{e} overlaps its parent"
-                )
-                stack.append(e["ts"] + e["dur"])
+    return run
+
+
+def test_shuffled_order_trains_and_says_so(shuffled_run, tiny_run):
+    (line,) = shuffled_run.lines("train_tokens:")
+    assert " order:shuffled " in line
+    assert losses(shuffled_run) != losses(tiny_run)  # other batches, another run
+    assert shuffled_run.lines("val_loader:") == tiny_run.lines("val_loader:")
+
+
+@pytest.mark.parametrize(
+    "toggles",
+    [
+        {"TRAIN_PREFETCH": 0},
+        {"TRAIN_PREFETCH_QUEUE": 1, "TRAIN_COPY_STREAM": 0},
+        {"TRAIN_PREFETCH_QUEUE": 5, "WARMUP_STEPS": 0},
+    ],
+    ids=["sync_loader", "queue1", "queue5_no_warmup"],
+)
+def test_shuffled_order_numbers_do_not_depend_on_the_pipeline(
+    tmp_path, tiny_dataset, shuffled_run, toggles
+):
+    run = run_train(tmp_path / "run", tiny_dataset, TRAIN_LOADER="shuffled", **toggles)
+    assert run.returncode == 0, run.why()
+    assert run.numbers() == shuffled_run.numbers()
+
+
+def test_docpack_training_is_refused_until_document_masked_attention(tmp_path, tiny_dataset):
+    run = run_train(tmp_path / "run", tiny_dataset, TRAIN_LOADER="docpack")
+    assert run.returncode != 0 and not run.lines("step:")
+    assert "error: TRAIN_LOADER=docpack: its batches need document-masked attention" in run.stderr
 
 
 def test_plain_python_runs_a_single_process(tmp_path, tiny_dataset, tiny_run):

@@ -107,7 +107,7 @@ def test_steady_state_training_steps_never_wait_on_the_gpu(tmp_path):
     cfg = tg.Hyperparameters.from_env(env, 1)
     rt = tg.Runtime(0, 0, 1, 8, torch.device("cuda", torch.cuda.current_device()), False)
     net = tg.build_network(cfg, rt)
-    with tg.Trainer(cfg, rt, net, lambda msg, console=True: None, tg.NULL_TRACER) as trainer:
+    with tg.Trainer(cfg, rt, net, lambda msg, console=True: None) as trainer:
         trainer.warm_up_and_restore()
         trainer.open_loader()
         trainer.resume_clock()

@@ -568,7 +568,7 @@ def test_exception_in_the_worker_itself_becomes_a_worker_error(
     tmp_path, loaders, monkeypatch, exc_type
 ):
     write_consecutive_shards(tmp_path, FAIL_SIZES)
-    real, calls, lock = tg.TokenStream.take_rank_span, [], threading.Lock()
+    real, calls, lock = tg.StreamOrder.take_rank_span, [], threading.Lock()
 
     def take_rank_span(self, *args):
         with lock:
@@ -578,7 +578,7 @@ def test_exception_in_the_worker_itself_becomes_a_worker_error(
             raise exc_type("worker blew up on batch 4")
         return real(self, *args)
 
-    monkeypatch.setattr(tg.TokenStream, "take_rank_span", take_rank_span)
+    monkeypatch.setattr(tg.StreamOrder, "take_rank_span", take_rank_span)
     shape = shape_for(1, 8, 4, 1)
     loader = loaders("prefetch", train_pattern(tmp_path), 0, 1, depth=5)
     returned, failed = drain_until_error(
@@ -620,7 +620,7 @@ def test_worker_thread_that_exits_at_once_is_noticed(tmp_path, loaders, monkeypa
         failed = call_within(lambda: loader.next_batch(*shape_for(1, 8, 4, 1)), what="next_batch")
     else:
         cfg, val = make_validation_set(tmp_path, [200], first=0, world_size=1, rank=0)
-        batches = val.batches(cfg, CPU, tg.NULL_TRACER)
+        batches = val.batches(cfg, CPU)
         failed = call_within(lambda: next(batches), what="the first validation batch")
     assert isinstance(failed.error, tg.WorkerError), (
         chain_text(failed.error) if failed.error else "no error"
@@ -820,16 +820,18 @@ def test_validation_batches_are_the_same_with_and_without_prefetch(
     want = expected_val_batches(sum(VAL_SIZES), VAL_FIRST, world_size, rank)
     assert len(want) >= 3 and int(want[-1][-1]) <= 65535
 
-    tracer = tg.Tracer(None, 0)
-    tracer.active = (
-        True  # records (span, thread name) in memory: shows where the batches were filled
-    )
+    fillers, fill = set(), tg._ValSpans.fill  # which threads copy the spans into staging buffers
+
+    def recording_fill(self, *args):
+        fillers.add(threading.current_thread().name)
+        return fill(self, *args)
 
     def consume():
-        return [token_run(x, y).clone() for x, y in val.batches(cfg, CPU, tracer)]
+        return [token_run(x, y).clone() for x, y in val.batches(cfg, CPU)]
 
-    got = ok(consume, "a full validation pass")
-    fillers = {thread for name, thread, *_ in tracer.events if name == "batch_fill"}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tg._ValSpans, "fill", recording_fill)
+        got = ok(consume, "a full validation pass")
     assert fillers == ({VAL_THREAD} if prefetch else set()), fillers
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -853,7 +855,7 @@ def test_validation_worker_stops_when_the_loop_breaks_early(tmp_path, how, queue
     want = expected_val_batches(sum(VAL_SIZES), VAL_FIRST, 1, 0)
 
     def break_early():
-        batches = val.batches(cfg, CPU, tg.NULL_TRACER)
+        batches = val.batches(cfg, CPU)
         for i, (x, y) in enumerate(batches):
             assert torch.equal(token_run(x, y), want[i])
             if i == 1:
@@ -888,7 +890,7 @@ def test_validation_worker_failure_surfaces_in_the_main_thread(tmp_path):
         val_prefetch_queue=2,
     )
     val.tokens = _ExplodingTokens()
-    batches = val.batches(cfg, CPU, tg.NULL_TRACER)
+    batches = val.batches(cfg, CPU)
     failed = call_within(lambda: next(batches), what="the first validation batch")
     assert isinstance(failed.error, tg.WorkerError), (
         chain_text(failed.error) if failed.error else "no error"

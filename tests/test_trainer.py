@@ -53,7 +53,7 @@ def run_with_fake_clock(folder: Path, rank: int, world_size: int, ms_per_step: f
     net = tg.build_network(cfg, rt)
     lines: list[str] = []
     clock = FakeClock(ms_per_step)
-    with tg.Trainer(cfg, rt, net, lambda msg, console=True: lines.append(msg), tg.NULL_TRACER,
+    with tg.Trainer(cfg, rt, net, lambda msg, console=True: lines.append(msg),
                     clock=clock) as trainer:  # fmt: skip
         clock.trainer = trainer
         trainer.train(evaluate=lambda: (0.0, 0.0))
