@@ -796,7 +796,8 @@ class DistributedTokenLoader(ClosedOnExit):
     def __init__(self, pattern, rank, world_size, device, *, vocab_size=None, order="stream"):
         if order not in TRAIN_ORDERS:
             raise ValueError(f"order={order!r}: expected one of {', '.join(TRAIN_ORDERS)}")
-        self.rank, self.world_size, self.device = rank, world_size, torch.device(device)
+        self.rank, self.world_size = rank, world_size
+        self.device = torch.empty(0, device=device).device  # "cuda" -> "cuda:N", for the worker
         self.kind, self.seq_len = TRAIN_ORDERS[order], None
         self.shards = TrainShards(pattern, vocab_size)
         self.shards.check_order(order, world_size)
@@ -994,9 +995,9 @@ class _ShardReadAhead:
 
     def load(self, idx: int) -> np.ndarray:
         self.prefetch(idx)
-        tokens = self.pending[idx].result()
+        tokens = self.pending.pop(idx).result()  # not kept: after a failure, a retry reads again
         nxt = (idx + 1) % len(self.shards.files)
-        self.pending = {i: f for i, f in self.pending.items() if i in (idx, nxt)}  # drop stale
+        self.pending = {i: f for i, f in self.pending.items() if i == nxt}  # drop stale reads
         self.prefetch(nxt)
         return tokens
 

@@ -15,12 +15,12 @@ from conftest import run_train
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-def write_consecutive(tmp_path, sizes):
+def write_consecutive(tmp_path, sizes, vocab=60000):
     from data.shard_io import write_shard
 
     start = 0
     for i, n in enumerate(sizes):
-        write_shard(tmp_path / f"fineweb_train_{i:06d}.bin", np.arange(start, start + n) % 60000)
+        write_shard(tmp_path / f"fineweb_train_{i:06d}.bin", np.arange(start, start + n) % vocab)
         start += n
     return str(tmp_path / "fineweb_train_*.bin")
 
@@ -87,7 +87,13 @@ def test_compiled_gpu_run_is_identical_with_and_without_prefetch(tmp_path, tiny_
     for run in runs:
         assert run.returncode == 0, run.why()
         assert run.lines("attention_backend:")
-    assert runs[0].numbers() == runs[1].numbers()
+    # Every 4-decimal line equal; the 8-decimal final line may differ in its last bits, because
+    # compiled GPU kernels (atomic adds in the embedding backward) are not bitwise reproducible.
+    exact = "final_int8_zlib_roundtrip_exact"
+    four = [[n for n in run.numbers() if not n.startswith(exact)] for run in runs]
+    assert four[0] == four[1]
+    finals = [[float(v) for v in re.findall(r":(\S+)", run.lines(exact)[0])] for run in runs]
+    assert finals[0] == pytest.approx(finals[1], abs=1e-5)
     for line in runs[1].lines("timing_breakdown "):
         assert float(re.search(r"forward_ms:(\S+)", line).group(1)) > 0
 
@@ -96,7 +102,7 @@ def test_steady_state_training_steps_never_wait_on_the_gpu(tmp_path):
     """The real step (prefetching loader, compiled model, Muon and Adam, schedules, timing
     breakdown, wall-clock cap) under sync debug mode "error": a .item(), a blocking copy or any
     other host sync in a step that neither logs nor validates raises here."""
-    write_consecutive(tmp_path, [200_000])
+    write_consecutive(tmp_path, [200_000], vocab=1024)
     env = {
         "DATA_PATH": str(tmp_path), "VOCAB_SIZE": "1024", "NUM_LAYERS": "2", "MODEL_DIM": "64",
         "NUM_HEADS": "4", "NUM_KV_HEADS": "2", "TRAIN_SEQ_LEN": "128", "TRAIN_BATCH_TOKENS": "8192",
