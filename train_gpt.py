@@ -800,7 +800,6 @@ class DistributedTokenLoader(ClosedOnExit):
         self.device = torch.empty(0, device=device).device  # "cuda" -> "cuda:N", for the worker
         self.kind, self.seq_len = TRAIN_ORDERS[order], None
         self.shards = TrainShards(pattern, vocab_size)
-        self.shards.check_order(order, world_size)
         self.order = self.kind(self.shards, rank, world_size)  # as in the baseline: shard 0 now
 
     def layout(self, global_tokens: int, seq_len: int, grad_accum_steps: int) -> Layout:
@@ -817,7 +816,7 @@ class DistributedTokenLoader(ClosedOnExit):
         cu = np.empty(layout.cu_entries, dtype=np.int32)
         entries, max_seqlen = self.order.fill(layout, seq_len, tokens, cu)
         tokens = torch.from_numpy(tokens.astype(np.int64)).to(self.device, non_blocking=True)
-        cu = torch.from_numpy(cu[:entries]).to(self.device, non_blocking=True)
+        cu = torch.from_numpy(cu[:entries]).to(self.device, non_blocking=True) if entries else None
         return self.kind.assemble(tokens, cu, max_seqlen, seq_len)
 
 
@@ -928,7 +927,7 @@ class StagingPipeline:
                 if not self.cuda:  # no copy to issue: the batch is made here, off the main thread
                     n, n_cu, max_seqlen, tag = filled
                     ids = torch.from_numpy(tokens.numpy().view(np.uint16)[:n].astype(np.int64))
-                    batch = self.assemble(ids, cu[:n_cu].clone(), max_seqlen)
+                    batch = self.assemble(ids, cu[:n_cu].clone() if n_cu else None, max_seqlen)
                     staged = DeviceBatch(batch, (), None, tag)
                     self.free.put((tokens, cu, None))
                 if not self.ready.put(staged):
@@ -1024,9 +1023,9 @@ class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
         self.copy_probe: Callable = null_phase
 
     def next_batch(self, global_tokens: int, seq_len: int, grad_accum_steps: int) -> tuple:
-        layout = self.layout(global_tokens, seq_len, grad_accum_steps)
-        if (global_tokens, seq_len, grad_accum_steps) != self.shape:
-            self._restart((global_tokens, seq_len, grad_accum_steps), layout)
+        shape = (global_tokens, seq_len, grad_accum_steps)
+        if shape != self.shape:  # the layout (and its checks) only when the shape changes
+            self._restart(shape, self.layout(*shape))
         batch = self.pipe.next_batch()
         self.position = self.pipe.last_tag
         return batch

@@ -48,36 +48,24 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import train_gpt as tg
+
 BOS_ID = 1
-SHARD_MAGIC, SHARD_VERSION, HEADER_INTS = 20240520, 1, 256
-HEADER_BYTES = 4 * HEADER_INTS
 CU_SEQLENS_BLOCK = 64
 
 
-def shard_token_count(path: str | os.PathLike) -> int:
-    """The token count of a shard, from its header (256 little-endian int32: magic 20240520,
-    version 1, count), checked against the file size (1024 + 2 * count bytes)."""
-    header = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
-    if header.size != HEADER_INTS or int(header[0]) != SHARD_MAGIC or int(header[1]) != 1:
-        raise ValueError(f"{path}: not a version-{SHARD_VERSION} token shard (bad header)")
-    count = int(header[2])
-    if os.path.getsize(path) != HEADER_BYTES + 2 * count:
-        raise ValueError(f"{path}: size does not match the header's {count} tokens")
-    return count
-
-
 def read_shard(path: str | os.PathLike) -> np.ndarray:
-    """A whole shard's tokens (uint16), read into memory."""
-    count = shard_token_count(path)
-    return np.fromfile(path, dtype="<u2", count=count, offset=HEADER_BYTES)
+    """A whole shard's tokens (uint16), read into memory. Reading the shard format is not what this
+    module states independently, so it is train_gpt.py's reader (tested on its own)."""
+    return tg.load_data_shard(path)
 
 
 def map_shard(path: str | os.PathLike) -> np.ndarray:
     """A shard's tokens (uint16) as a read-only memory map: pages are read when sliced."""
-    count = shard_token_count(path)
+    count = tg.read_shard_header(path)
     if count == 0:
         return np.empty(0, dtype="<u2")
-    return np.memmap(path, dtype="<u2", mode="r", offset=HEADER_BYTES, shape=(count,))
+    return np.memmap(path, dtype="<u2", mode="r", offset=tg.HEADER_BYTES, shape=(count,))
 
 
 def sorted_files(files: Iterable[str | os.PathLike]) -> list[Path]:

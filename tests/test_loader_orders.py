@@ -34,12 +34,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 import train_gpt as tg  # noqa: E402
-from benchmarks.upstream_loaders import (  # noqa: E402
-    UpstreamDocPacking,
-    UpstreamShuffled,
-    cu_seqlens_for,
-    shard_token_count,
-)
+from benchmarks.upstream_loaders import UpstreamDocPacking, UpstreamShuffled, cu_seqlens_for  # noqa: E402
 from data.shard_io import shard_name, write_shard  # noqa: E402
 
 BOS = 1
@@ -654,14 +649,6 @@ def test_context_manager_closes_the_loader(tmp_path, order):
         if not t.name.startswith("test_orders_watchdog"):
             t.join(2.0)
             assert not t.is_alive(), f"{t.name} outlived the with-block"
-
-
-def test_reference_reads_the_header_count(tmp_path):
-    path = write_shard(tmp_path / "s.bin", range(5))
-    assert shard_token_count(path) == 5
-    path.write_bytes(path.read_bytes()[:-2])
-    with pytest.raises(ValueError, match="size does not match"):
-        shard_token_count(path)
 
 
 # -----------------------------
