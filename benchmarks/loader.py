@@ -6,8 +6,7 @@
          boundaries. `--compute sleep` releases the GIL like a CUDA sync does; `busy` holds it.
   val    wall time of a full evaluation through train_gpt.eval_val (VAL_PREFETCH=0 / 1 / batches
          prebuilt on the device), with a sleeping stand-in forward, a tiny GPT, or the baseline GPT.
-  steps  (CUDA) real steps of train_gpt's GPT on one GPU (grad_accum 8, compiled, bf16 autocast,
-         Muon + Adam): ms/step per mode; exposed data time = ms/step - resident ms/step.
+  Real training steps on a GPU, against the published baseline script: benchmarks/step_time.py.
 
   --order docpack|shuffled  train only, for the April records' orders: the upstream-style
          synchronous loader (benchmarks/upstream_loaders.py), ours
@@ -15,7 +14,7 @@
          side by side: main-thread wait per next_batch call, and the worst wait around a shard
          entry (docpack) or a reshuffle (shuffled).
 
-  python benchmarks/loader.py                      # CPU: train + val; CUDA: train + val + steps
+  python benchmarks/loader.py                      # train + val
   python benchmarks/loader.py --what train --compute busy --json out.json
   python benchmarks/loader.py --order docpack --json docpack.json
   python benchmarks/loader.py --order shuffled --shards 8 --shard-tokens 4000000
@@ -570,113 +569,6 @@ def bench_val(args, data: Path, device: torch.device, checks: list) -> dict:
 
 
 # -----------------------------
-# STEPS: REAL MODEL ON THE GPU
-# -----------------------------
-
-
-def bench_steps(args, data: Path, device: torch.device, checks: list) -> dict:
-    """One GPU alone (world 1, grad_accum 8): the training step of train_gpt, timed the way its
-    loop is timed (no sync inside the timed steps)."""
-    accum, out = tg.grad_accum_steps_for(1), {}
-    for preset in args.models:
-        cfg = tg.Hyperparameters(
-            data_path=str(data),
-            vocab_size=args.vocab,
-            train_seq_len=args.seq_len,
-            train_batch_tokens=args.batch_tokens,
-            **MODEL_PRESETS[preset],
-        )
-        cfg.validate(1)
-        base, model, attention_name = build_gpt(cfg, device)
-        optimizers, _ = tg.build_optimizers(cfg, base)
-        autocast = (
-            (lambda: torch.autocast("cuda", torch.bfloat16))
-            if device.type == "cuda"
-            else contextlib.nullcontext
-        )
-        shape = (cfg.train_batch_tokens, cfg.train_seq_len, accum)
-        n_params = sum(p.numel() for p in base.parameters())
-        print(
-            f"\n== steps: {preset} GPT ({cfg.num_layers}L d{cfg.model_dim}, {n_params} params, "
-            f"{attention_name}), world 1, grad_accum {accum}, {args.gpu_warmup} warm-up + "
-            f"{args.gpu_steps} timed steps, device {device}"
-        )
-        rows = {}
-        for mode in MODES:
-            loader = make_loader(
-                mode,
-                str(data / "fineweb_train_*.bin"),
-                0,
-                1,
-                device,
-                args.vocab,
-                args.queue,
-                shape,
-                (args.gpu_warmup + args.gpu_steps) * accum,
-            )
-            waits = []
-            try:
-                for i in tqdm(
-                    range(args.gpu_warmup + args.gpu_steps), desc=f"{preset} {mode}", leave=False
-                ):
-                    if (
-                        i == args.gpu_warmup
-                    ):  # warm-up done (compile, allocator, recompiles for this mode's inputs)
-                        synchronize(device)
-                        start, waits = time.perf_counter(), []
-                    for _ in range(accum):
-                        t = time.perf_counter()
-                        x, y = loader.next_batch(*shape)
-                        waits.append(1000 * (time.perf_counter() - t))
-                        with autocast():
-                            loss = model(x, y)
-                        (loss / accum).backward()
-                    for opt in optimizers:
-                        opt.step()
-                    for opt in optimizers:
-                        opt.zero_grad(set_to_none=True)
-                synchronize(device)
-                elapsed = time.perf_counter() - start
-            finally:
-                loader.close()
-            rows[mode] = {
-                "mode": mode,
-                "ms_per_step": 1000 * elapsed / args.gpu_steps,
-                "host_wait_ms_per_step": sum(waits) / args.gpu_steps,
-                "host_wait_max_ms": max(waits),
-            }
-        for r in rows.values():
-            r["exposed_ms_per_step"] = r["ms_per_step"] - rows["resident"]["ms_per_step"]
-            r["vs_resident"] = r["ms_per_step"] / rows["resident"]["ms_per_step"]
-        print(
-            table(
-                list(rows.values()),
-                [
-                    ("mode", "mode", ""),
-                    ("ms/step", "ms_per_step", ".2f"),
-                    ("exposed ms/step", "exposed_ms_per_step", ".2f"),
-                    ("/resident", "vs_resident", ".4f"),
-                    ("host wait ms/step", "host_wait_ms_per_step", ".3f"),
-                    ("host wait max ms", "host_wait_max_ms", ".2f"),
-                ],
-            )
-        )
-        p, s = rows["prefetch"], rows["sync"]
-        check(
-            checks,
-            f"steps {preset}: prefetch ms/step <= sync ms/step",
-            p["ms_per_step"] <= s["ms_per_step"],
-            f"{p['ms_per_step']:.2f} vs {s['ms_per_step']:.2f} ms/step "
-            f"(resident {rows['resident']['ms_per_step']:.2f})",
-        )
-        out[preset] = {"params": n_params, "attention": attention_name, "modes": rows}
-        del base, model, optimizers
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    return out
-
-
-# -----------------------------
 # MAIN
 # -----------------------------
 
@@ -690,8 +582,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument(
         "--what",
         default=None,
-        help="comma list of train, val, steps (default: train,val,steps on CUDA, else train,val; "
-        "train with --order docpack/shuffled)",
+        help="comma list of train, val (default: train,val; train with --order docpack/shuffled)",
     )
     ap.add_argument(
         "--order",
@@ -759,13 +650,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="val: full evaluations per mode (median)",
     )
     ap.add_argument(
-        "--models",
-        default="baseline,small",
-        help="steps: comma list of " + ", ".join(MODEL_PRESETS),
-    )
-    ap.add_argument("--gpu-steps", type=int, default=50, help="steps: timed steps per mode")
-    ap.add_argument("--gpu-warmup", type=int, default=10, help="steps: untimed steps per mode")
-    ap.add_argument(
         "--torch-threads",
         type=int,
         default=0,
@@ -774,10 +658,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--json", type=Path, help="write every number here")
     args = ap.parse_args(argv)
     if args.what is None:
-        args.what = (
-            "train" if args.order != "stream" else "train,val,steps" if cuda else "train,val"
-        )
-    args.what, args.models = args.what.split(","), args.models.split(",")
+        args.what = "train" if args.order != "stream" else "train,val"
+    args.what = args.what.split(",")
     if args.order != "stream" and args.what != ["train"]:
         ap.error(f"--order {args.order} measures train only: use --what train")
     if args.order == "shuffled" and args.shards < args.world_size:
@@ -785,13 +667,10 @@ def parse_args(argv=None) -> argparse.Namespace:
             f"--order shuffled gives each rank its own shards: --shards {args.shards} is fewer "
             f"than --world-size {args.world_size}"
         )
-    bad = [w for w in args.what if w not in ("train", "val", "steps")] + [
-        m for m in args.models if m not in MODEL_PRESETS
-    ]
-    if bad:
-        ap.error(f"unknown --what/--models entries: {bad}")
-    if min(args.steps - 1, args.gpu_steps, args.val_repeats, args.shards, args.queue) < 1:
-        ap.error("--steps must be >= 2; --gpu-steps, --val-repeats, --shards and --queue >= 1")
+    if bad := [w for w in args.what if w not in ("train", "val")]:
+        ap.error(f"unknown --what entries: {bad}")
+    if min(args.steps - 1, args.val_repeats, args.shards, args.queue) < 1:
+        ap.error("--steps must be >= 2; --val-repeats, --shards and --queue >= 1")
     if not 0 <= args.rank < args.world_size:
         ap.error(f"--rank {args.rank}: expected 0 <= rank < --world-size {args.world_size}")
     try:
@@ -826,7 +705,7 @@ def main(argv=None) -> int:
         args.data_dir, args.shards, args.shard_tokens, args.val_tokens, args.vocab, args.seed
     )
     checks, results, t0 = [], {}, time.perf_counter()
-    benches = {"train": bench_train, "val": bench_val, "steps": bench_steps}
+    benches = {"train": bench_train, "val": bench_val}
     for what in args.what:
         results[what] = benches[what](args, data, device, checks)
     print("\n== targets")

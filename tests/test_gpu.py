@@ -3,6 +3,7 @@ runs. Skipped without CUDA."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 import numpy as np
@@ -15,10 +16,11 @@ from conftest import run_train
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-def write_consecutive(tmp_path, sizes, vocab=60000):
+def write_consecutive(tmp_path, sizes, vocab=65536, start=0):
+    """Shards of consecutive token ids (mod vocab) from `start` on: every slice says where it
+    came from."""
     from data.shard_io import write_shard
 
-    start = 0
     for i, n in enumerate(sizes):
         write_shard(tmp_path / f"fineweb_train_{i:06d}.bin", np.arange(start, start + n) % vocab)
         start += n
@@ -27,7 +29,7 @@ def write_consecutive(tmp_path, sizes, vocab=60000):
 
 @pytest.mark.parametrize("copy_stream", [True, False])
 def test_prefetched_cuda_batches_equal_the_synchronous_ones(tmp_path, copy_stream):
-    pattern = write_consecutive(tmp_path, [5000, 1, 3000, 7000])
+    pattern = write_consecutive(tmp_path, [5000, 1, 3000, 7000], start=58000)  # ids to 65535
     sync = tg.DistributedTokenLoader(pattern, 1, 2, "cuda")
     with tg.PrefetchingDistributedTokenLoader(
         pattern, 1, 2, "cuda", queue_depth=2, copy_stream=copy_stream
@@ -38,23 +40,58 @@ def test_prefetched_cuda_batches_equal_the_synchronous_ones(tmp_path, copy_strea
             assert torch.equal(x0, x1) and torch.equal(y0, y1)
 
 
-def test_batches_stay_intact_while_compute_still_reads_them(tmp_path):
-    """The allocator must not hand a batch's memory to the next copy while queued kernels still
-    read it."""
+def stall(stream: torch.cuda.Stream, ms: float) -> None:
+    """Queue about `ms` of nothing on `stream`: whatever is queued after it starts that late."""
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(int(ms * 2_000_000))  # cycles; an H100 runs at up to ~2 GHz
+
+
+@contextlib.contextmanager
+def late_copy(stream: torch.cuda.Stream):
+    """A copy_probe that holds every host-to-device copy back by ~20 ms on its stream."""
+    stall(stream, 20)
+    yield
+
+
+def test_compute_waits_for_a_copy_that_runs_late(tmp_path):
+    """The compute stream reads a batch only once its copy has landed (wait_event): here every
+    copy starts ~20 ms after it was queued, and the sum is queued at once."""
+    pattern = write_consecutive(tmp_path, [50000])
+    sync = tg.DistributedTokenLoader(pattern, 0, 1, "cpu")
+    with tg.PrefetchingDistributedTokenLoader(pattern, 0, 1, "cuda", queue_depth=2) as pre:
+        pre.copy_probe = late_copy
+        for _ in range(10):
+            got = pre.next_batch(4096, 256, 8)[0].sum()
+            assert int(got) == int(sync.next_batch(4096, 256, 8)[0].sum())
+
+
+def test_a_staging_buffer_is_not_refilled_while_its_copy_waits(tmp_path):
+    """The worker refills a pinned buffer only after the copy out of it has run: with copies held
+    back and nothing read back on the host, it would otherwise overwrite batches in flight."""
+    pattern = write_consecutive(tmp_path, [60000])
+    sync = tg.DistributedTokenLoader(pattern, 0, 1, "cpu")
+    with tg.PrefetchingDistributedTokenLoader(pattern, 0, 1, "cuda", queue_depth=1) as pre:
+        pre.copy_probe = late_copy
+        got = [pre.next_batch(4096, 256, 8)[0].clone() for _ in range(20)]
+    for x in got:
+        assert torch.equal(x.cpu(), sync.next_batch(4096, 256, 8)[0])
+
+
+def test_a_batch_freed_while_compute_still_reads_it_is_not_overwritten(tmp_path):
+    """record_stream: the compute stream is held back ~5 ms before each read while Python drops
+    the batch at once; the allocator must not give its memory to the next copy before the read."""
     pattern = write_consecutive(tmp_path, [40000, 30000])
     sync = tg.DistributedTokenLoader(pattern, 0, 1, "cpu")
+    compute = torch.cuda.current_stream()
     sums, expected = [], []
     with tg.PrefetchingDistributedTokenLoader(pattern, 0, 1, "cuda", queue_depth=3) as pre:
-        for _ in range(200):
-            x, _ = pre.next_batch(8192, 512, 8)
-            heavy = torch.randn(2048, 2048, device="cuda")
-            for _ in range(4):  # keep the compute stream busy so the copy stream runs ahead
-                heavy = heavy @ heavy
-                heavy /= heavy.norm()
-            sums.append((x.double().sum() + 0 * heavy.sum()).reshape(1))
-            del x  # freed from Python while the kernels above are still queued
-            expected.append(float(sync.next_batch(8192, 512, 8)[0].double().sum()))
-    assert torch.cat(sums).cpu().tolist() == expected
+        for _ in range(40):
+            x, y = pre.next_batch(8192, 512, 8)
+            stall(compute, 5)
+            sums.append(x.sum().reshape(1))
+            del x, y  # their storage goes back to the allocator while the sum is still queued
+            expected.append(int(sync.next_batch(8192, 512, 8)[0].sum()))
+    assert torch.cat(sums).tolist() == expected
 
 
 def test_staging_buffers_are_a_fixed_pinned_pool(tmp_path):
