@@ -30,6 +30,7 @@ import math
 import os
 import random
 import resource
+import shutil
 import subprocess
 import sys
 import threading
@@ -128,6 +129,11 @@ class Hyperparameters:
     # observability (changes no number either)
     training_timing_breakdown: bool = False
     training_timing_every: int = knob(200, 1)
+    # checkpoints and evaluation-only runs
+    checkpoint_every: int = knob(0, 0)  # steps; 0 = none
+    checkpoint_dir: str = "checkpoints"
+    resume_from: str = ""  # a step_* folder, or a CHECKPOINT_DIR for its latest complete one
+    eval_only_path: str = ""  # final_model.pt or final_model.int8.ptz: evaluate, train nothing
 
     train_files = property(lambda self: os.path.join(self.data_path, "fineweb_train_*.bin"))
     val_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_*.bin"))
@@ -164,6 +170,8 @@ class Hyperparameters:
              "TRAIN_LOADER=docpack: its batches need document-masked attention, which this "
              "script does not have yet (it would attend across documents); use stream or "
              "shuffled"),
+            (self.resume_from and self.eval_only_path,
+             "RESUME_FROM and EVAL_ONLY_PATH: expected at most one of them"),
             (0 < self.max_val_tokens < T,
              f"MAX_VAL_TOKENS={self.max_val_tokens}: expected 0 (full split) or >= "
              f"TRAIN_SEQ_LEN={T}"),
@@ -793,14 +801,16 @@ class DistributedTokenLoader(ClosedOnExit):
     """The synchronous reference: rank r's next batch in the given order, built on the calling
     thread, widened to int64 and copied. (x, y), or (x, y, cu_seqlens, max_seqlen) for docpack."""
 
-    def __init__(self, pattern, rank, world_size, device, *, vocab_size=None, order="stream"):
+    def __init__(
+        self, pattern, rank, world_size, device, *, vocab_size=None, order="stream", state=None
+    ):
         if order not in TRAIN_ORDERS:
             raise ValueError(f"order={order!r}: expected one of {', '.join(TRAIN_ORDERS)}")
         self.rank, self.world_size = rank, world_size
         self.device = torch.empty(0, device=device).device  # "cuda" -> "cuda:N", for the worker
         self.kind, self.seq_len = TRAIN_ORDERS[order], None
         self.shards = TrainShards(pattern, vocab_size)
-        self.order = self.kind(self.shards, rank, world_size)  # as in the baseline: shard 0 now
+        self.order = self.kind(self.shards, rank, world_size, state)  # its first shard now
 
     def layout(self, global_tokens: int, seq_len: int, grad_accum_steps: int) -> Layout:
         if self.kind is ShuffledOrder and self.seq_len not in (None, seq_len):
@@ -818,6 +828,10 @@ class DistributedTokenLoader(ClosedOnExit):
         tokens = torch.from_numpy(tokens.astype(np.int64)).to(self.device, non_blocking=True)
         cu = torch.from_numpy(cu[:entries]).to(self.device, non_blocking=True) if entries else None
         return self.kind.assemble(tokens, cu, max_seqlen, seq_len)
+
+    def state(self):
+        """Where the order stands after the last batch returned (a checkpoint's position)."""
+        return self.order.state()
 
 
 # -----------------------------
@@ -1017,8 +1031,8 @@ class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
         self.reader = _ShardReadAhead(self.shards)
         self.shards.load = self.reader.load  # from now on shards are read ahead
         if self.kind is not ShuffledOrder:  # (which maps its shards instead of reading them)
-            self.reader.prefetch(1 % len(self.shards.files))
-        self.position = None  # where the order stands after the last batch returned
+            self.reader.prefetch((self.order.state()[0] + 1) % len(self.shards.files))
+        self.position = kwargs.get("state")  # where the order stands after the last batch
         self.shape = self.pipe = None
         self.copy_probe: Callable = null_phase
 
@@ -1029,6 +1043,9 @@ class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
         batch = self.pipe.next_batch()
         self.position = self.pipe.last_tag
         return batch
+
+    def state(self):
+        return self.position if self.order is None else self.order.state()
 
     def _restart(self, shape: tuple[int, int, int], layout: Layout) -> None:
         self._stop()
@@ -1576,15 +1593,16 @@ class Trainer(ClosedOnExit):
         self.training_time_ms = 0.0  # timed training up to the last pause of the clock
         self.resumed_at = 0.0  # clock() when the clock last resumed
         self.stopping = False  # the cap was reached: the current step is the last
+        self.resume_position = None  # the loader's position in a checkpoint resumed from
 
     # ---- the parts of a step ----
 
-    def open_loader(self) -> None:
-        """A fresh loader: the data order starts again from its beginning."""
+    def open_loader(self, position=None) -> None:
+        """A fresh loader: the data order from its beginning, or from a checkpoint's position."""
         cfg, rt = self.cfg, self.rt
         self.close()
         args = (cfg.train_files, rt.rank, rt.world_size, rt.device)
-        order = dict(vocab_size=cfg.vocab_size, order=cfg.train_loader)
+        order = dict(vocab_size=cfg.vocab_size, order=cfg.train_loader, state=position)
         if not cfg.train_prefetch:
             self.loader = DistributedTokenLoader(*args, **order)
             return
@@ -1679,16 +1697,20 @@ class Trainer(ClosedOnExit):
         """The timed run: ITERATIONS steps or until the wall-clock cap, validating every
         VAL_LOSS_EVERY steps and at the end with the clock paused."""
         cfg = self.cfg
-        self.open_loader()
+        self.open_loader(self.resume_position)
         self.probe.data_wait_total_ms = 0.0
         self.resume_clock()
         while True:
-            last = self.step == cfg.iterations or self.stopping
+            last = self.step >= cfg.iterations or self.stopping
             if last or (cfg.val_loss_every > 0 and self.step % cfg.val_loss_every == 0):
                 self.validate(evaluate)
             if last:
                 break
             self.train_one_step()
+            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                self.pause_clock()  # checkpoint time is not training time
+                save_checkpoint(self)
+                self.resume_clock()
         self.close()
         if self.stopping and self.step < cfg.iterations:
             self.log0(
@@ -1724,6 +1746,21 @@ class Trainer(ClosedOnExit):
             f"train_time:{elapsed_ms:.0f}ms step_avg:{elapsed_ms / self.step:.2f}ms"
         )
 
+    def resume(self, folder: Path, meta: dict) -> None:
+        """Model, optimizers, RNGs, step, clock and loader position of a checkpoint (after the
+        compile warm-up, which would otherwise restore the initial weights over them)."""
+        net, device = self.net, self.rt.device
+        model = load_checkpoint_file(folder / "model.pt", device)
+        mine = load_checkpoint_file(folder / f"rank_{self.rt.rank:03d}.pt", device)
+        net.base.load_state_dict(model)
+        for opt, state in zip(net.optimizers, mine["optimizers"], strict=True):
+            opt.load_state_dict(state)
+        set_rng_states(mine["rng"])
+        self.resume_position = mine["loader"]
+        self.step, self.stopping = meta["step"], meta["stopping"]
+        self.training_time_ms = ms = meta["training_time_ms"]
+        self.log0(f"resumed_from:{folder} step:{self.step} train_time:{ms:.0f}ms")
+
     def validate(self, evaluate: Callable[[], tuple[float, float]]) -> None:
         self.pause_clock()
         val_loss, val_bpb = evaluate()
@@ -1750,6 +1787,101 @@ class Trainer(ClosedOnExit):
         else:  # the process's peak resident memory
             allocated = reserved = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
         self.log0(f"peak memory allocated: {allocated} MiB reserved: {reserved} MiB")
+
+
+# -----------------------------
+# CHECKPOINTS
+# -----------------------------
+
+# What a checkpoint must share with the run resuming it (WORLD_SIZE is checked too)
+RESUME_KEYS = ("train_loader", "train_batch_tokens", "train_seq_len", "vocab_size", "num_layers",
+               "model_dim", "num_heads", "num_kv_heads", "mlp_mult", "tie_embeddings")  # fmt: skip
+
+
+def save_checkpoint(trainer: Trainer) -> None:
+    """CHECKPOINT_DIR/step_<step>/: rank 0 writes model.pt and meta.json, every rank its own
+    rank_<r>.pt (optimizer states, which differ between ranks for Muon, its loader position and
+    its RNG states). All of it goes into a hidden folder that rank 0 renames once every rank has
+    written: a step_* folder is complete, a crash leaves only the hidden one. CHECKPOINT_DIR must
+    be one folder for all ranks (one node, or a shared file system)."""
+    cfg, rt, net = trainer.cfg, trainer.rt, trainer.net
+    final = Path(cfg.checkpoint_dir) / f"step_{trainer.step:06d}"
+    tmp = final.with_name(f".{final.name}.tmp")
+    if rt.rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)  # a crashed attempt's leftovers
+        tmp.mkdir(parents=True)
+    barrier(rt)
+    mine = {"optimizers": [opt.state_dict() for opt in net.optimizers], "rng": rng_states()}
+    save_checkpoint_file(tmp / f"rank_{rt.rank:03d}.pt", mine | {"loader": trainer.loader.state()})
+    if rt.rank == 0:
+        save_checkpoint_file(tmp / "model.pt", net.base.state_dict())
+        meta = {"step": trainer.step, "training_time_ms": trainer.training_time_ms,
+                "stopping": trainer.stopping, "world_size": rt.world_size,
+                "config": {k: getattr(cfg, k) for k in RESUME_KEYS}}  # fmt: skip
+        atomic_write_bytes(tmp / "meta.json", json.dumps(meta, indent=1).encode())
+    barrier(rt)
+    if rt.rank == 0:
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+    trainer.log0(f"checkpoint:{final} step:{trainer.step}")
+
+
+def save_checkpoint_file(path: Path, obj) -> None:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load_checkpoint_file(path: Path, device):
+    """Our own files (they hold numpy state too, hence weights_only=False): trusted input."""
+    try:
+        return torch.load(path, map_location=device, weights_only=False)
+    except Exception as e:  # truncated, corrupt or missing: one line, not a traceback
+        raise DataError(f"{path}: unreadable checkpoint file ({type(e).__name__}: {e})") from None
+
+
+def read_checkpoint_meta(cfg: Hyperparameters, rt: Runtime) -> tuple[Path, dict]:
+    """RESUME_FROM's folder (a CHECKPOINT_DIR: its latest complete step_*) and its meta.json,
+    checked against this run before any heavy work."""
+    folder = Path(cfg.resume_from)
+    if not (folder / "meta.json").is_file():
+        done = sorted(p for p in folder.glob("step_*") if (p / "meta.json").is_file())
+        if not done:
+            raise DataError(f"RESUME_FROM={folder}: no complete checkpoint (step_*/meta.json)")
+        folder = done[-1]
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        saved = {"WORLD_SIZE": meta["world_size"]} | {
+            k.upper(): meta["config"][k] for k in RESUME_KEYS
+        }
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DataError(f"{folder / 'meta.json'}: unreadable checkpoint metadata ({e})") from None
+    ours = {"WORLD_SIZE": rt.world_size} | {k.upper(): getattr(cfg, k) for k in RESUME_KEYS}
+    for name, value in saved.items():
+        if value != ours[name]:
+            raise ConfigError(
+                f"RESUME_FROM={folder}: saved with {name}={value}, this run has {ours[name]}"
+            )
+    return folder, meta
+
+
+def rng_states() -> dict:
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return {"python": random.getstate(), "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(), "cuda": cuda}  # fmt: skip
+
+
+def set_rng_states(states: dict) -> None:
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if states["cuda"] is not None:
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def barrier(rt: Runtime) -> None:
+    if rt.distributed:
+        dist.barrier()
 
 
 # -----------------------------
@@ -1910,10 +2042,7 @@ def save_artifacts(rt: Runtime, net: Network, code: str, log0: Callable) -> byte
                 f"Code size if packed: {packed_code_bytes(code)} bytes (records/submission.py pack)"
             )
         log0(f"Total submission size: {model_bytes + code_bytes} bytes")
-    quant_obj, stats = quantize_state_dict_int8(net.base.state_dict())
-    quant_buf = io.BytesIO()
-    torch.save(quant_obj, quant_buf)
-    quant_raw = quant_buf.getvalue()
+    quant_raw, stats = quantize_model(net)
     if rt.rank == 0:
         atomic_write_bytes("final_model.int8.ptz", zlib.compress(quant_raw, level=9))
         quant_file_bytes = os.path.getsize("final_model.int8.ptz")
@@ -1932,12 +2061,43 @@ def save_artifacts(rt: Runtime, net: Network, code: str, log0: Callable) -> byte
     return quant_raw
 
 
+def quantize_model(net: Network) -> tuple[bytes, dict]:
+    quant_obj, stats = quantize_state_dict_int8(net.base.state_dict())
+    buf = io.BytesIO()
+    torch.save(quant_obj, buf)
+    return buf.getvalue(), stats
+
+
+def load_weights(net: Network, state: dict, source: str) -> None:
+    try:
+        net.base.load_state_dict(state, strict=True)
+    except RuntimeError as e:  # another model config: say which file, in one line
+        detail = str(e).splitlines()[0]
+        raise ConfigError(f"{source}: does not fit this model config ({detail})") from None
+
+
+def load_for_evaluation(path: str, net: Network, evaluate: Callable, log0: Callable) -> bytes:
+    """EVAL_ONLY_PATH: an int8+zlib artifact is what the round trip scores; a final_model.pt is
+    scored as it is, then quantized as at the end of training. Returns the int8 payload."""
+    try:
+        blob = Path(path).read_bytes()
+        if path.endswith(".ptz"):
+            return zlib.decompress(blob)
+        state = torch.load(io.BytesIO(blob), map_location="cpu")
+    except Exception as e:  # missing, truncated or not ours: one line
+        raise DataError(f"EVAL_ONLY_PATH={path}: unreadable ({type(e).__name__}: {e})") from None
+    load_weights(net, state, f"EVAL_ONLY_PATH={path}")
+    val_loss, val_bpb = evaluate()
+    log0(f"eval_only path:{path} val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f}")
+    return quantize_model(net)[0]
+
+
 def evaluate_round_trip(
     quant_raw: bytes, evaluate: Callable, net: Network, rt: Runtime, log0: Callable
 ) -> None:
     """Load the int8 weights back into the model and score them: the challenge's number."""
     quant_state = torch.load(io.BytesIO(quant_raw), map_location="cpu")
-    net.base.load_state_dict(dequantize_state_dict_int8(quant_state), strict=True)
+    load_weights(net, dequantize_state_dict_int8(quant_state), "the int8 weights")
     rt.synchronize()
     t0 = time.perf_counter()
     val_loss, val_bpb = evaluate()
@@ -1964,15 +2124,21 @@ def main() -> None:
     cfg, rt = configure()
     code = Path(__file__).read_bytes().decode("utf-8")  # as counted: no newline translation
     log0 = start_logs(cfg, rt, code)
+    checkpoint = read_checkpoint_meta(cfg, rt) if cfg.resume_from else None
     val, device_luts = load_data(cfg, rt, log0)
     net = build_network(cfg, rt)
     log_network(cfg, rt, net, log0)
     evaluate = functools.partial(eval_val, cfg, rt, net.compiled, val, device_luts)
-    with Trainer(cfg, rt, net, log0) as trainer:
-        trainer.warm_up_and_restore()
-        trainer.train(evaluate)
-    trainer.log_summary()
-    quant_raw = save_artifacts(rt, net, code, log0)
+    if cfg.eval_only_path:
+        quant_raw = load_for_evaluation(cfg.eval_only_path, net, evaluate, log0)
+    else:
+        with Trainer(cfg, rt, net, log0) as trainer:
+            trainer.warm_up_and_restore()
+            if checkpoint:
+                trainer.resume(*checkpoint)
+            trainer.train(evaluate)
+        trainer.log_summary()
+        quant_raw = save_artifacts(rt, net, code, log0)
     evaluate_round_trip(quant_raw, evaluate, net, rt, log0)
     shut_down(rt)
 
