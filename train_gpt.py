@@ -1,9 +1,5 @@
-"""train_gpt.py: the Parameter Golf naive baseline (same model, optimizer, data order and log
-lines: diff your runs against it) with an input pipeline that never keeps the GPU waiting: batches
-staged by a thread in pinned uint16 buffers and copied a batch ahead on their own CUDA stream, in
-the baseline's order or the April records' (TRAIN_LOADER); steps that never wait on the GPU;
-prefetched validation with exact BPB bytes counted once on the CPU; a timing breakdown. Every knob
-is an environment variable (Hyperparameters); a bad value names itself.
+"""train_gpt.py: the Parameter Golf naive baseline (same model, optimizer, data order and logs)
+with an input pipeline that never keeps the GPU waiting. Every knob is an environment variable.
 
   8xH100:   torchrun --standalone --nproc_per_node=8 train_gpt.py
   1 GPU:    torchrun --standalone --nproc_per_node=1 train_gpt.py   (grad accumulation: same math)
@@ -62,8 +58,6 @@ class ConfigError(ValueError):
 def knob(default, low=None, high=None, *, above=None, choices=None):
     """A config field and its bounds: low <= value <= high, value > above, value in choices."""
     bounds = {"low": low, "high": high, "above": above, "choices": choices}
-    if callable(default):
-        return dataclasses.field(default_factory=default, metadata=bounds)
     return dataclasses.field(default=default, metadata=bounds)
 
 
@@ -71,24 +65,20 @@ def knob(default, low=None, high=None, *, above=None, choices=None):
 class Hyperparameters:
     """Every environment variable the run reads: the field name in upper case (DATA_PATH, ...)."""
 
-    # data and run identity
     data_path: str = "./data/datasets/fineweb10B_sp1024"
     tokenizer_path: str = "./data/tokenizers/fineweb_1024_bpe.model"
-    run_id: str = knob(lambda: str(uuid.uuid4()))  # rank 0's is used by every rank
+    run_id: str = dataclasses.field(default_factory=lambda: str(uuid.uuid4()))
     seed: int = knob(1337, 0, 2**32 - 1)
-    # evaluation and logging cadence
     val_batch_size: int = knob(524_288, 1)
     val_loss_every: int = knob(1000, 0)  # 0 = only at the end
     train_log_every: int = knob(200, 0)
     max_val_tokens: int = knob(0, 0)  # 0 = the whole split; else NOT comparable to the challenge
-    # training length and batch
     iterations: int = knob(20000, 0)
     warmdown_iters: int = knob(1200, 0)
     warmup_steps: int = knob(20, 0)  # compile warm-up; model, optimizers, loader restored after
     train_batch_tokens: int = knob(524_288, 1)
     train_seq_len: int = knob(1024, 1)
     max_wallclock_seconds: float = knob(600.0, 0)  # 0 = no cap
-    # model
     vocab_size: int = knob(1024, 2, 65536)
     num_layers: int = knob(9, 1)
     num_kv_heads: int = knob(4, 1)
@@ -99,9 +89,7 @@ class Hyperparameters:
     rope_base: float = knob(10000.0, above=0)
     logit_softcap: float = knob(30.0, above=0)
     qk_gain_init: float = 1.5
-    # auto: FlashAttention-3 on Hopper, else FlashAttention-2, else PyTorch SDPA
     attention_backend: str = knob("auto", choices=("auto", "fa3", "fa2", "sdpa"))
-    # optimizer
     embed_lr: float = knob(0.6, 0)
     head_lr: float = knob(0.008, 0)
     tied_embed_lr: float = knob(0.05, 0)
@@ -129,7 +117,6 @@ class Hyperparameters:
     # observability (changes no number either)
     training_timing_breakdown: bool = False
     training_timing_every: int = knob(200, 1)
-    # checkpoints and evaluation-only runs
     checkpoint_every: int = knob(0, 0)  # steps; 0 = none
     checkpoint_dir: str = "checkpoints"
     resume_from: str = ""  # a step_* folder, or a CHECKPOINT_DIR for its latest complete one
@@ -167,9 +154,8 @@ class Hyperparameters:
             (self.num_heads % self.num_kv_heads,
              f"NUM_KV_HEADS={self.num_kv_heads}: expected a divisor of NUM_HEADS={self.num_heads}"),
             (self.train_loader == "docpack",
-             "TRAIN_LOADER=docpack: its batches need document-masked attention, which this "
-             "script does not have yet (it would attend across documents); use stream or "
-             "shuffled"),
+             "TRAIN_LOADER=docpack: its batches need document-masked attention, which this script "
+             "does not have yet (it would attend across documents); use stream or shuffled"),
             (self.resume_from and self.eval_only_path,
              "RESUME_FROM and EVAL_ONLY_PATH: expected at most one of them"),
             (0 < self.max_val_tokens < T,
@@ -209,8 +195,7 @@ def env_int(name: str, default: int) -> int:
 
 
 def grad_accum_steps_for(world_size: int) -> int:
-    """8 // WORLD_SIZE keeps the global batch and the math of 1-8 GPUs the same; multiples of 8
-    run one micro-step each."""
+    """8 // WORLD_SIZE keeps the global batch and math of 1-8 GPUs alike; 8k GPUs run one each."""
     if world_size < 1 or (8 % world_size and world_size % 8):
         raise ConfigError(f"WORLD_SIZE={world_size}: expected a divisor of 8 or a multiple of 8")
     return max(8 // world_size, 1)
@@ -237,8 +222,7 @@ def zeropower_via_newtonschulz5(G: Tensor, steps: int = 10, eps: float = 1e-7) -
 
 
 class Muon(torch.optim.Optimizer):
-    """Momentum, then an orthogonalised update. Each rank orthogonalises every world-th matrix
-    and one all-reduce of the flat update shares them."""
+    """Each rank orthogonalises every world-th momentum update; one all-reduce shares them."""
 
     def __init__(self, params, lr, momentum, backend_steps, nesterov=True, orthogonalize=None):
         defaults = dict(lr=lr, momentum=momentum, backend_steps=backend_steps, nesterov=nesterov)
@@ -256,34 +240,26 @@ class Muon(torch.optim.Optimizer):
                 continue
             total = sum(int(p.numel()) for p in params)
             updates_flat = torch.zeros(total, device=params[0].device, dtype=torch.bfloat16)
-            curr = 0
-            for i, p in enumerate(params):
+            updates = updates_flat.split([p.numel() for p in params])  # views of updates_flat
+            for i, (p, update) in enumerate(zip(params, updates, strict=True)):
                 if i % world_size == rank and p.grad is not None:
-                    g = self.momentum_update(p, group)
+                    state = self.state[p]
+                    if "momentum_buffer" not in state:
+                        state["momentum_buffer"] = torch.zeros_like(p.grad)
+                    buf = state["momentum_buffer"]
+                    buf.mul_(group["momentum"]).add_(p.grad)
+                    g = p.grad.add(buf, alpha=group["momentum"]) if group["nesterov"] else p.grad
                     g = self.orthogonalize(g, steps=group["backend_steps"])
                     g *= max(1, g.size(0) / g.size(1)) ** 0.5  # scale for non-square matrices
-                    updates_flat[curr : curr + p.numel()] = g.reshape(-1)
-                curr += p.numel()
+                    update.copy_(g.reshape(-1))
             if distributed:
                 dist.all_reduce(updates_flat, op=dist.ReduceOp.SUM)
-            curr = 0
-            for p in params:
-                update = updates_flat[curr : curr + p.numel()].view_as(p).to(dtype=p.dtype)
-                p.add_(update, alpha=-group["lr"])
-                curr += p.numel()
-
-    def momentum_update(self, p: Tensor, group: dict) -> Tensor:
-        state = self.state[p]
-        if "momentum_buffer" not in state:
-            state["momentum_buffer"] = torch.zeros_like(p.grad)
-        buf = state["momentum_buffer"]
-        buf.mul_(group["momentum"]).add_(p.grad)
-        return p.grad.add(buf, alpha=group["momentum"]) if group["nesterov"] else p.grad
+            for p, update in zip(params, updates, strict=True):
+                p.add_(update.view_as(p).to(dtype=p.dtype), alpha=-group["lr"])
 
 
 def lr_multiplier(step, elapsed_ms, iterations, warmdown_iters, max_wallclock_ms) -> float:
-    """Linear warm-down over the last WARMDOWN_ITERS steps or, under a wall-clock cap, over the
-    last WARMDOWN_ITERS * step_avg milliseconds."""
+    """Linear warm-down over the last WARMDOWN_ITERS steps (under a cap: their estimated time)."""
     if warmdown_iters <= 0:
         return 1.0
     if max_wallclock_ms is None:
@@ -293,12 +269,6 @@ def lr_multiplier(step, elapsed_ms, iterations, warmdown_iters, max_wallclock_ms
     warmdown_ms = warmdown_iters * (elapsed_ms / max(step, 1))
     remaining_ms = max(max_wallclock_ms - elapsed_ms, 0.0)
     return remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
-
-
-def muon_momentum_at(step: int, cfg: Hyperparameters) -> float:
-    warmup = cfg.muon_momentum_warmup_steps
-    frac = min(step / warmup, 1.0) if warmup > 0 else 1.0
-    return (1 - frac) * cfg.muon_momentum_warmup_start + frac * cfg.muon_momentum
 
 
 # -----------------------------
@@ -357,24 +327,15 @@ def is_control_tensor(name: str) -> bool:
     return any(pattern in name for pattern in CONTROL_TENSOR_NAME_PATTERNS)
 
 
-def tensor_nbytes(t: Tensor) -> int:
-    return int(t.numel()) * int(t.element_size())
-
-
 def quantize_float_tensor(t: Tensor) -> tuple[Tensor, Tensor]:
     t32 = t.float()
     if t32.ndim == 2:  # per-row scales, clipped at a high percentile so one outlier can't flatten
-        if t32.numel():
-            clip_abs = torch.quantile(t32.abs(), INT8_CLIP_Q, dim=1)
-        else:
-            clip_abs = torch.empty((t32.shape[0],), dtype=torch.float32)
+        clip_abs = torch.quantile(t32.abs(), INT8_CLIP_Q, dim=1)
         clipped = torch.maximum(torch.minimum(t32, clip_abs[:, None]), -clip_abs[:, None])
         scale = (clip_abs / 127.0).clamp_min(1.0 / 127.0)
         q = torch.clamp(torch.round(clipped / scale[:, None]), -127, 127)
         return q.to(torch.int8).contiguous(), scale.to(dtype=torch.float16).contiguous()
-    clip_abs = 0.0
-    if t32.numel():
-        clip_abs = float(torch.quantile(t32.abs().flatten(), INT8_CLIP_Q).item())
+    clip_abs = float(torch.quantile(t32.abs().flatten(), INT8_CLIP_Q).item())
     scale = torch.tensor(clip_abs / 127.0 if clip_abs > 0 else 1.0, dtype=torch.float32)
     q = torch.clamp(torch.round(torch.clamp(t32, -clip_abs, clip_abs) / scale), -127, 127)
     return q.to(torch.int8).contiguous(), scale
@@ -388,11 +349,11 @@ def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> tuple[dict, dict]
         t = tensor.detach().to("cpu").contiguous()
         stats["param_count"] += int(t.numel())
         stats["num_tensors"] += 1
-        stats["baseline_tensor_bytes"] += tensor_nbytes(t)
+        stats["baseline_tensor_bytes"] += t.nbytes
         if not t.is_floating_point():
             stats["num_nonfloat_tensors"] += 1
             passthrough[name] = t
-            stats["int8_payload_bytes"] += tensor_nbytes(t)
+            stats["int8_payload_bytes"] += t.nbytes
         elif t.numel() <= INT8_KEEP_FLOAT_MAX_NUMEL:  # small: kept as floats (control in fp32)
             if is_control_tensor(name):
                 kept = t.float().contiguous()
@@ -402,15 +363,15 @@ def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> tuple[dict, dict]
             else:
                 kept = t
             passthrough[name] = kept
-            stats["int8_payload_bytes"] += tensor_nbytes(kept)
+            stats["int8_payload_bytes"] += kept.nbytes
         else:
             stats["num_float_tensors"] += 1
-            q, s = quantize_float_tensor(t)
+            q, s = quantize_float_tensor(t)  # t has more than INT8_KEEP_FLOAT_MAX_NUMEL elements
             if s.ndim > 0:
                 qmeta[name] = {"scheme": "per_row", "axis": 0}
             quantized[name], scales[name] = q, s
             dtypes[name] = str(t.dtype).removeprefix("torch.")
-            stats["int8_payload_bytes"] += tensor_nbytes(q) + tensor_nbytes(s)
+            stats["int8_payload_bytes"] += q.nbytes + s.nbytes
     obj = dict(__quant_format__="int8_clean_per_row_v1", quantized=quantized, scales=scales)
     obj.update(dtypes=dtypes, passthrough=passthrough)
     if qmeta:
@@ -438,8 +399,7 @@ def dequantize_state_dict_int8(obj: dict) -> dict[str, Tensor]:
     return out
 
 
-# The self-extracting form of a script that records/submission.py pack writes: this two-line
-# wrapper around the base85 text of its bz2 (level 9) compression.
+# What records/submission.py pack writes: a two-line wrapper around base85(bz2 -9 of the code).
 PACKED_HEAD = 'import bz2,base64\nexec(bz2.decompress(base64.b85decode("'
 PACKED_TAIL = '")))'
 
@@ -497,7 +457,6 @@ def read_shard_header(path: str | Path) -> int:
 
 
 def load_data_shard(path: str | Path, vocab_size: int | None = None) -> np.ndarray:
-    """A shard's tokens as uint16, with every id checked against the vocabulary."""
     num_tokens = read_shard_header(path)
     try:
         tokens = np.fromfile(path, dtype="<u2", count=num_tokens, offset=HEADER_BYTES)
@@ -529,21 +488,14 @@ def list_shards(pattern: str) -> list[Path]:
     return files
 
 
-def check_shards(pattern: str) -> tuple[list[Path], list[int]]:
-    """Header and size of every shard (start-up, cheap); the files and their token counts."""
-    files = list_shards(pattern)
-    sizes = [read_shard_header(f) for f in files]
-    if sum(sizes) == 0:
-        raise DataError(f"{pattern}: all {len(files)} shards are empty")
-    return files, sizes
-
-
 class TrainShards:
-    """The sorted train shards, headers checked: read whole and checked by `load(i)` (read ahead by
-    the prefetching loader), or mapped for the shuffled order's random reads."""
+    """The sorted train shards, headers checked: read whole by `load(i)`, or mapped (shuffled)."""
 
     def __init__(self, pattern: str, vocab_size: int | None = None):
-        self.files, self.sizes = check_shards(pattern)
+        self.files = list_shards(pattern)
+        self.sizes = [read_shard_header(f) for f in self.files]  # token counts
+        if sum(self.sizes) == 0:
+            raise DataError(f"{pattern}: all {len(self.files)} shards are empty")
         self.vocab_size = vocab_size
         self.load = self.read
         self.bos: list[int] | None = None  # each shard's first BOS position (docpack)
@@ -558,7 +510,6 @@ class TrainShards:
         return np.memmap(self.files[idx], dtype="<u2", mode="r", offset=HEADER_BYTES, shape=shape)
 
     def check_order(self, order: str, world_size: int) -> None:
-        """What an order needs of the shards, checked before any batch is made."""
         if order == "shuffled" and len(self.files) < world_size:
             raise DataError(
                 f"TRAIN_LOADER=shuffled: {len(self.files)} train shards for {world_size} ranks: "
@@ -601,14 +552,12 @@ def split_inputs_targets(tokens: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
     return tokens[:-1].view(-1, seq_len), tokens[1:].view(-1, seq_len)
 
 
-# The orders: each writes rank r's next batch into staging arrays (fill), says where it stands
-# (state) and can resume from there; layout and assemble say how a batch is staged and becomes
-# tensors. Both loaders drive them: the synchronous one in next_batch, the other on its worker.
+# The orders fill rank r's batches into staging arrays and resume from their state(); layout
+# and assemble say how a batch is staged and becomes tensors.
 
 
 class StreamOrder:
-    """TRAIN_LOADER=stream, the baseline's: one pass over the sorted shards, wrapping around;
-    each micro-step consumes world_size spans of local+1 tokens, rank r keeps the r-th."""
+    """TRAIN_LOADER=stream, the baseline's: world_size spans a micro-step, rank r keeps the r-th."""
 
     def __init__(self, shards: TrainShards, rank: int, world_size: int, state=None):
         self.shards, self.rank, self.world_size = shards, rank, world_size
@@ -632,7 +581,7 @@ class StreamOrder:
         return self.file_idx, self.pos
 
     def consume(self, n: int, out: np.ndarray | None = None) -> None:
-        """Advance n tokens, copying them into `out` when given (the baseline's take())."""
+        """Advance n tokens, copied into `out` when given (the baseline's take())."""
         done = 0
         while done < n:
             avail = self.tokens.size - self.pos
@@ -647,8 +596,7 @@ class StreamOrder:
             done += k
 
     def take_rank_span(self, span: int, out: np.ndarray) -> None:
-        """World_size spans are consumed, this rank's copied. On an error the stream stays where
-        it was, so a retry reads the same tokens (none skipped)."""
+        """On an error the stream stays where it was: a retry reads the same tokens."""
         saved = self.file_idx, self.pos, self.tokens
         try:
             self.consume(self.rank * span)
@@ -660,9 +608,7 @@ class StreamOrder:
 
 
 class DocPackOrder:
-    """TRAIN_LOADER=docpack, the April records' DocumentPackingLoader: from a shard's first BOS,
-    world_size spans of local+1 tokens per micro-step, rank r's the r-th, a tail too short for all
-    skipped; its documents cut into pieces of at most seq_len tokens make cu_seqlens."""
+    """TRAIN_LOADER=docpack (the April records' DocumentPackingLoader): spans from the first BOS."""
 
     def __init__(self, shards: TrainShards, rank: int, world_size: int, state=None):
         shards.check_order("docpack", world_size)
@@ -688,7 +634,6 @@ class DocPackOrder:
         return document_pieces(tokens[: layout.local], seq_len, cu)
 
     def move_to_room_for(self, global_span: int) -> None:
-        """The next shard (after the last, the first) while this one has no room for the spans."""
         for _ in range(len(self.shards.files) + 1):
             if self.cursor + global_span <= self.tokens.size:
                 return
@@ -708,9 +653,7 @@ def pad_to_64(n: int) -> int:
 
 
 def document_pieces(x: np.ndarray, max_len: int, cu: np.ndarray) -> tuple[int, int]:
-    """cu_seqlens of a packed span into `cu`: the starts of its documents (each BOS, and 0) cut
-    into pieces of at most max_len tokens from the document's start, then len(x), padded with
-    len(x) to a multiple of 64 entries. Returns (entries written, longest piece)."""
+    """cu_seqlens of x's documents cut into pieces of <= max_len; (entries, longest piece)."""
     starts = np.flatnonzero(x == BOS_ID)
     if starts.size == 0 or starts[0] != 0:
         starts = np.concatenate(([0], starts))
@@ -725,9 +668,7 @@ def document_pieces(x: np.ndarray, max_len: int, cu: np.ndarray) -> tuple[int, i
 
 
 class ShuffledOrder:
-    """TRAIN_LOADER=shuffled, the April records' ShuffledSequenceLoader: rank r owns files[r::W]
-    and draws windows of seq_len+1 tokens at shuffled starts from shards picked in proportion to
-    what they have left, with numpy's PCG64(rank); the exact sequence of RNG calls is the order."""
+    """TRAIN_LOADER=shuffled (the April records' ShuffledSequenceLoader): windows drawn by PCG64."""
 
     def __init__(self, shards: TrainShards, rank: int, world_size: int, state=None):
         shards.check_order("shuffled", world_size)
@@ -751,7 +692,6 @@ class ShuffledOrder:
         return windows[:, :-1], windows[:, 1:]
 
     def reset_all(self) -> None:
-        """Every owned shard: a random phase, then its starts in a random permutation."""
         seq, starts = self.seq_len, []
         for tokens in self.tokens:
             max_phase = min(seq - 1, max(0, tokens.size - seq - 1))
@@ -798,8 +738,7 @@ class ClosedOnExit(contextlib.AbstractContextManager):  # `with loader:` closes 
 
 
 class DistributedTokenLoader(ClosedOnExit):
-    """The synchronous reference: rank r's next batch in the given order, built on the calling
-    thread, widened to int64 and copied. (x, y), or (x, y, cu_seqlens, max_seqlen) for docpack."""
+    """The synchronous reference: (x, y), or (x, y, cu_seqlens, max_seqlen) for docpack."""
 
     def __init__(
         self, pattern, rank, world_size, device, *, vocab_size=None, order="stream", state=None
@@ -829,8 +768,7 @@ class DistributedTokenLoader(ClosedOnExit):
         cu = torch.from_numpy(cu[:entries]).to(self.device, non_blocking=True) if entries else None
         return self.kind.assemble(tokens, cu, max_seqlen, seq_len)
 
-    def state(self):
-        """Where the order stands after the last batch returned (a checkpoint's position)."""
+    def state(self):  # where the order stands after the last batch returned
         return self.order.state()
 
 
@@ -844,9 +782,8 @@ class WorkerError(RuntimeError):
 
 
 class _Handoff:
-    """Bounded FIFO between two threads that never blocks forever: close() wakes both sides, a
-    producer's failure reaches the consumer, a dead producer is noticed. A producer facing a full
-    queue polls, so the consumer pays no thread wake-up (~40 us) per batch."""
+    """Bounded FIFO between two threads that never blocks forever (close, failure, dead producer).
+    A producer facing a full queue polls, so the consumer pays no wake-up (~40 us) per batch."""
 
     POLL_S = 0.002
 
@@ -906,10 +843,8 @@ class DeviceBatch(NamedTuple):
 
 
 class StagingPipeline:
-    """A worker thread fills a fixed pool of staging buffers (pinned on CUDA) with fill(tokens, cu)
-    -> (n_tokens, n_cu, max_seqlen, tag), or None at the end; tokens cross PCIe as uint16, become
-    int64 on the device and then, by assemble, what next_batch returns. A buffer is refilled only
-    once the copy out of it has completed."""
+    """A worker fills pinned buffers: fill(tokens, cu) -> (n_tokens, n_cu, max_seqlen, tag) or None
+    at the end; a buffer is refilled only once the copy out of it (as uint16) has completed."""
 
     def __init__(self, fill, assemble, sizes, device, name, depth, copy_stream):
         self.assemble, self.device = assemble, device
@@ -920,7 +855,7 @@ class StagingPipeline:
             cu = torch.empty(sizes[1], dtype=torch.int32, pin_memory=self.cuda)  # cu_seqlens
             self.free.put((tokens, cu, None))
         self.copy_stream = torch.cuda.Stream(device) if self.cuda and copy_stream else None
-        self.copy_probe: Callable = null_phase
+        self.copy_probe: Callable = contextlib.nullcontext
         self.ahead: DeviceBatch | None = None  # the next batch, its copy already queued
         self.last_tag = None  # tag of the last batch handed to compute
         self.thread = threading.Thread(target=self._work, args=(fill,), name=name, daemon=True)
@@ -950,8 +885,7 @@ class StagingPipeline:
             self.ready.fail(e)
 
     def next_batch(self) -> tuple | None:
-        """Batch k, ready for compute, after queueing batch k+1's copy if it is staged already
-        (so that it overlaps batch k's compute); None at the end."""
+        """Batch k for compute, batch k+1's copy queued if staged (to overlap k's); None at end."""
         batch, self.ahead = self.ahead, None
         if batch is None and (staged := self.ready.get(self.thread)) is not None:
             batch = self.upload(staged)
@@ -963,10 +897,8 @@ class StagingPipeline:
         if batch.ready is not None:  # the compute stream waits for the copy on the GPU: no sync
             compute = torch.cuda.current_stream(self.device)
             compute.wait_event(batch.ready)
-            # The tensors were allocated on the copy stream. record_stream stops the caching
-            # allocator from giving their memory to a later copy-stream allocation until the
-            # compute work queued so far (which reads them) is done; we free them from Python
-            # without knowing when that is.
+            # Allocated on the copy stream and freed from Python whenever: record_stream keeps the
+            # allocator from reusing their memory until the compute queued so far is done.
             for owner in batch.owners:
                 owner.record_stream(compute)
         return batch.tensors
@@ -994,8 +926,7 @@ class StagingPipeline:
 
 
 class _ShardReadAhead:
-    """Reads and validates shard i+1 on its own thread while shard i is being sliced, so a shard
-    boundary stalls nobody."""
+    """Reads and checks shard i+1 on its own thread while shard i is sliced: no stall between."""
 
     def __init__(self, shards: TrainShards):
         self.shards = shards
@@ -1019,9 +950,7 @@ class _ShardReadAhead:
 
 
 class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
-    """DistributedTokenLoader's batches made ahead by a worker thread (shards read ahead by a
-    second one); batch k+1's copy overlaps batch k's compute. A new batch shape restarts the
-    worker where the last returned batch ended: nothing skipped or repeated."""
+    """Batches made ahead by a worker thread; a new batch shape restarts it where the last ended."""
 
     def __init__(self, *args, queue_depth=2, copy_stream=True, **kwargs):
         if queue_depth < 1:
@@ -1034,7 +963,7 @@ class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
             self.reader.prefetch((self.order.state()[0] + 1) % len(self.shards.files))
         self.position = kwargs.get("state")  # where the order stands after the last batch
         self.shape = self.pipe = None
-        self.copy_probe: Callable = null_phase
+        self.copy_probe: Callable = contextlib.nullcontext
 
     def next_batch(self, global_tokens: int, seq_len: int, grad_accum_steps: int) -> tuple:
         shape = (global_tokens, seq_len, grad_accum_steps)
@@ -1049,17 +978,19 @@ class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
 
     def _restart(self, shape: tuple[int, int, int], layout: Layout) -> None:
         self._stop()
-        resume = functools.partial(
-            self.kind, self.shards, self.rank, self.world_size, self.position
-        )
-        source = _OrderFill(self.order, resume, layout, shape[1])
+        seq_len, order, position = shape[1], self.order, self.position
         self.order = None  # the first worker takes the order made at start-up; others resume
-        assemble = functools.partial(self.kind.assemble, seq_len=shape[1])
+
+        def fill(tokens: np.ndarray, cu: np.ndarray) -> tuple:  # on the worker thread
+            nonlocal order  # made there when resumed: its shard reads stay off the training thread
+            order = order or self.kind(self.shards, self.rank, self.world_size, position)
+            entries, max_seqlen = order.fill(layout, seq_len, tokens, cu)
+            return layout.tokens, entries, max_seqlen, order.state()
+
+        assemble = functools.partial(self.kind.assemble, seq_len=seq_len)
         sizes = (layout.tokens, layout.cu_entries)
         options = (self.queue_depth, self.copy_stream)
-        self.pipe = StagingPipeline(
-            source.fill, assemble, sizes, self.device, "train_prefetch", *options
-        )
+        self.pipe = StagingPipeline(fill, assemble, sizes, self.device, "train_prefetch", *options)
         self.pipe.copy_probe, self.shape = self.copy_probe, shape
 
     def _stop(self) -> None:
@@ -1072,27 +1003,13 @@ class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
         self.reader.close()
 
 
-class _OrderFill:
-    """The worker's side of a prefetching loader: an order (made on the worker when resumed, so
-    that its shard reads stay off the training thread) filling the staging buffers."""
-
-    def __init__(self, order, resume: Callable, layout: Layout, seq_len: int):
-        self.order, self.resume, self.layout, self.seq_len = order, resume, layout, seq_len
-
-    def fill(self, tokens: np.ndarray, cu: np.ndarray | None) -> tuple:
-        self.order = self.order or self.resume()
-        entries, max_seqlen = self.order.fill(self.layout, self.seq_len, tokens, cu)
-        return self.layout.tokens, entries, max_seqlen, self.order.state()
-
-
 # -----------------------------
 # DATA: THE VALIDATION SPLIT
 # -----------------------------
 
 
 class ValidationSet:
-    """The fixed validation tokens, this rank's batches of them, and the exact target token and
-    byte totals over all ranks, counted once on the CPU at start-up."""
+    """The validation tokens, this rank's batches, and exact token and byte totals of all ranks."""
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, luts: ByteLuts):
         files = list_shards(cfg.val_files)
@@ -1115,15 +1032,13 @@ class ValidationSet:
         starts = range(first, end, batch_seqs)
         self.spans = [(s * T, min(s + batch_seqs, end) * T + 1) for s in starts]
         self.max_span = batch_seqs * T + 1
-        mine = self.tokens[first * T : end * T + 1]
-        local_bytes = count_target_bytes(mine, luts) if end > first else 0
+        local_bytes = count_target_bytes(self.tokens[first * T : end * T + 1], luts)
         totals = torch.tensor([(end - first) * T, local_bytes], dtype=torch.int64, device=rt.device)
         if rt.distributed:
             dist.all_reduce(totals)
         self.target_tokens, self.target_bytes = (int(v) for v in totals.tolist())
 
     def batches(self, cfg: Hyperparameters, device: torch.device):
-        """This rank's batches as int64 (x, y) on the device."""
         if not cfg.val_prefetch:  # the baseline's loop: slice, widen, copy
             for a, b in self.spans:
                 tokens = torch.from_numpy(self.tokens[a:b].astype(np.int64))
@@ -1136,15 +1051,12 @@ class ValidationSet:
             cfg.val_prefetch_queue, cfg.val_copy_stream,
         )  # fmt: skip
         try:
-            while (batch := pipe.next_batch()) is not None:
-                yield batch
+            yield from iter(pipe.next_batch, None)
         finally:
             pipe.close()
 
 
-class _ValSpans:
-    """The validation worker's side: copy each (start, end) span of the tokens, then stop."""
-
+class _ValSpans:  # the validation worker's fill
     def __init__(self, tokens: np.ndarray, spans: list[tuple[int, int]]):
         self.tokens, self.spans = tokens, iter(spans)
 
@@ -1162,14 +1074,8 @@ class _ValSpans:
 NULL_CONTEXT = contextlib.nullcontext()
 
 
-def null_phase(*args) -> contextlib.nullcontext:
-    return NULL_CONTEXT
-
-
 class Probe:
-    """TRAINING_TIMING_BREAKDOWN: phase times of the path that actually runs, overlap on: CUDA
-    events on the stream doing the work (read once complete: no added sync), and data_wait, the
-    host time blocked in next_batch. Off, phase() is a shared no-op."""
+    """TRAINING_TIMING_BREAKDOWN: CUDA events read once complete (no sync), and data_wait's time."""
 
     PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
 
@@ -1210,8 +1116,7 @@ class Probe:
                 self.marks[name].append((start, end))
 
     def finished_lines(self, wait: bool = False) -> list[str]:
-        """Breakdown lines of the timed steps whose events have all completed (every one, waiting,
-        with wait=True): events are read only once done, so the training loop gains no sync."""
+        """Lines of the timed steps whose events have completed (all, waiting, with wait=True)."""
         lines = []
         while self.pending and (wait or self._completed(self.pending[0][1])):
             step, marks = self.pending.pop(0)
@@ -1225,8 +1130,7 @@ class Probe:
         return all(isinstance(b, float) or b.query() for pairs in marks.values() for _, b in pairs)
 
 
-def elapsed_ms(a, b) -> float:
-    """Between two host times, or two CUDA events (the second waited for, if it is not done)."""
+def elapsed_ms(a, b) -> float:  # host times, or CUDA events (waiting for the second)
     if isinstance(a, float):
         return 1000.0 * (b - a)
     b.synchronize()
@@ -1249,13 +1153,6 @@ class CastedLinear(nn.Linear):
     def forward(self, x: Tensor) -> Tensor:
         bias = self.bias.to(x.dtype) if self.bias is not None else None
         return F.linear(x, self.weight.to(x.dtype), bias)
-
-
-def restore_low_dim_params_to_fp32(module: nn.Module) -> None:
-    with torch.no_grad():
-        for name, param in module.named_parameters():
-            if (param.ndim < 2 or is_control_tensor(name)) and param.dtype != torch.float32:
-                param.data = param.data.float()
 
 
 class Rotary(nn.Module):
@@ -1384,11 +1281,11 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList([Block(cfg, attention) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm()
         self.lm_head = None
-        if not cfg.tie_embeddings:
-            self.lm_head = CastedLinear(cfg.model_dim, cfg.vocab_size, bias=False)
-            self.lm_head._zero_init = True
         if cfg.tie_embeddings:
             nn.init.normal_(self.tok_emb.weight, mean=0.0, std=cfg.tied_embed_init_std)
+        else:
+            self.lm_head = CastedLinear(cfg.model_dim, cfg.vocab_size, bias=False)
+            self.lm_head._zero_init = True
         for module in self.modules():
             if isinstance(module, nn.Linear) and getattr(module, "_zero_init", False):
                 nn.init.zeros_(module.weight)
@@ -1411,14 +1308,15 @@ class GPT(nn.Module):
 
 
 def build_model(cfg: Hyperparameters, device: torch.device, attention=sdpa_attention) -> GPT:
-    """The baseline's init and casts (same SEED, same weights): drawn on the CPU, cast to bf16,
-    Linear and small/control parameters back to fp32. On CPU all compute is fp32 (initial values
-    bf16-rounded)."""
+    """The baseline's init and casts (same SEED, same weights); on CPU all fp32, bf16-rounded."""
     model = GPT(cfg, attention).to(device).bfloat16()
     for module in model.modules():
         if isinstance(module, CastedLinear):
             module.float()
-    restore_low_dim_params_to_fp32(model)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if (param.ndim < 2 or is_control_tensor(name)) and param.dtype != torch.float32:
+                param.data = param.data.float()
     return model if device.type == "cuda" else model.float()
 
 
@@ -1439,10 +1337,8 @@ def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim
     ns = zeropower_via_newtonschulz5
     if model.tok_emb.weight.is_cuda:  # compiled on the GPU, as the baseline does
         ns = torch.compile(ns)
-    steps = cfg.muon_backend_steps
-    muon = Muon(matrix_params, cfg.matrix_lr, cfg.muon_momentum, steps, orthogonalize=ns)
-    for group in muon.param_groups:
-        group["base_lr"] = cfg.matrix_lr
+    groups = [{"params": matrix_params, "base_lr": cfg.matrix_lr}]
+    muon = Muon(groups, cfg.matrix_lr, cfg.muon_momentum, cfg.muon_backend_steps, orthogonalize=ns)
     optimizers = [adam([model.tok_emb.weight], token_lr), muon, adam(scalar_params, cfg.scalar_lr)]
     if model.lm_head is not None:
         optimizers.insert(1, adam([model.lm_head.weight], cfg.head_lr))
@@ -1478,8 +1374,7 @@ class Runtime:
 
 
 def eval_val(cfg, rt, model, val, device_luts=None) -> tuple[float, float]:
-    """val_loss in nats per token and val_bpb. Per-token losses are summed in float64, so the
-    result does not depend on how tokens are batched; token and byte totals are exact integers."""
+    """(val_loss in nats per token, val_bpb); float64 sums: the batching changes nothing."""
     model.eval()
     loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
     byte_sum = torch.zeros((), dtype=torch.int64, device=rt.device)
@@ -1489,7 +1384,10 @@ def eval_val(cfg, rt, model, val, device_luts=None) -> tuple[float, float]:
             with rt.autocast():
                 loss_sum += model(x, y, reduction="none").to(torch.float64).sum()
             if device_luts is not None:  # VAL_BYTECOUNT_DEVICE=cuda: the baseline's lookups
-                byte_sum += count_target_bytes_on_device(x, y, device_luts)
+                base_bytes, has_leading_space, is_boundary = device_luts
+                prev, tgt = x.reshape(-1), y.reshape(-1)
+                spaces = (has_leading_space[tgt] & ~is_boundary[prev]).to(torch.int64)
+                byte_sum += (base_bytes[tgt] + spaces).sum()
     model.train()
     if rt.distributed:
         dist.all_reduce(loss_sum)
@@ -1498,13 +1396,6 @@ def eval_val(cfg, rt, model, val, device_luts=None) -> tuple[float, float]:
     target_bytes = val.target_bytes if device_luts is None else int(byte_sum.item())
     val_loss = loss_sum.item() / val.target_tokens
     return val_loss, val_loss / math.log(2.0) * (val.target_tokens / target_bytes)
-
-
-def count_target_bytes_on_device(x: Tensor, y: Tensor, device_luts: tuple) -> Tensor:
-    base_bytes, has_leading_space, is_boundary = device_luts
-    prev, tgt = x.reshape(-1), y.reshape(-1)
-    spaces = (has_leading_space[tgt] & ~is_boundary[prev]).to(torch.int64)
-    return (base_bytes[tgt] + spaces).sum()
 
 
 # -----------------------------
@@ -1540,10 +1431,8 @@ def build_network(cfg: Hyperparameters, rt: Runtime) -> Network:
 
 
 class StepFence:
-    """Keeps the host at most one step ahead of the GPU: once step k is queued, wait until step
-    k-1 has finished. The GPU still has step k queued, so this wait never starves it; the clock
-    read after it has passed the GPU's end of step k-1; and queued work (and the memory it holds)
-    stays bounded. On CPU every operation is done when it returns: nothing to wait for."""
+    """Keeps the host at most one step ahead of the GPU: once step k is queued, wait for step k-1.
+    The GPU never starves, the clock has passed the end of step k-1, and queued work is bounded."""
 
     def __init__(self, cuda: bool):
         self.events = (torch.cuda.Event(), torch.cuda.Event()) if cuda else None
@@ -1558,9 +1447,7 @@ class StepFence:
 
 
 class WallclockCap:
-    """MAX_WALLCLOCK_SECONDS, decided on the same step by every rank without reading anything back
-    from a GPU: each rank's flag is all-reduced (MAX) as a CPU tensor over gloo, so a host waits
-    for the other hosts, never for its device."""
+    """MAX_WALLCLOCK_SECONDS, agreed on over gloo: a host waits for the others, never its device."""
 
     def __init__(self, seconds: float, rt: Runtime):
         self.cap_ms = 1000.0 * seconds if seconds > 0 else None
@@ -1578,9 +1465,7 @@ class WallclockCap:
 
 
 class Trainer(ClosedOnExit):
-    """The training loop and everything it keeps between steps: the step count, the clock, the
-    loader and the decision to stop. A steady-state step never waits for the GPU (StepFence,
-    WallclockCap); only the steps that log a loss or validate read results back."""
+    """The training loop: only the steps that log a loss or validate wait for the GPU."""
 
     def __init__(self, cfg, rt, net, log0, clock=time.perf_counter):
         self.cfg, self.rt, self.net = cfg, rt, net
@@ -1595,10 +1480,7 @@ class Trainer(ClosedOnExit):
         self.stopping = False  # the cap was reached: the current step is the last
         self.resume_position = None  # the loader's position in a checkpoint resumed from
 
-    # ---- the parts of a step ----
-
-    def open_loader(self, position=None) -> None:
-        """A fresh loader: the data order from its beginning, or from a checkpoint's position."""
+    def open_loader(self, position=None) -> None:  # the order from its start or from `position`
         cfg, rt = self.cfg, self.rt
         self.close()
         args = (cfg.train_files, rt.rank, rt.world_size, rt.device)
@@ -1615,8 +1497,7 @@ class Trainer(ClosedOnExit):
             self.loader.close()
         self.loader = None
 
-    def forward_backward(self) -> Tensor:
-        """Every micro-step of one step; returns the mean loss, left on the device."""
+    def forward_backward(self) -> Tensor:  # every micro-step: the mean loss, left on the device
         cfg, rt, model = self.cfg, self.rt, self.net.model
         shape = (cfg.train_batch_tokens, cfg.train_seq_len, rt.grad_accum_steps)
         train_loss = torch.zeros((), device=rt.device)
@@ -1636,27 +1517,24 @@ class Trainer(ClosedOnExit):
         with self.probe.phase("optimizer"):
             if self.cfg.grad_clip_norm > 0:
                 torch.nn.utils.clip_grad_norm_(self.net.base.parameters(), self.cfg.grad_clip_norm)
-            for opt in self.net.optimizers:
+            for opt in self.net.optimizers:  # each its own parameters: zeroed once stepped
                 opt.step()
-            self.zero_grad()
-
-    def zero_grad(self) -> None:
-        for opt in self.net.optimizers:
-            opt.zero_grad(set_to_none=True)
+                opt.zero_grad(set_to_none=True)
 
     def set_schedules(self) -> None:
         cfg = self.cfg
         elapsed, cap_ms = self.elapsed_ms(), self.cap.cap_ms
         scale = lr_multiplier(self.step, elapsed, cfg.iterations, cfg.warmdown_iters, cap_ms)
+        warmup = cfg.muon_momentum_warmup_steps
+        frac = min(self.step / warmup, 1.0) if warmup > 0 else 1.0
+        momentum = (1 - frac) * cfg.muon_momentum_warmup_start + frac * cfg.muon_momentum
         for group in self.net.muon.param_groups:
-            group["momentum"] = muon_momentum_at(self.step, cfg)
+            group["momentum"] = momentum
         for opt in self.net.optimizers:
             for group in opt.param_groups:
                 group["lr"] = group["base_lr"] * scale
 
-    # ---- the clock: training time excludes validation ----
-
-    def elapsed_ms(self) -> float:
+    def elapsed_ms(self) -> float:  # training time: validation is excluded
         return self.training_time_ms + 1000.0 * (self.clock() - self.resumed_at)
 
     def pause_clock(self) -> None:
@@ -1667,20 +1545,14 @@ class Trainer(ClosedOnExit):
         self.rt.synchronize()
         self.resumed_at = self.clock()
 
-    # ---- the phases ----
-
-    def warm_up_and_restore(self) -> None:
-        """Compile and warm the kernels on WARMUP_STEPS real steps, then put the model, the
-        optimizers and the data order back where they were "so we aren't cheating"."""
+    def warm_up_and_restore(self) -> None:  # compile, then restore "so we aren't cheating"
         cfg, net = self.cfg, self.net
         if cfg.warmup_steps == 0:
             return
         model_state = {name: t.detach().cpu().clone() for name, t in net.base.state_dict().items()}
         optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in net.optimizers]
-        net.model.train()
         self.open_loader()
-        for i in range(1, cfg.warmup_steps + 1):
-            self.zero_grad()
+        for i in range(1, cfg.warmup_steps + 1):  # update() leaves every grad None
             self.forward_backward()
             self.update()
             if cfg.warmup_steps <= 20 or i % 10 == 0 or i == cfg.warmup_steps:
@@ -1688,14 +1560,9 @@ class Trainer(ClosedOnExit):
         net.base.load_state_dict(model_state, strict=True)
         for opt, state in zip(net.optimizers, optimizer_states, strict=True):
             opt.load_state_dict(state)
-        self.zero_grad()
-        if self.rt.distributed:
-            net.model.require_backward_grad_sync = True
         self.close()
 
     def train(self, evaluate: Callable[[], tuple[float, float]]) -> None:
-        """The timed run: ITERATIONS steps or until the wall-clock cap, validating every
-        VAL_LOSS_EVERY steps and at the end with the clock paused."""
         cfg = self.cfg
         self.open_loader(self.resume_position)
         self.probe.data_wait_total_ms = 0.0
@@ -1722,7 +1589,6 @@ class Trainer(ClosedOnExit):
         cfg, step = self.cfg, self.step + 1
         self.set_schedules()
         self.probe.begin_step(step)
-        self.zero_grad()
         train_loss = self.forward_backward()
         self.update()
         self.probe.end_step(step)
@@ -1730,45 +1596,42 @@ class Trainer(ClosedOnExit):
         self.fence.pass_step()
         elapsed_ms = self.elapsed_ms()
         if cfg.train_log_every > 0 and (step <= 10 or step % cfg.train_log_every == 0):
-            self.log_train_loss(train_loss, elapsed_ms)
+            if self.rt.distributed:  # the mean of every rank's micro-batches: 1 and 8 GPUs agree
+                dist.all_reduce(train_loss)
+                train_loss /= self.rt.world_size
+            self.log0(
+                f"step:{step}/{cfg.iterations} train_loss:{train_loss.item():.4f} "
+                f"train_time:{elapsed_ms:.0f}ms step_avg:{elapsed_ms / step:.2f}ms"
+            )
         for line in self.probe.finished_lines():
             self.log0(line)
         if self.cap.reached(elapsed_ms):  # every rank agrees: this step is the last
             self.stopping = True
             self.log0(f"wallclock_cap_reached step:{step} train_time:{elapsed_ms:.0f}ms")
 
-    def log_train_loss(self, train_loss: Tensor, elapsed_ms: float) -> None:
-        if self.rt.distributed:  # the mean over every rank's micro-batches: 1 and 8 GPUs agree
-            dist.all_reduce(train_loss)
-            train_loss /= self.rt.world_size
-        self.log0(
-            f"step:{self.step}/{self.cfg.iterations} train_loss:{train_loss.item():.4f} "
-            f"train_time:{elapsed_ms:.0f}ms step_avg:{elapsed_ms / self.step:.2f}ms"
-        )
-
-    def resume(self, folder: Path, meta: dict) -> None:
-        """Model, optimizers, RNGs, step, clock and loader position of a checkpoint (after the
-        compile warm-up, which would otherwise restore the initial weights over them)."""
-        net, device = self.net, self.rt.device
-        model = load_checkpoint_file(folder / "model.pt", device)
-        mine = load_checkpoint_file(folder / f"rank_{self.rt.rank:03d}.pt", device)
-        net.base.load_state_dict(model)
+    def resume(self, checkpoint: dict) -> None:
+        """A checkpoint's state (after the warm-up, which would restore the initial weights)."""
+        net, meta, mine = self.net, checkpoint["meta"], checkpoint["mine"]
+        net.base.load_state_dict(checkpoint["model"])
         for opt, state in zip(net.optimizers, mine["optimizers"], strict=True):
             opt.load_state_dict(state)
-        set_rng_states(mine["rng"])
+        random.setstate(mine["rng"]["python"])
+        np.random.set_state(mine["rng"]["numpy"])
+        torch.set_rng_state(mine["rng"]["torch"])
+        if mine["rng"]["cuda"] is not None:
+            torch.cuda.set_rng_state_all(mine["rng"]["cuda"])
         self.resume_position = mine["loader"]
         self.step, self.stopping = meta["step"], meta["stopping"]
         self.training_time_ms = ms = meta["training_time_ms"]
-        self.log0(f"resumed_from:{folder} step:{self.step} train_time:{ms:.0f}ms")
+        self.log0(f"resumed_from:{checkpoint['folder']} step:{self.step} train_time:{ms:.0f}ms")
 
     def validate(self, evaluate: Callable[[], tuple[float, float]]) -> None:
         self.pause_clock()
         val_loss, val_bpb = evaluate()
         ms = self.training_time_ms
         self.log0(
-            f"step:{self.step}/{self.cfg.iterations} val_loss:{val_loss:.4f} "
-            f"val_bpb:{val_bpb:.4f} train_time:{ms:.0f}ms "
-            f"step_avg:{ms / max(self.step, 1):.2f}ms"
+            f"step:{self.step}/{self.cfg.iterations} val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f} "
+            f"train_time:{ms:.0f}ms step_avg:{ms / max(self.step, 1):.2f}ms"
         )
         self.resume_clock()
 
@@ -1799,11 +1662,7 @@ RESUME_KEYS = ("train_loader", "train_batch_tokens", "train_seq_len", "vocab_siz
 
 
 def save_checkpoint(trainer: Trainer) -> None:
-    """CHECKPOINT_DIR/step_<step>/: rank 0 writes model.pt and meta.json, every rank its own
-    rank_<r>.pt (optimizer states, which differ between ranks for Muon, its loader position and
-    its RNG states). All of it goes into a hidden folder that rank 0 renames once every rank has
-    written: a step_* folder is complete, a crash leaves only the hidden one. CHECKPOINT_DIR must
-    be one folder for all ranks (one node, or a shared file system)."""
+    """CHECKPOINT_DIR/step_<step>/, one for all ranks (Muon state per rank); hidden until done."""
     cfg, rt, net = trainer.cfg, trainer.rt, trainer.net
     final = Path(cfg.checkpoint_dir) / f"step_{trainer.step:06d}"
     tmp = final.with_name(f".{final.name}.tmp")
@@ -1811,14 +1670,17 @@ def save_checkpoint(trainer: Trainer) -> None:
         shutil.rmtree(tmp, ignore_errors=True)  # a crashed attempt's leftovers
         tmp.mkdir(parents=True)
     barrier(rt)
-    mine = {"optimizers": [opt.state_dict() for opt in net.optimizers], "rng": rng_states()}
-    save_checkpoint_file(tmp / f"rank_{rt.rank:03d}.pt", mine | {"loader": trainer.loader.state()})
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    rng = {"python": random.getstate(), "numpy": np.random.get_state(),
+           "torch": torch.get_rng_state(), "cuda": cuda_rng}  # fmt: skip
+    mine = {"optimizers": [opt.state_dict() for opt in net.optimizers], "rng": rng}
+    torch.save(mine | {"loader": trainer.loader.state()}, tmp / f"rank_{rt.rank:03d}.pt")
     if rt.rank == 0:
-        save_checkpoint_file(tmp / "model.pt", net.base.state_dict())
+        torch.save(net.base.state_dict(), tmp / "model.pt")  # whole once the folder is renamed
         meta = {"step": trainer.step, "training_time_ms": trainer.training_time_ms,
                 "stopping": trainer.stopping, "world_size": rt.world_size,
                 "config": {k: getattr(cfg, k) for k in RESUME_KEYS}}  # fmt: skip
-        atomic_write_bytes(tmp / "meta.json", json.dumps(meta, indent=1).encode())
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     barrier(rt)
     if rt.rank == 0:
         shutil.rmtree(final, ignore_errors=True)
@@ -1826,23 +1688,41 @@ def save_checkpoint(trainer: Trainer) -> None:
     trainer.log0(f"checkpoint:{final} step:{trainer.step}")
 
 
-def save_checkpoint_file(path: Path, obj) -> None:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    atomic_write_bytes(path, buf.getvalue())
-
-
-def load_checkpoint_file(path: Path, device):
-    """Our own files (they hold numpy state too, hence weights_only=False): trusted input."""
+def load_checkpoint_file(path: Path):
+    """Trusted files of ours (numpy state: weights_only=False), on the CPU as RNG states must."""
     try:
-        return torch.load(path, map_location=device, weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # truncated, corrupt or missing: one line, not a traceback
         raise DataError(f"{path}: unreadable checkpoint file ({type(e).__name__}: {e})") from None
 
 
+def barrier(rt: Runtime) -> None:
+    if rt.distributed:
+        dist.barrier()
+
+
+def read_checkpoint(cfg: Hyperparameters, rt: Runtime) -> dict | None:
+    """RESUME_FROM, read and checked before any heavy work. Every rank learns of any rank's error,
+    so that one bad rank file stops them all with its message (not a hang, nor a traceback)."""
+    if not cfg.resume_from:
+        return None
+    checkpoint, errors = None, [None] * rt.world_size
+    try:
+        folder, meta = read_checkpoint_meta(cfg, rt)
+        files = {"model": "model.pt", "mine": f"rank_{rt.rank:03d}.pt"}
+        checkpoint = {k: load_checkpoint_file(folder / name) for k, name in files.items()}
+        checkpoint |= {"folder": folder, "meta": meta}
+    except (ConfigError, DataError) as e:
+        errors[rt.rank] = e
+    if rt.distributed:
+        dist.all_gather_object(errors, errors[rt.rank])
+    if (error := next((e for e in errors if e is not None), None)) is not None:
+        raise error
+    return checkpoint
+
+
 def read_checkpoint_meta(cfg: Hyperparameters, rt: Runtime) -> tuple[Path, dict]:
-    """RESUME_FROM's folder (a CHECKPOINT_DIR: its latest complete step_*) and its meta.json,
-    checked against this run before any heavy work."""
+    """RESUME_FROM's folder (or its latest step_*) and its meta.json, checked against this run."""
     folder = Path(cfg.resume_from)
     if not (folder / "meta.json").is_file():
         done = sorted(p for p in folder.glob("step_*") if (p / "meta.json").is_file())
@@ -1865,25 +1745,6 @@ def read_checkpoint_meta(cfg: Hyperparameters, rt: Runtime) -> tuple[Path, dict]
     return folder, meta
 
 
-def rng_states() -> dict:
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    return {"python": random.getstate(), "numpy": np.random.get_state(),
-            "torch": torch.get_rng_state(), "cuda": cuda}  # fmt: skip
-
-
-def set_rng_states(states: dict) -> None:
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    torch.set_rng_state(states["torch"])
-    if states["cuda"] is not None:
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
-def barrier(rt: Runtime) -> None:
-    if rt.distributed:
-        dist.barrier()
-
-
 # -----------------------------
 # MAIN
 # -----------------------------
@@ -1895,8 +1756,19 @@ def configure() -> tuple[Hyperparameters, Runtime]:
     cfg = Hyperparameters.from_env(os.environ, world_size)
     rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-    if device.type == "cuda":
-        use_gpu(device)
+    if device.type == "cuda":  # this rank's GPU, with the baseline's TF32 and SDPA flash only
+        local_world = env_int("LOCAL_WORLD_SIZE", 1)  # the same on every rank: each one says it
+        if local_world > (visible := torch.cuda.device_count()):
+            raise ConfigError(
+                f"LOCAL_WORLD_SIZE={local_world}: only {visible} CUDA devices visible"
+            )
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        torch.backends.cuda.enable_flash_sdp(True)
+        torch.backends.cuda.enable_mem_efficient_sdp(False)
+        torch.backends.cuda.enable_math_sdp(False)
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if distributed:
         if device.type == "cuda":
@@ -1910,25 +1782,12 @@ def configure() -> tuple[Hyperparameters, Runtime]:
     return cfg, Runtime(rank, local_rank, world_size, accum, device, distributed)
 
 
-def use_gpu(device: torch.device) -> None:
-    """This rank's GPU, with the baseline's kernel choices: TF32, and SDPA's flash kernel only."""
-    local_world = env_int("LOCAL_WORLD_SIZE", 1)  # the same on every rank: each one says it
-    if local_world > (visible := torch.cuda.device_count()):
-        raise ConfigError(f"LOCAL_WORLD_SIZE={local_world}: only {visible} CUDA devices visible")
-    torch.cuda.set_device(device)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    torch.backends.cuda.enable_cudnn_sdp(False)
-    torch.backends.cuda.enable_flash_sdp(True)
-    torch.backends.cuda.enable_mem_efficient_sdp(False)
-    torch.backends.cuda.enable_math_sdp(False)
-
-
-def make_logger(rt: Runtime, run_id: str) -> Callable:
+def start_logs(cfg: Hyperparameters, rt: Runtime, code: str) -> Callable:
+    """log0, rank 0's logger (a no-op elsewhere); the log begins with what ran and where."""
     if rt.rank != 0:
         return lambda msg, console=True: None
     os.makedirs("logs", exist_ok=True)
-    logfile = f"logs/{run_id}.txt"
+    logfile = f"logs/{cfg.run_id}.txt"
     print(logfile)
 
     def log0(msg: str, console: bool = True) -> None:
@@ -1937,22 +1796,12 @@ def make_logger(rt: Runtime, run_id: str) -> Callable:
         with open(logfile, "a", encoding="utf-8") as f:
             print(msg, file=f)
 
-    return log0
-
-
-def nvidia_smi() -> str:
     try:
-        run = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30)
-        return run.stdout
+        smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired) as e:
-        return f"nvidia-smi: unavailable ({e})"
-
-
-def start_logs(cfg: Hyperparameters, rt: Runtime, code: str) -> Callable:
-    """Rank 0's log begins with what ran and where."""
-    log0 = make_logger(rt, cfg.run_id)
+        smi = f"nvidia-smi: unavailable ({e})"
     versions = f"Running Python {sys.version}", f"Running PyTorch {torch.__version__}"
-    for header in (code, "=" * 100, *versions, nvidia_smi(), "=" * 100):
+    for header in (code, "=" * 100, *versions, smi, "=" * 100):
         log0(header, console=False)
     log0(f"hyperparameters:{json.dumps(dataclasses.asdict(cfg), sort_keys=True)}")
     if not rt.cuda:
@@ -1965,8 +1814,7 @@ def start_logs(cfg: Hyperparameters, rt: Runtime, code: str) -> Callable:
 
 
 def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple[ValidationSet, tuple]:
-    """The tokenizer and every shard checked, the validation split loaded and its bytes counted;
-    with VAL_BYTECOUNT_DEVICE=cuda, the byte tables on the device too."""
+    """Tokenizer and shards checked, the validation split loaded, its bytes counted (or tables)."""
     if not Path(cfg.tokenizer_path).is_file():
         path = cfg.tokenizer_path
         raise DataError(f"TOKENIZER_PATH={path}: no such file (build or download the data first)")
@@ -2027,8 +1875,7 @@ def log_network(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable)
 
 
 def save_artifacts(rt: Runtime, net: Network, code: str, log0: Callable) -> bytes:
-    """final_model.pt and final_model.int8.ptz (rank 0); returns the int8 payload this rank
-    will load back: rank 0 the file as written, the others their own identical bytes."""
+    """final_model.pt and final_model.int8.ptz (rank 0); the int8 payload each rank loads back."""
     code_bytes = len(code.encode("utf-8"))
     if rt.rank == 0:
         buf = io.BytesIO()
@@ -2038,9 +1885,8 @@ def save_artifacts(rt: Runtime, net: Network, code: str, log0: Callable) -> byte
         log0(f"Serialized model: {model_bytes} bytes")
         log0(f"Code size: {code_bytes} bytes")
         if not code.startswith(PACKED_HEAD):  # the readable source: what `pack` would make of it
-            log0(
-                f"Code size if packed: {packed_code_bytes(code)} bytes (records/submission.py pack)"
-            )
+            packed = packed_code_bytes(code)
+            log0(f"Code size if packed: {packed} bytes (records/submission.py pack)")
         log0(f"Total submission size: {model_bytes + code_bytes} bytes")
     quant_raw, stats = quantize_model(net)
     if rt.rank == 0:
@@ -2053,9 +1899,8 @@ def save_artifacts(rt: Runtime, net: Network, code: str, log0: Callable) -> byte
             f"(payload:{payload} raw_torch:{len(quant_raw)} payload_ratio:{ratio:.2f}x)"
         )
         log0(f"Total submission size int8+zlib: {quant_file_bytes + code_bytes} bytes")
-    if rt.distributed:
-        dist.barrier()
-    if rt.rank == 0:  # the file as written
+    barrier(rt)
+    if rt.rank == 0:  # the file as written (other ranks: their own identical bytes)
         with open("final_model.int8.ptz", "rb") as f:
             quant_raw = zlib.decompress(f.read())
     return quant_raw
@@ -2077,13 +1922,11 @@ def load_weights(net: Network, state: dict, source: str) -> None:
 
 
 def load_for_evaluation(path: str, net: Network, evaluate: Callable, log0: Callable) -> bytes:
-    """EVAL_ONLY_PATH: an int8+zlib artifact is what the round trip scores; a final_model.pt is
-    scored as it is, then quantized as at the end of training. Returns the int8 payload."""
+    """EVAL_ONLY_PATH: a .ptz is scored by the round trip; a .pt as it is, then quantized too."""
     try:
-        blob = Path(path).read_bytes()
         if path.endswith(".ptz"):
-            return zlib.decompress(blob)
-        state = torch.load(io.BytesIO(blob), map_location="cpu")
+            return zlib.decompress(Path(path).read_bytes())
+        state = torch.load(path, map_location="cpu")
     except Exception as e:  # missing, truncated or not ours: one line
         raise DataError(f"EVAL_ONLY_PATH={path}: unreadable ({type(e).__name__}: {e})") from None
     load_weights(net, state, f"EVAL_ONLY_PATH={path}")
@@ -2110,21 +1953,11 @@ def evaluate_round_trip(
     log0(f"final_int8_zlib_roundtrip_exact val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
 
 
-def shut_down(rt: Runtime) -> None:
-    if rt.distributed:  # ordered: loaders are closed, every rank is done, then the group goes
-        dist.barrier()
-        dist.destroy_process_group()
-    if rt.cuda:  # the compile workers' atexit shutdown, which os._exit (see __main__) would skip
-        import torch._inductor.async_compile as inductor_compile
-
-        inductor_compile.shutdown_compile_workers()
-
-
 def main() -> None:
     cfg, rt = configure()
     code = Path(__file__).read_bytes().decode("utf-8")  # as counted: no newline translation
     log0 = start_logs(cfg, rt, code)
-    checkpoint = read_checkpoint_meta(cfg, rt) if cfg.resume_from else None
+    checkpoint = read_checkpoint(cfg, rt)
     val, device_luts = load_data(cfg, rt, log0)
     net = build_network(cfg, rt)
     log_network(cfg, rt, net, log0)
@@ -2135,15 +1968,22 @@ def main() -> None:
         with Trainer(cfg, rt, net, log0) as trainer:
             trainer.warm_up_and_restore()
             if checkpoint:
-                trainer.resume(*checkpoint)
+                trainer.resume(checkpoint)
             trainer.train(evaluate)
         trainer.log_summary()
         quant_raw = save_artifacts(rt, net, code, log0)
     evaluate_round_trip(quant_raw, evaluate, net, rt, log0)
-    shut_down(rt)
+    if rt.distributed:  # ordered: loaders are closed, every rank is done, then the group goes
+        dist.barrier()
+        dist.destroy_process_group()
+    if rt.cuda:  # the compile workers' atexit shutdown, which os._exit (see __main__) would skip
+        import torch._inductor.async_compile as inductor_compile
+
+        inductor_compile.shutdown_compile_workers()
 
 
 if __name__ == "__main__":
+    exit_code = 0
     try:
         main()
     except (ConfigError, DataError) as e:  # user mistakes: one clear line, not a traceback per rank
@@ -2152,11 +1992,8 @@ if __name__ == "__main__":
             time.sleep(5)
         print(f"error: {e}" if rank in ("0", "") else f"[rank {rank}] error: {e}", file=sys.stderr)
         exit_code = 2
-    else:
-        exit_code = 0
-    # Threads are joined and files closed by now. Skip the interpreter's teardown of torch's C++
-    # state: with gloo it aborts ("terminate called without an active exception") in about 1 of
-    # 25 runs of plain DDP code.
+    # Threads are joined and files closed. Skip the teardown of torch's C++ state: with gloo it
+    # aborts ("terminate called without an active exception") in about 1 of 25 DDP runs.
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

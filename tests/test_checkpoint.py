@@ -1,0 +1,478 @@
+"""Checkpoints, exact resume and evaluation-only runs (issue 15): specifications.
+
+1. A loader's state() is where its data order stands after the last batch it returned: a loader of
+   either kind (synchronous or prefetching) built with that state returns exactly the batches the
+   original would have returned next, for every order, on every rank.
+2. CHECKPOINT_EVERY=N writes complete CHECKPOINT_DIR/step_<k>/ folders; RESUME_FROM=<one of them>
+   (or the CHECKPOINT_DIR, for its latest complete one) continues the run so that every later
+   number is the one the uninterrupted run printed, exactly (CPU), whatever TRAIN_PREFETCH was in
+   either run, and also after the first run was killed with SIGKILL.
+3. A checkpoint that does not fit this run, a corrupt file, or a folder without a complete
+   checkpoint is refused with one `error:` line, no traceback through train_gpt.py.
+4. EVAL_ONLY_PATH scores final_model.int8.ptz or final_model.pt without training and prints the
+   round-trip line of the run that wrote it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from itertools import pairwise
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import train_gpt as tg
+from conftest import _SCRUB, REPO, TINY_ENV, Run, run_train
+from data.shard_io import write_shard
+
+# -----------------------------
+# 1. loader positions
+# -----------------------------
+
+WORLD_SIZE = 2
+SEQ_LEN, GRAD_ACCUM = 8, 2
+GLOBAL_TOKENS = WORLD_SIZE * GRAD_ACCUM * 2 * SEQ_LEN  # 2 sequences per rank and micro-step
+# Shards of uneven sizes; each rank of the shuffled order owns three of them.
+SHARD_SIZES = (300, 170, 410, 230, 350, 260)
+DRAWS_BEFORE, DRAWS_AFTER = 5, 80  # batches before the state is taken, then compared after it
+KINDS = ("sync", "prefetch")
+
+
+@pytest.fixture(scope="module")
+def shard_pattern(tmp_path_factory) -> str:
+    """Random tokens 2..999 with BOS (1) every 5 to 40 tokens, starting a few tokens in (docpack
+    starts at each shard's first BOS)."""
+    directory = tmp_path_factory.mktemp("shards")
+    rng = np.random.default_rng(0)
+    for k, size in enumerate(SHARD_SIZES):
+        tokens = rng.integers(2, 1000, size=size)
+        bos = np.cumsum(rng.integers(5, 40, size=size))
+        tokens[bos[bos < size]] = tg.BOS_ID
+        write_shard(directory / f"fineweb_train_{k:06d}.bin", np.array(tokens, dtype=np.uint16))
+    return str(directory / "fineweb_train_*.bin")
+
+
+def make_loader(kind: str, pattern: str, rank: int, order: str, state=None):
+    args = (pattern, rank, WORLD_SIZE, "cpu")
+    if kind == "sync":
+        return tg.DistributedTokenLoader(*args, vocab_size=None, order=order, state=state)
+    return tg.PrefetchingDistributedTokenLoader(
+        *args, vocab_size=None, order=order, state=state, queue_depth=2
+    )
+
+
+def draw(loader, n: int) -> list[tuple]:
+    return [loader.next_batch(GLOBAL_TOKENS, SEQ_LEN, GRAD_ACCUM) for _ in range(n)]
+
+
+def same_batch(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(
+        torch.equal(u, v) if isinstance(u, torch.Tensor) else u == v
+        for u, v in zip(a, b, strict=True)
+    )
+
+
+def through_a_file(state):
+    """The state as a checkpoint holds it: torch.save, then load_checkpoint_file's torch.load."""
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=False)
+
+
+def boundaries_crossed(order: str, states: list) -> int:
+    """Shard changes (stream, docpack) or fresh shuffles of all owned shards (shuffled)."""
+    if order == "shuffled":
+        left = [s[3].sum() for s in states]
+        return sum(b > a for a, b in pairwise(left))
+    return sum(a[0] != b[0] for a, b in pairwise(states))
+
+
+@pytest.mark.parametrize("resume_kind", KINDS, ids=lambda k: f"resume_{k}")
+@pytest.mark.parametrize("save_kind", KINDS, ids=lambda k: f"save_{k}")
+@pytest.mark.parametrize("order", tg.TRAIN_ORDERS)
+@pytest.mark.parametrize("rank", range(WORLD_SIZE), ids=lambda r: f"rank{r}")
+def test_a_loader_built_from_a_state_returns_the_batches_that_came_next(
+    shard_pattern, rank, order, save_kind, resume_kind
+):
+    expected, states = [], []
+    with make_loader(save_kind, shard_pattern, rank, order) as original:
+        draw(original, DRAWS_BEFORE)
+        state = through_a_file(original.state())
+        for _ in range(DRAWS_AFTER):
+            expected += draw(original, 1)
+            states.append(original.state())
+    assert boundaries_crossed(order, states) >= (1 if order == "shuffled" else 3)  # the data's
+
+    half = DRAWS_AFTER // 2
+    with make_loader(resume_kind, shard_pattern, rank, order, state=state) as resumed:
+        got = draw(resumed, half)
+        midway = through_a_file(resumed.state())  # a resumed loader's state resumes too
+        got += draw(resumed, DRAWS_AFTER - half)
+    with make_loader(save_kind, shard_pattern, rank, order, state=midway) as resumed_again:
+        got_again = draw(resumed_again, DRAWS_AFTER - half)
+    assert mismatches(got, expected) == []
+    assert mismatches(got_again, expected[half:]) == []
+
+
+def mismatches(got: list[tuple], expected: list[tuple]) -> list[int]:
+    """Indices of the batches that differ (every tensor compared with torch.equal)."""
+    return [i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if not same_batch(a, b)]
+
+
+# -----------------------------
+# 2. checkpoints and exact resume, end to end
+# -----------------------------
+
+CHECKPOINT_FILES_2_RANKS = ["meta.json", "model.pt", "rank_000.pt", "rank_001.pt"]
+META_KEYS = {"step", "training_time_ms", "stopping", "world_size", "config"}
+THIS_CONFIG = {"train_loader": "stream", "train_seq_len": 64, "train_batch_tokens": 1024,
+               "num_layers": 2, "model_dim": 64}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def stream_run(tmp_path_factory, tiny_dataset) -> Run:
+    """2 ranks, the stream order, the prefetching loader, a checkpoint every 2 of 6 steps."""
+    run = run_train(
+        tmp_path_factory.mktemp("stream"),
+        tiny_dataset,
+        TRAIN_LOADER="stream",
+        TRAIN_PREFETCH=1,
+        CHECKPOINT_EVERY=2,
+    )
+    assert run.returncode == 0, run.why()
+    return run
+
+
+@pytest.fixture(scope="module")
+def stream_resumed(tmp_path_factory, tiny_dataset, stream_run) -> Run:
+    """The stream run resumed from its step 2 with the synchronous loader."""
+    folder = stream_run.workdir / "checkpoints" / "step_000002"
+    run = run_train(
+        tmp_path_factory.mktemp("stream_resumed"),
+        tiny_dataset,
+        TRAIN_LOADER="stream",
+        TRAIN_PREFETCH=0,
+        RESUME_FROM=folder,
+    )
+    assert run.returncode == 0, run.why()
+    return run
+
+
+def test_checkpoints_are_complete_step_folders_every_n_steps(stream_run):
+    checkpoints = stream_run.workdir / "checkpoints"  # CHECKPOINT_DIR's default, in the workdir
+    names = sorted(p.name for p in checkpoints.iterdir())  # hidden .step_*.tmp ones too
+    assert names == ["step_000002", "step_000004", "step_000006"]
+    times = []
+    for k in (2, 4, 6):
+        folder = checkpoints / f"step_{k:06d}"
+        assert sorted(p.name for p in folder.iterdir()) == CHECKPOINT_FILES_2_RANKS
+        meta = json.loads((folder / "meta.json").read_text())
+        assert set(meta) == META_KEYS
+        assert (meta["step"], meta["world_size"], meta["stopping"]) == (k, 2, False)
+        assert meta["config"] | THIS_CONFIG == meta["config"]  # what a resume must match
+        times.append(meta["training_time_ms"])
+    assert 0 < times[0] < times[1] < times[2]
+    assert stream_run.lines("checkpoint:") == [
+        f"checkpoint:checkpoints/step_{k:06d} step:{k}" for k in (2, 4, 6)
+    ]
+
+
+def test_writing_checkpoints_changes_no_number(stream_run, tiny_run):
+    assert stream_run.numbers() == tiny_run.numbers()
+
+
+def test_resuming_from_a_step_folder_prints_the_uninterrupted_runs_numbers(
+    stream_run, stream_resumed
+):
+    folder = stream_run.workdir / "checkpoints" / "step_000002"
+    ms = json.loads((folder / "meta.json").read_text())["training_time_ms"]
+    assert stream_resumed.lines("resumed_from:") == [
+        f"resumed_from:{folder} step:2 train_time:{ms:.0f}ms"
+    ]
+    assert train_steps(stream_resumed) == [3, 4, 5, 6]
+    assert continuation(stream_resumed, 2) == continuation(stream_run, 2), stream_resumed.why()
+    assert final_line(stream_resumed) == final_line(stream_run)
+    first = stream_resumed.lines("step:3/6 train_loss")[0]
+    assert int(re.search(r"train_time:(\d+)ms", first).group(1)) >= int(ms)  # the clock goes on
+
+
+def test_resuming_from_a_checkpoint_dir_takes_its_latest_complete_step(
+    tmp_path, tiny_dataset, stream_run
+):
+    saved = stream_run.workdir / "checkpoints"
+    checkpoints = tmp_path / "checkpoints"
+    for k in (2, 4, 6):
+        shutil.copytree(saved / f"step_{k:06d}", checkpoints / f"step_{k:06d}")
+    (checkpoints / "step_000006" / "meta.json").unlink()  # a copy cut short: not complete
+    shutil.copytree(saved / "step_000006", checkpoints / ".step_000008.tmp")  # killed pre-rename
+    run = run_train(tmp_path / "run", tiny_dataset, TRAIN_LOADER="stream", RESUME_FROM=checkpoints)
+    assert run.returncode == 0, run.why()
+    (line,) = run.lines("resumed_from:")
+    assert line.startswith(f"resumed_from:{checkpoints / 'step_000004'} step:4 ")
+    assert train_steps(run) == [5, 6]
+    assert continuation(run, 4) == continuation(stream_run, 4)
+    assert final_line(run) == final_line(stream_run)
+
+
+def test_shuffled_order_on_one_process_resumes_exactly_with_the_other_loader(
+    tmp_path, tiny_dataset
+):
+    checkpoints = tmp_path / "elsewhere"  # CHECKPOINT_DIR, absolute
+    common = dict(nproc=1, TRAIN_LOADER="shuffled")
+    saving = dict(TRAIN_PREFETCH=0, CHECKPOINT_EVERY=2, CHECKPOINT_DIR=checkpoints)
+    full = run_train(tmp_path / "full", tiny_dataset, **common, **saving)
+    assert full.returncode == 0, full.why()
+    assert not (full.workdir / "checkpoints").exists()
+    assert full.lines("checkpoint:")[0] == f"checkpoint:{checkpoints / 'step_000002'} step:2"
+    folder = checkpoints / "step_000004"
+    assert sorted(p.name for p in folder.iterdir()) == ["meta.json", "model.pt", "rank_000.pt"]
+
+    resumed = run_train(
+        tmp_path / "resumed", tiny_dataset, **common, TRAIN_PREFETCH=1, RESUME_FROM=folder
+    )
+    assert resumed.returncode == 0, resumed.why()
+    assert train_steps(resumed) == [5, 6]
+    assert continuation(resumed, 4) == continuation(full, 4), resumed.why()
+    assert final_line(resumed) == final_line(full)
+
+
+KILL_ENV = dict(TRAIN_LOADER="stream", ITERATIONS=24, VAL_LOSS_EVERY=12)
+
+
+def test_a_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_runs_end(
+    tmp_path, tiny_dataset
+):
+    workdir = tmp_path / "killed"
+    workdir.mkdir()
+    printed = []  # whole lines only: a line cut by the kill is not one
+    with open(workdir / "stderr.txt", "w") as stderr:
+        proc = subprocess.Popen(
+            torchrun(2),
+            cwd=workdir,
+            env=train_env(tiny_dataset, RUN_ID="killed", **KILL_ENV, CHECKPOINT_EVERY=4),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+        )
+        watchdog = threading.Timer(180, kill_job, (proc.pid,))
+        watchdog.start()
+        try:
+            for line in proc.stdout:
+                printed.append(line)
+                if line.startswith("checkpoint:"):
+                    kill_job(proc.pid)
+                    break
+            printed += proc.stdout.read().splitlines(keepends=True)  # EOF: every writer is dead
+            assert proc.wait(timeout=60) == -signal.SIGKILL
+        finally:
+            watchdog.cancel()
+            if proc.poll() is None:
+                kill_job(proc.pid)
+    stdout = "".join(line for line in printed if line.endswith("\n"))
+    killed = Run(workdir, proc.returncode, stdout, "", "killed")
+    assert killed.lines("checkpoint:") and not killed.lines("final_int8"), killed.why()
+
+    uninterrupted = run_train(tmp_path / "uninterrupted", tiny_dataset, **KILL_ENV)
+    assert uninterrupted.returncode == 0, uninterrupted.why()
+    done = killed.numbers()  # writing checkpoints changed no number
+    assert done == uninterrupted.numbers()[: len(done)]
+
+    checkpoints = workdir / "checkpoints"  # the same command again, with RESUME_FROM
+    resumed = run_train(
+        workdir, tiny_dataset, RUN_ID="killed", **KILL_ENV, CHECKPOINT_EVERY=4,
+        RESUME_FROM=checkpoints,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.why()
+    (line,) = resumed.lines("resumed_from:")
+    k = int(re.match(rf"resumed_from:{re.escape(str(checkpoints))}/step_(\d{{6}}) ", line)[1])
+    assert 4 <= k <= max(train_steps(killed)) and k % 4 == 0
+    assert train_steps(resumed) == list(range(k + 1, 25))
+    assert continuation(resumed, k) == continuation(uninterrupted, k), resumed.why()
+    assert final_line(resumed) == final_line(uninterrupted)
+
+
+# -----------------------------
+# 3. refusals
+# -----------------------------
+
+
+@pytest.mark.parametrize(
+    "nproc, env, saved_and_now",
+    [
+        (2, {"TRAIN_SEQ_LEN": 32}, "TRAIN_SEQ_LEN=64, this run has 32"),
+        (2, {"NUM_LAYERS": 3}, "NUM_LAYERS=2, this run has 3"),
+        (2, {"TRAIN_LOADER": "shuffled"}, "TRAIN_LOADER=stream, this run has shuffled"),
+        (1, {}, "WORLD_SIZE=2, this run has 1"),
+    ],
+    ids=["seq_len", "num_layers", "loader", "world_size"],
+)
+def test_a_checkpoint_that_does_not_fit_this_run_is_refused(
+    tmp_path, tiny_dataset, stream_run, nproc, env, saved_and_now
+):
+    folder = stream_run.workdir / "checkpoints" / "step_000002"
+    run = run_train(tmp_path, tiny_dataset, nproc=nproc, RESUME_FROM=folder, **env)
+    assert run.returncode != 0 and not run.lines("step:")
+    assert error_lines(run) == [f"error: RESUME_FROM={folder}: saved with {saved_and_now}"]
+    assert not our_traceback(run), run.stderr
+
+
+@pytest.fixture(scope="module")
+def truncated_rank_run(tmp_path_factory, tiny_dataset, stream_run) -> tuple[Run, Path]:
+    folder = tmp_path_factory.mktemp("truncated") / "step_000002"
+    shutil.copytree(stream_run.workdir / "checkpoints" / "step_000002", folder)
+    bad = folder / "rank_001.pt"
+    bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])
+    run = run_train(folder.parent / "run", tiny_dataset, WARMUP_STEPS=0, RESUME_FROM=folder)
+    return run, bad
+
+
+def test_a_truncated_rank_file_is_refused_naming_it(truncated_rank_run):
+    run, bad = truncated_rank_run
+    assert run.returncode != 0 and not run.lines("step:3/")
+    errors = error_lines(run)
+    assert len(errors) == 1, run.stderr
+    message = f"{bad}: unreadable checkpoint file ("  # rank 1's alone: "[rank 1] error: "
+    assert re.fullmatch(rf"(\[rank 1\] )?error: {re.escape(message)}.+\)", errors[0])
+
+
+def test_a_truncated_rank_file_ends_every_rank_without_a_traceback(truncated_rank_run):
+    """Only rank 1's file is bad; rank 0 learns of it before training (no hang, no traceback)."""
+    run, _ = truncated_rank_run
+    assert not our_traceback(run), run.stderr
+
+
+def test_a_folder_without_a_complete_checkpoint_is_refused(tmp_path, tiny_dataset, stream_run):
+    checkpoints = tmp_path / "checkpoints"
+    shutil.copytree(
+        stream_run.workdir / "checkpoints" / "step_000006", checkpoints / ".step_000008.tmp"
+    )
+    (checkpoints / "step_000009").write_text("not a folder")
+    (checkpoints / "notes.txt").write_text("garbage")
+    run = run_train(tmp_path / "run", tiny_dataset, nproc=0, RESUME_FROM=checkpoints)
+    assert run.returncode == 2  # a user error, from plain python
+    assert run.stderr == (
+        f"error: RESUME_FROM={checkpoints}: no complete checkpoint (step_*/meta.json)\n"
+    )
+    assert "Traceback" not in run.stderr and not run.lines("step:")
+
+
+# -----------------------------
+# 4. evaluation-only runs
+# -----------------------------
+
+
+@pytest.mark.parametrize("artifact", ["final_model.int8.ptz", "final_model.pt"])
+def test_eval_only_prints_the_final_line_of_the_run_that_wrote_the_file(
+    tmp_path, tiny_dataset, stream_run, artifact
+):
+    path = stream_run.workdir / artifact
+    run = run_train(tmp_path, tiny_dataset, EVAL_ONLY_PATH=path)
+    assert run.returncode == 0, run.why()
+    assert not run.lines("step:") and not run.lines("warmup_step:")  # nothing trained
+    assert final_line(run) == final_line(stream_run)
+    last_val = stream_run.lines("step:6/6 val_loss:")[0]
+    scores = re.search(r"val_loss:\S+ val_bpb:\S+", last_val)[0]
+    expected = [f"eval_only path:{path} {scores}"] if artifact.endswith(".pt") else []
+    assert run.lines("eval_only") == expected  # the weights as saved score as at the end
+
+
+def test_eval_only_of_a_missing_file_is_one_error_line(tmp_path, tiny_dataset):
+    missing = tmp_path / "final_model.int8.ptz"
+    run = run_train(tmp_path, tiny_dataset, nproc=0, EVAL_ONLY_PATH=missing)
+    assert run.returncode == 2
+    assert re.fullmatch(
+        rf"error: EVAL_ONLY_PATH={re.escape(str(missing))}: unreadable \(FileNotFoundError: .+\)\n",
+        run.stderr,
+    )
+
+
+# -----------------------------
+# helpers
+# -----------------------------
+
+
+def step_of(line: str) -> int | None:
+    match = re.match(r"step:(\d+)/", line)
+    return int(match[1]) if match else None
+
+
+def train_steps(run: Run) -> list[int]:
+    return [step_of(line) for line in run.lines("step:") if " train_loss:" in line]
+
+
+def continuation(run: Run, k: int) -> list[str]:
+    """The run's computed numbers after step k (train and val lines, the final line)."""
+    return [line for line in run.numbers() if step_of(line) is None or step_of(line) > k]
+
+
+def final_line(run: Run) -> str:
+    (line,) = run.lines("final_int8_zlib_roundtrip_exact ")
+    return line
+
+
+def error_lines(run: Run) -> list[str]:
+    return [line for line in run.stderr.splitlines() if re.match(r"(\[rank \d+\] )?error:", line)]
+
+
+def our_traceback(run: Run) -> bool:
+    """A traceback through train_gpt.py (torchrun's own failure summary does not count)."""
+    return f'File "{REPO / "train_gpt.py"}"' in run.stderr
+
+
+def torchrun(nproc: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        str(REPO / "train_gpt.py"),
+    ]
+
+
+def train_env(dataset, **env) -> dict[str, str]:
+    """The environment conftest.run_train gives its runs."""
+    full = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    full.update(TINY_ENV)
+    full.update(
+        DATA_PATH=str(dataset.dataset_dir),
+        TOKENIZER_PATH=str(dataset.tokenizer_path),
+        VOCAB_SIZE=str(dataset.vocab_size),
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS="1",
+    )
+    full.update({k: str(v) for k, v in env.items()})
+    return full
+
+
+def kill_job(torchrun_pid: int) -> None:
+    """SIGKILL a torchrun job: its workers (torchrun starts each in a session of its own, out of
+    reach of a signal to torchrun's process group), then torchrun."""
+    for pid in [*children(torchrun_pid), torchrun_pid]:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def children(parent: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent:
+            found.append(int(stat.parent.name))
+    return found
