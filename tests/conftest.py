@@ -84,6 +84,30 @@ class Run:
         ]
 
 
+def train_env(dataset, **env) -> dict[str, str]:
+    """The environment of a tiny run on `dataset`: TINY_ENV, then `env`."""
+    full_env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    full_env.update(TINY_ENV)
+    full_env.update(
+        DATA_PATH=str(dataset.dataset_dir),
+        TOKENIZER_PATH=str(dataset.tokenizer_path),
+        VOCAB_SIZE=str(dataset.vocab_size),
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS="1",
+    )
+    full_env.update({k: str(v) for k, v in env.items()})
+    return full_env
+
+
+def train_command(nproc: int, script: Path | None = None) -> list[str]:
+    """train_gpt.py under torchrun with `nproc` processes, or plain python if nproc=0."""
+    script = str(script or REPO / "train_gpt.py")
+    if not nproc:
+        return [sys.executable, script]
+    run = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    return [sys.executable, *run, script]
+
+
 def run_train(
     workdir: Path, dataset, nproc: int = 2, timeout: float = 240, script: Path | None = None, **env
 ) -> Run:
@@ -91,29 +115,8 @@ def run_train(
     nproc=0."""
     workdir.mkdir(parents=True, exist_ok=True)
     run_id = env.pop("RUN_ID", f"run_{workdir.name}")
-    full_env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
-    full_env.update(TINY_ENV)
-    full_env.update(
-        DATA_PATH=str(dataset.dataset_dir),
-        TOKENIZER_PATH=str(dataset.tokenizer_path),
-        VOCAB_SIZE=str(dataset.vocab_size),
-        RUN_ID=run_id,
-        PYTHONUNBUFFERED="1",
-        OMP_NUM_THREADS="1",
-    )
-    full_env.update({k: str(v) for k, v in env.items()})
-    script = str(script or REPO / "train_gpt.py")
-    if nproc:
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc_per_node={nproc}",
-            script,
-        ]
-    else:
-        cmd = [sys.executable, script]
+    full_env = train_env(dataset, RUN_ID=run_id, **env)
+    cmd = train_command(nproc, script)
     proc = subprocess.run(
         cmd, cwd=workdir, env=full_env, capture_output=True, text=True, timeout=timeout
     )

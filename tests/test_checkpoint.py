@@ -23,7 +23,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 from itertools import pairwise
 from pathlib import Path
@@ -33,7 +32,7 @@ import pytest
 import torch
 
 import train_gpt as tg
-from conftest import _SCRUB, REPO, TINY_ENV, Run, run_train
+from conftest import REPO, Run, run_train, train_command, train_env
 from data.shard_io import write_shard
 
 # -----------------------------
@@ -259,7 +258,7 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_runs_end(
     printed = []  # whole lines only: a line cut by the kill is not one
     with open(workdir / "stderr.txt", "w") as stderr:
         proc = subprocess.Popen(
-            torchrun(2),
+            train_command(2),
             cwd=workdir,
             env=train_env(tiny_dataset, RUN_ID="killed", **KILL_ENV, CHECKPOINT_EVERY=4),
             stdout=subprocess.PIPE,
@@ -430,32 +429,6 @@ def error_lines(run: Run) -> list[str]:
 def our_traceback(run: Run) -> bool:
     """A traceback through train_gpt.py (torchrun's own failure summary does not count)."""
     return f'File "{REPO / "train_gpt.py"}"' in run.stderr
-
-
-def torchrun(nproc: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        str(REPO / "train_gpt.py"),
-    ]
-
-
-def train_env(dataset, **env) -> dict[str, str]:
-    """The environment conftest.run_train gives its runs."""
-    full = {k: v for k, v in os.environ.items() if k not in _SCRUB}
-    full.update(TINY_ENV)
-    full.update(
-        DATA_PATH=str(dataset.dataset_dir),
-        TOKENIZER_PATH=str(dataset.tokenizer_path),
-        VOCAB_SIZE=str(dataset.vocab_size),
-        PYTHONUNBUFFERED="1",
-        OMP_NUM_THREADS="1",
-    )
-    full.update({k: str(v) for k, v in env.items()})
-    return full
 
 
 def kill_job(torchrun_pid: int) -> None:
