@@ -15,25 +15,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-# A model small enough for CPU (2 cores) but exercising every path: 2 ranks x 4 micro-steps,
-# warm-up with restore, mid-run validation, the wall-clock-free schedule and warm-down.
-TINY_ENV = {
-    "NUM_LAYERS": "2",
-    "MODEL_DIM": "64",
-    "NUM_HEADS": "4",
-    "NUM_KV_HEADS": "2",
-    "MLP_MULT": "2",
-    "TRAIN_SEQ_LEN": "64",
-    "TRAIN_BATCH_TOKENS": "1024",
-    "VAL_BATCH_SIZE": "4096",
-    "ITERATIONS": "6",
-    "WARMUP_STEPS": "2",
-    "VAL_LOSS_EVERY": "3",
-    "TRAIN_LOG_EVERY": "1",
-    "WARMDOWN_ITERS": "2",
-    "MAX_WALLCLOCK_SECONDS": "0",
-    "SEED": "1337",
-}
+from records.golf.pack import TINY_RUN_ENV  # noqa: E402
+
+# The record tools' tiny model (records/golf/pack.py), run longer so that it exercises every path:
+# 2 ranks x 4 micro-steps, warm-up with restore, mid-run validation, the wall-clock-free schedule
+# and warm-down.
+TINY_ENV = TINY_RUN_ENV | {"ITERATIONS": "6", "WARMUP_STEPS": "2", "VAL_LOSS_EVERY": "3"}
 # Variables of the caller's shell that would leak into the runs.
 _SCRUB = (
     "RANK",
