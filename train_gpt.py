@@ -1656,9 +1656,13 @@ class Trainer(ClosedOnExit):
 # CHECKPOINTS
 # -----------------------------
 
-# What a checkpoint must share with the run resuming it (WORLD_SIZE is checked too)
 RESUME_KEYS = ("train_loader", "train_batch_tokens", "train_seq_len", "vocab_size", "num_layers",
                "model_dim", "num_heads", "num_kv_heads", "mlp_mult", "tie_embeddings")  # fmt: skip
+
+
+def resume_identity(cfg: Hyperparameters, rt: Runtime) -> dict:
+    """What a checkpoint must share with the run resuming it, by variable name."""
+    return {"WORLD_SIZE": rt.world_size} | {k.upper(): getattr(cfg, k) for k in RESUME_KEYS}
 
 
 def save_checkpoint(trainer: Trainer) -> None:
@@ -1678,8 +1682,7 @@ def save_checkpoint(trainer: Trainer) -> None:
     if rt.rank == 0:
         torch.save(net.base.state_dict(), tmp / "model.pt")  # whole once the folder is renamed
         meta = {"step": trainer.step, "training_time_ms": trainer.training_time_ms,
-                "stopping": trainer.stopping, "world_size": rt.world_size,
-                "config": {k: getattr(cfg, k) for k in RESUME_KEYS}}  # fmt: skip
+                "stopping": trainer.stopping, "config": resume_identity(cfg, rt)}  # fmt: skip
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     barrier(rt)
     if rt.rank == 0:
@@ -1731,16 +1734,13 @@ def read_checkpoint_meta(cfg: Hyperparameters, rt: Runtime) -> tuple[Path, dict]
         folder = done[-1]
     try:
         meta = json.loads((folder / "meta.json").read_text())
-        saved = {"WORLD_SIZE": meta["world_size"]} | {
-            k.upper(): meta["config"][k] for k in RESUME_KEYS
-        }
+        saved = dict(meta["config"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise DataError(f"{folder / 'meta.json'}: unreadable checkpoint metadata ({e})") from None
-    ours = {"WORLD_SIZE": rt.world_size} | {k.upper(): getattr(cfg, k) for k in RESUME_KEYS}
-    for name, value in saved.items():
-        if value != ours[name]:
+    for name, value in resume_identity(cfg, rt).items():
+        if saved.get(name) != value:
             raise ConfigError(
-                f"RESUME_FROM={folder}: saved with {name}={value}, this run has {ours[name]}"
+                f"RESUME_FROM={folder}: saved with {name}={saved.get(name)}, this run has {value}"
             )
     return folder, meta
 
