@@ -20,6 +20,7 @@ import functools
 import glob
 import inspect
 import io
+import itertools
 import json
 import logging
 import math
@@ -44,6 +45,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 # -----------------------------
@@ -112,6 +114,7 @@ class Hyperparameters:
     val_prefetch: bool = True
     val_prefetch_queue: int = knob(2, 1, 1024)
     val_copy_stream: bool = True
+    val_doc_attention: bool = False  # 1 = attention within documents, as docpack trains
     # cpu: counted once at start-up; cuda: the baseline's per-batch lookups on the device
     val_bytecount_device: str = knob("cpu", choices=("cpu", "cuda"))
     # observability (changes no number either)
@@ -123,7 +126,8 @@ class Hyperparameters:
     eval_only_path: str = ""  # final_model.pt or final_model.int8.ptz: evaluate, train nothing
 
     train_files = property(lambda self: os.path.join(self.data_path, "fineweb_train_*.bin"))
-    val_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_*.bin"))
+    val_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_[0-9]*.bin"))
+    val_bytes_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_bytes_*.bin"))
 
     @classmethod
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
@@ -153,9 +157,6 @@ class Hyperparameters:
              f"an even head size (RoPE)"),
             (self.num_heads % self.num_kv_heads,
              f"NUM_KV_HEADS={self.num_kv_heads}: expected a divisor of NUM_HEADS={self.num_heads}"),
-            (self.train_loader == "docpack",
-             "TRAIN_LOADER=docpack: its batches need document-masked attention, which this script "
-             "does not have yet (it would attend across documents); use stream or shuffled"),
             (self.resume_from and self.eval_only_path,
              "RESUME_FROM and EVAL_ONLY_PATH: expected at most one of them"),
             (0 < self.max_val_tokens < T,
@@ -1009,7 +1010,8 @@ class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
 
 
 class ValidationSet:
-    """The validation tokens, this rank's batches, and exact token and byte totals of all ranks."""
+    """The validation tokens, this rank's batches (with their documents' cu_seqlens, computed here
+    once, when VAL_DOC_ATTENTION=1), and exact token and byte totals of all ranks."""
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, luts: ByteLuts):
         files = list_shards(cfg.val_files)
@@ -1032,22 +1034,39 @@ class ValidationSet:
         starts = range(first, end, batch_seqs)
         self.spans = [(s * T, min(s + batch_seqs, end) * T + 1) for s in starts]
         self.max_span = batch_seqs * T + 1
-        local_bytes = count_target_bytes(self.tokens[first * T : end * T + 1], luts)
+        self.documents = None  # per batch: its cu_seqlens (unpadded to 64) and longest piece
+        order = DocPackOrder if cfg.val_doc_attention else StreamOrder
+        self.assemble = functools.partial(order.assemble, seq_len=T)
+        if cfg.val_doc_attention:
+            self.documents = [self.cut_documents(a, b) for a, b in self.spans]
+        byte_counts = read_byte_sidecars(cfg.val_bytes_files, tokens.size, cfg.val_files)
+        self.bytes_from = "sidecar" if byte_counts is not None else "tokenizer"
+        if byte_counts is None:
+            local_bytes = count_target_bytes(self.tokens[first * T : end * T + 1], luts)
+        else:  # entry i holds token i's bytes; the targets are tokens 1, 2, ...
+            local_bytes = int(byte_counts[first * T + 1 : end * T + 1].sum(dtype=np.int64))
         totals = torch.tensor([(end - first) * T, local_bytes], dtype=torch.int64, device=rt.device)
         if rt.distributed:
             dist.all_reduce(totals)
         self.target_tokens, self.target_bytes = (int(v) for v in totals.tolist())
 
+    def cut_documents(self, a: int, b: int) -> tuple[np.ndarray, int]:
+        cu = np.empty(pad_to_64(b - a), dtype=np.int32)
+        entries, longest = document_pieces(self.tokens[a : b - 1], self.seq_len, cu)
+        return cu[:entries].copy(), longest  # a copy: not a view keeping the whole buffer
+
     def batches(self, cfg: Hyperparameters, device: torch.device):
         if not cfg.val_prefetch:  # the baseline's loop: slice, widen, copy
-            for a, b in self.spans:
+            for i, (a, b) in enumerate(self.spans):
                 tokens = torch.from_numpy(self.tokens[a:b].astype(np.int64))
-                yield split_inputs_targets(tokens.to(device, non_blocking=True), self.seq_len)
+                cu, longest = self.documents[i] if self.documents else (None, 0)
+                cu = None if cu is None else torch.from_numpy(cu).to(device, non_blocking=True)
+                yield self.assemble(tokens.to(device, non_blocking=True), cu, longest)
             return
-        assemble = functools.partial(StreamOrder.assemble, seq_len=self.seq_len)
-        spans = _ValSpans(self.tokens, self.spans)
+        fill = functools.partial(self.fill, iter(range(len(self.spans))))
+        sizes = (self.max_span, pad_to_64(self.max_span) if self.documents else 0)
         pipe = StagingPipeline(
-            spans.fill, assemble, (self.max_span, 0), device, "val_prefetch",
+            fill, self.assemble, sizes, device, "val_prefetch",
             cfg.val_prefetch_queue, cfg.val_copy_stream,
         )  # fmt: skip
         try:
@@ -1055,16 +1074,28 @@ class ValidationSet:
         finally:
             pipe.close()
 
-
-class _ValSpans:  # the validation worker's fill
-    def __init__(self, tokens: np.ndarray, spans: list[tuple[int, int]]):
-        self.tokens, self.spans = tokens, iter(spans)
-
-    def fill(self, tokens: np.ndarray, cu: None) -> tuple | None:
-        if (span := next(self.spans, None)) is None:
+    def fill(self, batches, tokens: np.ndarray, cu: np.ndarray) -> tuple | None:  # on the worker
+        if (i := next(batches, None)) is None:
             return None
-        tokens[: span[1] - span[0]] = self.tokens[span[0] : span[1]]
-        return span[1] - span[0], 0, 0, None
+        a, b = self.spans[i]
+        tokens[: b - a] = self.tokens[a:b]
+        documents, longest = self.documents[i] if self.documents else ((), 0)
+        cu[: len(documents)] = documents
+        return b - a, len(documents), longest, None
+
+
+def read_byte_sidecars(pattern: str, num_tokens: int, tokens_pattern: str) -> np.ndarray | None:
+    """Per-token byte counts (CaseOps data: entry i = the UTF-8 bytes of token i), if present."""
+    files = sorted(glob.glob(pattern))
+    if not files:
+        return None
+    counts = np.concatenate([load_data_shard(f) for f in files])
+    if counts.size != num_tokens:
+        raise DataError(
+            f"{pattern}: {counts.size} byte counts for the {num_tokens} tokens of "
+            f"{tokens_pattern}: expected one per token"
+        )
+    return counts
 
 
 # -----------------------------
@@ -1177,41 +1208,106 @@ def apply_rotary_emb(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return torch.cat((x1 * cos + x2 * sin, x1 * (-sin) + x2 * cos), dim=-1)
 
 
-def sdpa_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """Causal attention on (batch, seq, heads, head_dim) tensors with grouped KV heads."""
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, docs=None) -> Tensor:
+    """Causal attention on (batch, seq, heads, head_dim) tensors with grouped KV heads; with docs
+    (segment bounds on the host: the CPU's document path), within each segment of one row."""
+    if docs is not None:
+        return torch.cat([sdpa_attention(q[:, a:b], k[:, a:b], v[:, a:b]) for a, b in docs], 1)
     gqa = k.size(2) != q.size(2)
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa).transpose(1, 2)
 
 
-def flash_attention(kernel: Callable, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    out = kernel(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
-    return out[0] if isinstance(out, tuple) else out  # some FA3 releases also return the LSE
+def segment_bounds(cu_seqlens: Tensor, max_seqlen: int, n: int) -> list[tuple[int, int]]:
+    bounds = cu_seqlens.tolist()
+    return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]  # not the padding's empties
 
 
-def select_attention(requested: str, device: torch.device) -> tuple[str, Callable]:
-    """FlashAttention-3 on Hopper, else FlashAttention-2, else PyTorch SDPA (always on CPU)."""
+def flex_attention_within(q: Tensor, k: Tensor, v: Tensor, docs=None) -> Tensor:
+    """CUDA without flash-attn: compiled flex_attention skips the blocks outside every document."""
+    if docs is None:
+        return sdpa_attention(q, k, v)
+    gqa = k.size(2) != q.size(2)
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    return flex_attention(q, k, v, block_mask=docs, enable_gqa=gqa).transpose(1, 2)
+
+
+def document_block_mask(cu_seqlens: Tensor, max_seqlen: int, n: int, block: int = 128):
+    """flex_attention's BlockMask of the segments, from a table of (n/block)^2 query/key blocks
+    (never an n x n mask): blocks sharing no segment are skipped, those inside one are full."""
+    positions = torch.arange(n, dtype=cu_seqlens.dtype, device=cu_seqlens.device)
+    segment = torch.searchsorted(cu_seqlens, positions, right=True)  # padding entries are n
+
+    def same_segment_causal(b, h, q_idx, kv_idx):
+        return (segment[q_idx] == segment[kv_idx]) & (q_idx >= kv_idx)
+
+    starts = positions[::block]  # segments only grow along the row: a block's first and last
+    first, last = segment[starts], segment[(starts + block - 1).clamp(max=n - 1)]
+    touching = (starts[:, None] >= starts[None, :]) & (first[:, None] <= last[None, :])
+    full = (starts[:, None] > starts[None, :]) & (last[:, None] == first[None, :])
+    full &= (starts + block <= n)[:, None]  # a query block cut short by n stays partial
+
+    def table(blocks: Tensor) -> tuple[Tensor, Tensor]:  # per query block: count, key blocks
+        order = torch.argsort(blocks.to(torch.int8), dim=-1, descending=True, stable=True)
+        return blocks.sum(-1, dtype=torch.int32)[None, None], order.to(torch.int32)[None, None]
+
+    partial_blocks, full_blocks = table(touching & ~full), table(full)
+    return BlockMask.from_kv_blocks(
+        *partial_blocks, *full_blocks, block, same_segment_causal, seq_lengths=(n, n)
+    )
+
+
+def flash_attention(kernels: tuple, q: Tensor, k: Tensor, v: Tensor, docs=None) -> Tensor:
+    q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()
+    if docs is None:
+        out = kernels[0](q, k, v, causal=True)
+    else:  # the varlen kernel: one packed row, tensors (tokens, heads, head_dim)
+        cu, max_seqlen = docs
+        out = kernels[1](q[0], k[0], v[0], cu, cu, max_seqlen, max_seqlen, causal=True)
+    out = out[0] if isinstance(out, tuple) else out  # some FA3 releases also return the LSE
+    return out if docs is None else out[None]
+
+
+class Attention(NamedTuple):
+    """A backend: attend(q, k, v, docs) with docs = documents(cu_seqlens, max_seqlen, n) once per
+    forward, or None for plain causal attention."""
+
+    name: str
+    attend: Callable
+    documents: Callable
+
+
+def select_attention(requested: str, device: torch.device) -> Attention:
+    """FlashAttention-3 on Hopper, else FlashAttention-2, else PyTorch SDPA (always on CPU); with
+    documents, their varlen kernels, else flex_attention (CUDA) or one SDPA per segment (CPU)."""
     cuda = device.type == "cuda"
+    keep = lambda cu, max_seqlen, n: (cu, max_seqlen)  # noqa: E731
     if cuda and requested in ("auto", "fa3") and torch.cuda.get_device_capability(device)[0] == 9:
         with contextlib.suppress(ImportError):
-            from flash_attn_interface import flash_attn_func
+            from flash_attn_interface import flash_attn_func, flash_attn_varlen_func
 
-            return "flash_attn_3", functools.partial(flash_attention, flash_attn_func)
+            kernels = (flash_attn_func, flash_attn_varlen_func)
+            return Attention("flash_attn_3", functools.partial(flash_attention, kernels), keep)
     if cuda and requested in ("auto", "fa2"):
         with contextlib.suppress(ImportError):
-            from flash_attn import flash_attn_func
+            from flash_attn import flash_attn_func, flash_attn_varlen_func
 
-            return "flash_attn_2", functools.partial(flash_attention, flash_attn_func)
+            kernels = (flash_attn_func, flash_attn_varlen_func)
+            return Attention("flash_attn_2", functools.partial(flash_attention, kernels), keep)
     if requested not in ("auto", "sdpa"):
         raise ConfigError(
             f"ATTENTION_BACKEND={requested}: not available here (needs CUDA, flash-attn, Hopper "
             f"for fa3); use auto or sdpa"
         )
-    return "sdpa", sdpa_attention
+    if cuda:
+        return Attention(
+            "sdpa documents:flex_attention", flex_attention_within, document_block_mask
+        )
+    return Attention("sdpa documents:sdpa_per_segment", sdpa_attention, segment_bounds)
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: Hyperparameters, attention: Callable):
+    def __init__(self, cfg: Hyperparameters, attend: Callable):
         super().__init__()
         dim, self.num_heads, self.num_kv_heads = cfg.model_dim, cfg.num_heads, cfg.num_kv_heads
         self.head_dim = dim // cfg.num_heads
@@ -1224,9 +1320,9 @@ class CausalSelfAttention(nn.Module):
         gains = torch.full((cfg.num_heads,), cfg.qk_gain_init, dtype=torch.float32)
         self.q_gain = nn.Parameter(gains)
         self.rotary = Rotary(self.head_dim, base=cfg.rope_base)
-        self.attention = attention
+        self.attend = attend
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, docs=None) -> Tensor:
         bsz, seqlen, dim = x.shape
         q = self.c_q(x).reshape(bsz, seqlen, self.num_heads, self.head_dim)
         k = self.c_k(x).reshape(bsz, seqlen, self.num_kv_heads, self.head_dim)
@@ -1235,7 +1331,7 @@ class CausalSelfAttention(nn.Module):
         cos, sin = self.rotary(seqlen, x.device, q.dtype)
         q, k = apply_rotary_emb(q, cos, sin), apply_rotary_emb(k, cos, sin)
         q = q * self.q_gain.to(dtype=q.dtype)[None, None, :, None]
-        return self.proj(self.attention(q, k, v).reshape(bsz, seqlen, dim))
+        return self.proj(self.attend(q, k, v, docs).reshape(bsz, seqlen, dim))
 
 
 class MLP(nn.Module):
@@ -1250,35 +1346,38 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: Hyperparameters, attention: Callable):
+    def __init__(self, cfg: Hyperparameters, attend: Callable):
         super().__init__()
         dim = cfg.model_dim
         self.attn_norm, self.mlp_norm = RMSNorm(), RMSNorm()
-        self.attn = CausalSelfAttention(cfg, attention)
+        self.attn = CausalSelfAttention(cfg, attend)
         self.mlp = MLP(dim, cfg.mlp_mult)
         self.attn_scale = nn.Parameter(torch.ones(dim, dtype=torch.float32))
         self.mlp_scale = nn.Parameter(torch.ones(dim, dtype=torch.float32))
         self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))).float())
 
-    def forward(self, x: Tensor, x0: Tensor) -> Tensor:
+    def forward(self, x: Tensor, x0: Tensor, docs=None) -> Tensor:
         mix = self.resid_mix.to(dtype=x.dtype)
         x = mix[0][None, None, :] * x + mix[1][None, None, :] * x0
-        x = x + self.attn_scale.to(dtype=x.dtype)[None, None, :] * self.attn(self.attn_norm(x))
+        attn = self.attn(self.attn_norm(x), docs)
+        x = x + self.attn_scale.to(dtype=x.dtype)[None, None, :] * attn
         return x + self.mlp_scale.to(dtype=x.dtype)[None, None, :] * self.mlp(self.mlp_norm(x))
 
 
 class GPT(nn.Module):
     """U-Net-style stack: the encoder half's outputs come back as weighted skips in the decoder."""
 
-    def __init__(self, cfg: Hyperparameters, attention: Callable = sdpa_attention):
+    def __init__(self, cfg: Hyperparameters, attention: Attention | None = None):
         super().__init__()
+        attention = attention or select_attention("sdpa", torch.device("cpu"))
+        self.documents = attention.documents
         self.tie_embeddings, self.logit_softcap = cfg.tie_embeddings, cfg.logit_softcap
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.model_dim)
         self.num_encoder_layers = cfg.num_layers // 2
         self.num_decoder_layers = cfg.num_layers - self.num_encoder_layers
         num_skips = min(self.num_encoder_layers, self.num_decoder_layers)
         self.skip_weights = nn.Parameter(torch.ones(num_skips, cfg.model_dim, dtype=torch.float32))
-        self.blocks = nn.ModuleList([Block(cfg, attention) for _ in range(cfg.num_layers)])
+        self.blocks = nn.ModuleList([Block(cfg, attention.attend) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm()
         self.lm_head = None
         if cfg.tie_embeddings:
@@ -1290,24 +1389,31 @@ class GPT(nn.Module):
             if isinstance(module, nn.Linear) and getattr(module, "_zero_init", False):
                 nn.init.zeros_(module.weight)
 
-    def forward(self, input_ids: Tensor, target_ids: Tensor, reduction: str = "mean") -> Tensor:
+    def forward(
+        self, input_ids: Tensor, target_ids: Tensor, reduction="mean", cu_seqlens=None, max_seqlen=0
+    ) -> Tensor:
+        """With cu_seqlens (one packed row), attention stays within each segment [cu[i], cu[i+1]);
+        RoPE positions stay the row's (attention only sees relative ones)."""
+        docs = None
+        if cu_seqlens is not None:  # once per forward: the backend's form of the segments
+            docs = self.documents(cu_seqlens, max_seqlen, input_ids.size(1))
         x = self.tok_emb(input_ids)
         x0 = x = F.rms_norm(x, (x.size(-1),))
         skips = []
         for i in range(self.num_encoder_layers):
-            x = self.blocks[i](x, x0)
+            x = self.blocks[i](x, x0, docs)
             skips.append(x)
         for i in range(self.num_decoder_layers):
             if skips:
                 x = x + self.skip_weights[i].to(dtype=x.dtype)[None, None, :] * skips.pop()
-            x = self.blocks[self.num_encoder_layers + i](x, x0)
+            x = self.blocks[self.num_encoder_layers + i](x, x0, docs)
         x = self.final_norm(x).reshape(-1, x.size(-1))
         logits = F.linear(x, self.tok_emb.weight) if self.lm_head is None else self.lm_head(x)
         logits = self.logit_softcap * torch.tanh(logits / self.logit_softcap)
         return F.cross_entropy(logits.float(), target_ids.reshape(-1), reduction=reduction)
 
 
-def build_model(cfg: Hyperparameters, device: torch.device, attention=sdpa_attention) -> GPT:
+def build_model(cfg: Hyperparameters, device: torch.device, attention=None) -> GPT:
     """The baseline's init and casts (same SEED, same weights); on CPU all fp32, bf16-rounded."""
     model = GPT(cfg, attention).to(device).bfloat16()
     for module in model.modules():
@@ -1373,6 +1479,15 @@ class Runtime:
             torch.cuda.synchronize(self.device)
 
 
+def document_kwargs(batch: tuple, seq_len: int) -> dict:
+    """GPT.forward's keywords for an (x, y, cu_seqlens, max_seqlen) batch, none for (x, y). The
+    bound seq_len stands for max_seqlen and cu_seqlens's length is dynamic: one compiled graph."""
+    if len(batch) == 2:
+        return {}
+    torch._dynamo.maybe_mark_dynamic(batch[2], 0)
+    return {"cu_seqlens": batch[2], "max_seqlen": seq_len}
+
+
 def eval_val(cfg, rt, model, val, device_luts=None) -> tuple[float, float]:
     """(val_loss in nats per token, val_bpb); float64 sums: the batching changes nothing."""
     model.eval()
@@ -1380,9 +1495,10 @@ def eval_val(cfg, rt, model, val, device_luts=None) -> tuple[float, float]:
     byte_sum = torch.zeros((), dtype=torch.int64, device=rt.device)
     # no_grad, not inference_mode: tensors cached here (RoPE tables) must stay usable in training
     with torch.no_grad(), contextlib.closing(val.batches(cfg, rt.device)) as batches:
-        for x, y in batches:
+        for x, y, *docs in batches:
             with rt.autocast():
-                loss_sum += model(x, y, reduction="none").to(torch.float64).sum()
+                loss = model(x, y, "none", **document_kwargs((x, y, *docs), cfg.train_seq_len))
+            loss_sum += loss.to(torch.float64).sum()
             if device_luts is not None:  # VAL_BYTECOUNT_DEVICE=cuda: the baseline's lookups
                 base_bytes, has_leading_space, is_boundary = device_luts
                 prev, tgt = x.reshape(-1), y.reshape(-1)
@@ -1416,7 +1532,7 @@ def build_network(cfg: Hyperparameters, rt: Runtime) -> Network:
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)  # every device's generator too
-    attention_name, attention = select_attention(cfg.attention_backend, rt.device)
+    attention = select_attention(cfg.attention_backend, rt.device)
     base = build_model(cfg, rt.device, attention)
     compiled = torch.compile(base, dynamic=False, fullgraph=True) if rt.cuda else base
     model = compiled
@@ -1427,7 +1543,7 @@ def build_network(cfg: Hyperparameters, rt: Runtime) -> Network:
         device_ids = [rt.local_rank] if rt.cuda else None
         model = DDP(compiled, device_ids=device_ids, **{no_sync: False})
     optimizers, muon = build_optimizers(cfg, base)
-    return Network(base, compiled, model, optimizers, muon, attention_name)
+    return Network(base, compiled, model, optimizers, muon, attention.name)
 
 
 class StepFence:
@@ -1505,9 +1621,9 @@ class Trainer(ClosedOnExit):
             if rt.distributed:  # gradients are all-reduced on the last micro-step only
                 model.require_backward_grad_sync = micro_step == rt.grad_accum_steps - 1
             with self.probe.phase("data_wait"):
-                x, y = self.loader.next_batch(*shape)
+                batch = self.loader.next_batch(*shape)
             with self.probe.phase("forward"), rt.autocast():
-                loss = model(x, y)
+                loss = model(*batch[:2], **document_kwargs(batch, cfg.train_seq_len))
             train_loss += loss.detach()
             with self.probe.phase("backward"):
                 (loss / rt.grad_accum_steps).backward()  # a power of 2: exactly loss * (1/accum)
@@ -1827,6 +1943,11 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple[Valida
     shards.check_order(cfg.train_loader, rt.world_size)  # now, not once the model is compiled
     val = ValidationSet(cfg, rt, luts)  # every val shard loaded: header, size, token ids checked
     device_luts = None
+    if cfg.val_bytecount_device == "cuda" and val.bytes_from == "sidecar":
+        raise ConfigError(
+            f"VAL_BYTECOUNT_DEVICE=cuda: counts bytes with the tokenizer, but "
+            f"{cfg.val_bytes_files} gives them per token; use VAL_BYTECOUNT_DEVICE=cpu"
+        )
     if cfg.val_bytecount_device == "cuda":
         device_luts = tuple(torch.from_numpy(t).to(rt.device) for t in luts)
     log0(f"val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path={cfg.tokenizer_path}")
@@ -1834,7 +1955,7 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple[Valida
     log0(f"train_loader:dataset:{dataset} train_shards:{len(shards.files)}")
     log0(
         f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} "
-        f"bytes:{val.target_bytes}"
+        f"bytes:{val.target_bytes} bytes_from:{val.bytes_from}"
     )
     if cfg.max_val_tokens:
         log0(

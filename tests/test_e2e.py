@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -25,7 +26,10 @@ FORMATS = {  # the baseline's lines, byte for byte (people grep them)
     "total": r"Total submission size int8\+zlib: \d+ bytes",
     "final": r"final_int8_zlib_roundtrip val_loss:\d+\.\d{4} val_bpb:\d+\.\d{4} eval_time:\d+ms",
     "exact": r"final_int8_zlib_roundtrip_exact val_loss:\d+\.\d{8} val_bpb:\d+\.\d{8}",
-    "val_loader": r"val_loader:shards pattern=\S+fineweb_val_\*\.bin tokens:\d+ bytes:\d+",
+    "val_loader": (
+        r"val_loader:shards pattern=\S+fineweb_val_\[0-9\]\*\.bin tokens:\d+ bytes:\d+ "
+        r"bytes_from:tokenizer"
+    ),
     "train_loader": r"train_loader:dataset:\S+ train_shards:\d+",
 }
 
@@ -294,10 +298,60 @@ def test_shuffled_order_numbers_do_not_depend_on_the_pipeline(
     assert run.numbers() == shuffled_run.numbers()
 
 
-def test_docpack_training_is_refused_until_document_masked_attention(tmp_path, tiny_dataset):
-    run = run_train(tmp_path / "run", tiny_dataset, TRAIN_LOADER="docpack")
-    assert run.returncode != 0 and not run.lines("step:")
-    assert "error: TRAIN_LOADER=docpack: its batches need document-masked attention" in run.stderr
+@pytest.fixture(scope="module")
+def docpack_run(tmp_path_factory, tiny_dataset):
+    run = run_train(tmp_path_factory.mktemp("docpack"), tiny_dataset, TRAIN_LOADER="docpack")
+    assert run.returncode == 0, run.why()
+    return run
+
+
+def test_docpack_order_trains_with_document_masked_attention(docpack_run, tiny_run):
+    (line,) = docpack_run.lines("train_tokens:")
+    assert " order:docpack " in line
+    (backend,) = docpack_run.lines("attention_backend:")
+    assert backend == "attention_backend:sdpa documents:sdpa_per_segment"
+    assert losses(docpack_run) != losses(tiny_run)  # other batches, another run
+    assert all(math.isfinite(v) for v in losses(docpack_run))
+    assert docpack_run.lines("val_loader:") == tiny_run.lines("val_loader:")
+
+
+@pytest.mark.parametrize(
+    "toggles",
+    [{"TRAIN_PREFETCH": 0}, {"TRAIN_PREFETCH_QUEUE": 1, "WARMUP_STEPS": 0}],
+    ids=["sync_loader", "queue1_no_warmup"],
+)
+def test_docpack_numbers_do_not_depend_on_the_pipeline(
+    tmp_path, tiny_dataset, docpack_run, toggles
+):
+    run = run_train(tmp_path / "run", tiny_dataset, TRAIN_LOADER="docpack", **toggles)
+    assert run.returncode == 0, run.why()
+    assert run.numbers() == docpack_run.numbers()
+
+
+@pytest.fixture(scope="module")
+def doc_val_run(tmp_path_factory, tiny_dataset):
+    run = run_train(tmp_path_factory.mktemp("doc_val"), tiny_dataset, VAL_DOC_ATTENTION=1)
+    assert run.returncode == 0, run.why()
+    return run
+
+
+def test_document_masked_validation_scores_the_same_tokens_and_bytes(doc_val_run, tiny_run):
+    assert doc_val_run.lines("val_loader:") == tiny_run.lines("val_loader:")
+    assert losses(doc_val_run) == losses(tiny_run)  # training is untouched
+    assert exact(doc_val_run) != exact(tiny_run)  # but attention stops at document starts
+
+
+@pytest.mark.parametrize(
+    "toggles",
+    [{"VAL_PREFETCH": 0}, {"VAL_PREFETCH_QUEUE": 1, "VAL_COPY_STREAM": 0}],
+    ids=["sync_validation", "queue1"],
+)
+def test_document_masked_validation_does_not_depend_on_the_pipeline(
+    tmp_path, tiny_dataset, doc_val_run, toggles
+):
+    run = run_train(tmp_path / "run", tiny_dataset, VAL_DOC_ATTENTION=1, **toggles)
+    assert run.returncode == 0, run.why()
+    assert run.numbers() == doc_val_run.numbers()
 
 
 def test_plain_python_runs_a_single_process(tmp_path, tiny_dataset, tiny_run):
