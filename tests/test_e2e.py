@@ -354,6 +354,37 @@ def test_document_masked_validation_does_not_depend_on_the_pipeline(
     assert run.numbers() == doc_val_run.numbers()
 
 
+def write_exact_byte_sidecar(dataset) -> None:
+    """fineweb_val_bytes_000000.bin as CaseOps data has it (entry i = token i's bytes), made here
+    from the tokenizer: a run that reads it must score exactly as one that counts with it."""
+    import numpy as np
+    import sentencepiece as spm
+
+    import train_gpt as tg
+    from data.shard_io import write_shard
+
+    sp = spm.SentencePieceProcessor(model_file=str(dataset.tokenizer_path))
+    luts = tg.build_sentencepiece_luts(sp, dataset.vocab_size)
+    files = tg.list_shards(str(Path(dataset.dataset_dir) / "fineweb_val_[0-9]*.bin"))
+    tokens = np.concatenate([tg.load_data_shard(f) for f in files]).astype(np.int64)
+    after_boundary = np.concatenate(([True], luts.is_boundary[tokens[:-1]]))
+    counts = luts.base_bytes[tokens] + (luts.has_leading_space[tokens] & ~after_boundary)
+    write_shard(Path(dataset.dataset_dir) / "fineweb_val_bytes_000000.bin", counts)
+
+
+def test_byte_sidecars_score_exactly_as_the_tokenizer_counts(tmp_path, tiny_dataset, tiny_run):
+    dataset = copy_dataset(tiny_dataset, tmp_path)
+    write_exact_byte_sidecar(dataset)
+    run = run_train(tmp_path / "run", dataset)
+    assert run.returncode == 0, run.why()
+    ours, theirs = (re.sub(r"pattern=\S+", "", r.lines("val_loader:")[0]) for r in (run, tiny_run))
+    assert ours == theirs.replace("bytes_from:tokenizer", "bytes_from:sidecar")
+    assert run.numbers()[1:] == tiny_run.numbers()[1:]  # all but the val_loader line
+    refused = run_train(tmp_path / "refused", dataset, VAL_BYTECOUNT_DEVICE="cuda")
+    assert refused.returncode != 0 and not refused.lines("step:")
+    assert "error: VAL_BYTECOUNT_DEVICE=cuda: counts bytes with the tokenizer" in refused.stderr
+
+
 def test_plain_python_runs_a_single_process(tmp_path, tiny_dataset, tiny_run):
     run = run_train(tmp_path / "plain", tiny_dataset, nproc=0)
     assert run.returncode == 0, run.why()
