@@ -18,6 +18,7 @@ import copy
 import dataclasses
 import functools
 import glob
+import importlib
 import inspect
 import io
 import itertools
@@ -1228,7 +1229,7 @@ def flex_attention_within(q: Tensor, k: Tensor, v: Tensor, docs=None) -> Tensor:
     if docs is None:
         return sdpa_attention(q, k, v)
     gqa = k.size(2) != q.size(2)
-    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    q, k, v = (t.transpose(1, 2).to(v.dtype) for t in (q, k, v))  # bf16, as SDPA autocasts
     return flex_attention(q, k, v, block_mask=docs, enable_gqa=gqa).transpose(1, 2)
 
 
@@ -1281,19 +1282,15 @@ def select_attention(requested: str, device: torch.device) -> Attention:
     """FlashAttention-3 on Hopper, else FlashAttention-2, else PyTorch SDPA (always on CPU); with
     documents, their varlen kernels, else flex_attention (CUDA) or one SDPA per segment (CPU)."""
     cuda = device.type == "cuda"
+    hopper = cuda and torch.cuda.get_device_capability(device)[0] == 9
     keep = lambda cu, max_seqlen, n: (cu, max_seqlen)  # noqa: E731
-    if cuda and requested in ("auto", "fa3") and torch.cuda.get_device_capability(device)[0] == 9:
-        with contextlib.suppress(ImportError):
-            from flash_attn_interface import flash_attn_func, flash_attn_varlen_func
-
-            kernels = (flash_attn_func, flash_attn_varlen_func)
-            return Attention("flash_attn_3", functools.partial(flash_attention, kernels), keep)
-    if cuda and requested in ("auto", "fa2"):
-        with contextlib.suppress(ImportError):
-            from flash_attn import flash_attn_func, flash_attn_varlen_func
-
-            kernels = (flash_attn_func, flash_attn_varlen_func)
-            return Attention("flash_attn_2", functools.partial(flash_attention, kernels), keep)
+    for version, module, usable in ((3, "flash_attn_interface", hopper), (2, "flash_attn", cuda)):
+        if usable and requested in ("auto", f"fa{version}"):
+            with contextlib.suppress(ImportError):
+                lib = importlib.import_module(module)
+                kernels = (lib.flash_attn_func, lib.flash_attn_varlen_func)
+                label = f"flash_attn_{version} documents:flash_attn_{version}_varlen"
+                return Attention(label, functools.partial(flash_attention, kernels), keep)
     if requested not in ("auto", "sdpa"):
         raise ConfigError(
             f"ATTENTION_BACKEND={requested}: not available here (needs CUDA, flash-attn, Hopper "

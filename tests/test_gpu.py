@@ -4,6 +4,7 @@ runs. Skipped without CUDA."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 
 import numpy as np
@@ -163,3 +164,76 @@ def test_steady_state_training_steps_never_wait_on_the_gpu(tmp_path):
         finally:
             torch.cuda.set_sync_debug_mode("default")
         assert trainer.step == 42 and not trainer.stopping
+
+
+def cuda_backends() -> list[tg.Attention]:
+    """Every document path this GPU has: the automatic choice, and flex_attention."""
+    chosen = tg.select_attention("auto", torch.device("cuda"))
+    flex = tg.Attention("flex", tg.flex_attention_within, tg.document_block_mask)
+    return [chosen] if chosen.attend is tg.flex_attention_within else [chosen, flex]
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_compiled_document_attention_gives_each_segment_its_own_loss(which):
+    """bf16 under autocast, compiled as training runs it: packed == each segment alone (to bf16
+    rounding), != causal over the row; gradients flow; new segment counts compile nothing."""
+    from torch._dynamo.utils import counters
+
+    backends = cuda_backends()
+    if which >= len(backends):
+        pytest.skip("the automatic choice is flex_attention already")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    cfg = tg.Hyperparameters(num_layers=2, model_dim=128, num_heads=4, num_kv_heads=2)
+    model = tg.build_model(cfg, torch.device("cuda"), backends[which])
+    for p in model.parameters():  # zero-initialised projections would hide attention
+        torch.nn.init.normal_(p, std=0.02)
+    compiled = torch.compile(model, dynamic=False, fullgraph=True)
+    n, g = 4096, torch.Generator(device="cuda").manual_seed(1)
+    x, y = (torch.randint(0, 1024, (1, n), device="cuda", generator=g) for _ in range(2))
+
+    def losses(bounds, seq_len=1024):
+        cu = bounds + [n] * (tg.pad_to_64(len(bounds) + 1) - len(bounds))
+        batch = (x, y, torch.tensor(cu, dtype=torch.int32, device="cuda"), 0)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return compiled(x, y, "none", **tg.document_kwargs(batch, seq_len)).float()
+
+    # compile, then the cached RoPE table's recompile (pieces stay <= max_seqlen, 1024)
+    for bounds in ([0, 1000, 2000, 3000, 4000], [0, 5, 900, 1900, 2900, 3900]):
+        losses(bounds).mean().backward()
+    graphs = counters["stats"]["unique_graphs"]
+    bounds = [0, 1, 700, 1700, 2600, 3100, 3101, 4000]
+    packed = losses(bounds)
+    packed.mean().backward()
+    assert counters["stats"]["unique_graphs"] == graphs, "a recompile for a new segment count"
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        pieces = itertools.pairwise([*bounds, n])
+        alone = torch.cat([model(x[:, a:b], y[:, a:b], "none").float() for a, b in pieces])
+        dense = model(x, y, "none").float()
+    assert (packed - alone).abs().max() < 0.05
+    assert (dense[1000:] - alone[1000:]).abs().max() > 0.1
+    assert all(p.grad is not None and p.grad.isfinite().all() for p in model.parameters())
+
+
+def test_compiled_docpack_gpu_run_is_identical_with_and_without_prefetch(tmp_path, tiny_dataset):
+    runs = [
+        run_train(
+            tmp_path / f"p{p}",
+            tiny_dataset,
+            nproc=1,
+            TRAIN_LOADER="docpack",
+            VAL_DOC_ATTENTION=1,
+            TRAIN_PREFETCH=p,
+            VAL_PREFETCH=p,
+            TORCH_LOGS="recompiles",
+        )
+        for p in (0, 1)
+    ]
+    for run in runs:
+        assert run.returncode == 0, run.why()
+        assert "documents:" in run.lines("attention_backend:")[0]
+    exact = "final_int8_zlib_roundtrip_exact"
+    four = [[n for n in run.numbers() if not n.startswith(exact)] for run in runs]
+    assert four[0] == four[1]
+    # the warm-up's RoPE-table recompile of training and of evaluation, never one per batch
+    assert runs[1].stderr.count("Recompiling function forward") <= 2, runs[1].stderr[-3000:]
