@@ -247,6 +247,20 @@ def test_shuffled_order_on_one_process_resumes_exactly_with_the_other_loader(
     assert final_line(resumed) == final_line(full)
 
 
+def test_docpack_training_resumes_exactly_with_the_other_loader(tmp_path, tiny_dataset):
+    common = dict(TRAIN_LOADER="docpack", VAL_DOC_ATTENTION=1)
+    full = run_train(tmp_path / "full", tiny_dataset, **common, CHECKPOINT_EVERY=2)
+    assert full.returncode == 0, full.why()
+    folder = full.workdir / "checkpoints" / "step_000004"
+    resumed = run_train(
+        tmp_path / "resumed", tiny_dataset, **common, TRAIN_PREFETCH=0, RESUME_FROM=folder
+    )
+    assert resumed.returncode == 0, resumed.why()
+    assert train_steps(resumed) == [5, 6]
+    assert continuation(resumed, 4) == continuation(full, 4), resumed.why()
+    assert final_line(resumed) == final_line(full)
+
+
 KILL_ENV = dict(TRAIN_LOADER="stream", ITERATIONS=24, VAL_LOSS_EVERY=12)
 
 
