@@ -54,7 +54,7 @@ _REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(_REPO_ROOT) not in sys.path:  # run as a script, data/ is on sys.path but not the repo
     sys.path.insert(0, str(_REPO_ROOT))
 
-from data.shard_io import shard_name, trainer_shard_reader, write_shard  # noqa: E402
+from data.shard_io import check_shard_header, shard_name, write_shard  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # DEFAULTS
@@ -325,13 +325,15 @@ def build_info_mismatch(dataset_dir: Path, tokenizer_path: Path, recipe: dict) -
         return "it was built with different options"
     if not tokenizer_path.is_file() or sha256_file(tokenizer_path) != info["tokenizer"]["sha256"]:
         return f"{tokenizer_path} is missing or is not the one these shards were made with"
-    read_shard_header = trainer_shard_reader()
     for record in info["shards"]:
         path = dataset_dir / record["file"]
         try:
-            if read_shard_header(path) != record["tokens"] or sha256_file(path) != record["sha256"]:
+            if (
+                check_shard_header(path) != record["tokens"]
+                or sha256_file(path) != record["sha256"]
+            ):
                 return f"{path} does not match {BUILD_INFO}"
-        except (OSError, ValueError) as exc:  # train_gpt.DataError is a ValueError
+        except (OSError, ValueError) as exc:  # shard_io.ShardError is a ValueError
             return f"{path}: {exc}"
     expected = {r["file"] for r in info["shards"]}
     strays = sorted(p.name for p in dataset_dir.glob("fineweb_*.bin") if p.name not in expected)
@@ -504,10 +506,10 @@ def build(
 
 
 def verify_shards(directory: Path, shards: list[dict]) -> None:
-    """Every shard passes the trainer's own header check before anything is published."""
-    read_shard_header = trainer_shard_reader()
+    """Every shard passes the header check (the same as the trainer's) before anything is
+    published."""
     for record in shards:
-        if read_shard_header(directory / record["file"]) != record["tokens"]:
+        if check_shard_header(directory / record["file"]) != record["tokens"]:
             raise BuildError(f"{record['file']}: header disagrees with the tokens written")
 
 

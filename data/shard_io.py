@@ -1,32 +1,41 @@
-"""Write token shards in the challenge's binary format, and find the trainer's reader.
+"""Write token shards in the challenge's binary format, and check a shard's header.
 
 A shard is a 256-int32 little-endian header (magic 20240520, version 1, token count, zeros)
-followed by that many little-endian uint16 tokens, so its size is 1024 + 2 * count bytes.
+followed by that many little-endian uint16 values, so its size is 1024 + 2 * count bytes. The
+val-bytes sidecars of some datasets (fineweb_val_bytes_*.bin: entry i is the UTF-8 byte count
+of val token i) use the same format.
 
-    from data.shard_io import write_shard, shard_name
+    from data.shard_io import write_shard, shard_name, check_shard_header
     write_shard(dataset_dir / shard_name("train", 0), range(1000))   # consecutive integers
+    check_shard_header(dataset_dir / shard_name("train", 0))          # -> 1000
 
-Reading and checking shards is train_gpt.py's job (`read_shard_header`, `load_data_shard`):
-`trainer_shard_reader()` returns its header check so the data tools verify shards with exactly
-the code the trainer will run, instead of a second copy that could drift.
+check_shard_header uses the standard library only: the downloader calls it on a fresh machine,
+before torch (which train_gpt.py imports) or even numpy is installed. It accepts and rejects
+exactly what train_gpt.read_shard_header does; tests/test_data_tools.py checks that the two
+agree. numpy is imported only by the writer.
 """
 
 from __future__ import annotations
 
 import os
-import sys
+import struct
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
 HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
-MAX_TOKEN = np.iinfo(np.uint16).max
-REPO_ROOT = Path(__file__).resolve().parent.parent
+MAX_TOKEN = 0xFFFF  # tokens are stored as uint16
+
+
+class ShardError(ValueError):
+    """A file that is not a valid shard; the message names the file and what is wrong."""
 
 
 def shard_name(split: str, index: int) -> str:
@@ -36,15 +45,41 @@ def shard_name(split: str, index: int) -> str:
     return f"fineweb_{split}_{index:06d}.bin"
 
 
-def shard_header(num_tokens: int) -> np.ndarray:
-    """The 256-int32 header for a shard of `num_tokens` tokens."""
-    header = np.zeros(HEADER_INTS, dtype="<i4")
-    header[0], header[1], header[2] = SHARD_MAGIC, SHARD_VERSION, num_tokens
-    return header
+def check_shard_header(path: str | os.PathLike) -> int:
+    """Check a shard's header and file size (no tokens read); return its token count.
+    Raises ShardError naming the file: unreadable, truncated header, bad magic or version,
+    or a size other than 1024 + 2 * count."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            header = f.read(HEADER_BYTES)
+    except OSError as exc:
+        raise ShardError(f"{path}: cannot read shard ({exc.strerror or exc})") from exc
+    if len(header) < HEADER_BYTES:
+        raise ShardError(f"{path}: truncated header: {size} bytes, a shard has {HEADER_BYTES}")
+    magic, version, num_tokens = struct.unpack_from("<3i", header)
+    if magic != SHARD_MAGIC:
+        raise ShardError(f"{path}: bad magic {magic} (expected {SHARD_MAGIC}): not a token shard")
+    if version != SHARD_VERSION:
+        raise ShardError(f"{path}: unsupported shard version {version} (expected {SHARD_VERSION})")
+    expected = HEADER_BYTES + 2 * num_tokens
+    if num_tokens < 0 or size != expected:
+        raise ShardError(
+            f"{path}: size mismatch: {num_tokens} tokens need {expected} bytes, the file has {size}"
+        )
+    return num_tokens
+
+
+def shard_header(num_tokens: int) -> bytes:
+    """The 256-int32 little-endian header for a shard of `num_tokens` tokens."""
+    return struct.pack(f"<3i{HEADER_BYTES - 12}x", SHARD_MAGIC, SHARD_VERSION, num_tokens)
 
 
 def as_uint16_tokens(tokens: Iterable[int] | np.ndarray) -> np.ndarray:
     """Tokens as little-endian uint16, refusing values that would wrap around silently."""
+    import numpy as np
+
     arr = np.asarray(tokens if isinstance(tokens, np.ndarray) else list(tokens))
     if arr.ndim != 1:
         raise ValueError(f"tokens must be one-dimensional, got shape {arr.shape}")
@@ -67,7 +102,7 @@ def write_shard(path: str | os.PathLike, tokens: Iterable[int] | np.ndarray) -> 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(shard_header(data.size).tobytes())
+            f.write(shard_header(data.size))
             f.write(data.tobytes())
         os.chmod(tmp, 0o644)  # mkstemp makes 0600 files; shards are meant to be shared
         os.replace(tmp, path)
@@ -75,16 +110,3 @@ def write_shard(path: str | os.PathLike, tokens: Iterable[int] | np.ndarray) -> 
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
-
-
-def trainer_shard_reader() -> Callable[[str | os.PathLike], int]:
-    """train_gpt.read_shard_header (path -> token count, raises train_gpt.DataError)."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    try:
-        from train_gpt import read_shard_header
-    except ImportError as exc:
-        raise ImportError(
-            f"cannot import read_shard_header from {REPO_ROOT / 'train_gpt.py'}: {exc}"
-        ) from exc
-    return read_shard_header

@@ -25,7 +25,7 @@ if str(REPO_ROOT) not in sys.path:
 import train_gpt  # noqa: E402
 from data import build_local_dataset as builder  # noqa: E402
 from data import download_fineweb as downloader  # noqa: E402
-from data.shard_io import shard_name, write_shard  # noqa: E402
+from data.shard_io import ShardError, check_shard_header, shard_name, write_shard  # noqa: E402
 
 TINY = dict(max_text_bytes=1_000_000, shard_tokens=100_000, progress=False, log=None)
 
@@ -89,6 +89,56 @@ def test_write_shard_replaces_atomically_leaving_no_temp_files(tmp_path):
 def test_shard_names_follow_the_challenge_pattern():
     assert shard_name("train", 3) == "fineweb_train_000003.bin"
     assert shard_name("val", 0) == "fineweb_val_000000.bin"
+
+
+def with_int(raw: bytes, offset: int, value: int) -> bytes:
+    return raw[:offset] + value.to_bytes(4, "little", signed=True) + raw[offset + 4 :]
+
+
+# How a good 100-token shard is damaged, and the word shard_io's message must contain (None:
+# still a valid shard).
+SHARD_DAMAGE = {
+    "good": (lambda raw: raw, None),
+    "bad_magic": (lambda raw: with_int(raw, 0, 12345), "bad magic"),
+    "bad_version": (lambda raw: with_int(raw, 4, 2), "version"),
+    "truncated_header": (lambda raw: raw[:1000], "truncated header"),
+    "empty_file": (lambda raw: b"", "truncated header"),
+    "one_token_short": (lambda raw: raw[:-2], "size mismatch"),
+    "one_token_long": (lambda raw: raw + b"\0\0", "size mismatch"),
+    "negative_count": (lambda raw: with_int(raw, 8, -1), "size mismatch"),
+    "count_too_big": (lambda raw: with_int(raw, 8, 101), "size mismatch"),
+}
+
+
+@pytest.mark.parametrize("case", SHARD_DAMAGE)
+def test_shard_io_header_check_agrees_with_the_trainer(tmp_path, case):
+    """check_shard_header (stdlib only, for the downloader) accepts and rejects exactly what
+    train_gpt.read_shard_header does, and names the file and the fault."""
+    damage, expected_fault = SHARD_DAMAGE[case]
+    raw = write_shard(tmp_path / "good.bin", range(100)).read_bytes()
+    path = tmp_path / "s.bin"
+    path.write_bytes(damage(raw))
+    if expected_fault is None:
+        assert check_shard_header(path) == train_gpt.read_shard_header(path) == 100
+        return
+    with pytest.raises(train_gpt.DataError):
+        train_gpt.read_shard_header(path)
+    with pytest.raises(ShardError) as caught:
+        check_shard_header(path)
+    assert str(path) in str(caught.value) and expected_fault in str(caught.value)
+
+
+def test_shard_io_header_check_names_a_missing_file(tmp_path):
+    path = tmp_path / "missing.bin"
+    with pytest.raises(train_gpt.DataError):
+        train_gpt.read_shard_header(path)
+    with pytest.raises(ShardError, match=r"missing\.bin: cannot read shard"):
+        check_shard_header(path)
+
+
+def test_shard_io_header_check_returns_the_count_of_an_empty_shard(tmp_path):
+    path = write_shard(tmp_path / "s.bin", [])
+    assert check_shard_header(path) == train_gpt.read_shard_header(path) == 0
 
 
 # ---------------------------------------------------------------------------------------------
