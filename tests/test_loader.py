@@ -820,7 +820,7 @@ def test_validation_batches_are_the_same_with_and_without_prefetch(
     want = expected_val_batches(sum(VAL_SIZES), VAL_FIRST, world_size, rank)
     assert len(want) >= 3 and int(want[-1][-1]) <= 65535
 
-    fillers, fill = set(), tg._ValSpans.fill  # which threads copy the spans into staging buffers
+    fillers, fill = set(), tg.ValidationSet.fill  # the threads that copy spans into staging
 
     def recording_fill(self, *args):
         fillers.add(threading.current_thread().name)
@@ -830,7 +830,7 @@ def test_validation_batches_are_the_same_with_and_without_prefetch(
         return [token_run(x, y).clone() for x, y in val.batches(cfg, CPU)]
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tg._ValSpans, "fill", recording_fill)
+        patch.setattr(tg.ValidationSet, "fill", recording_fill)
         got = ok(consume, "a full validation pass")
     assert fillers == ({VAL_THREAD} if prefetch else set()), fillers
     assert len(got) == len(want)
