@@ -1167,15 +1167,14 @@ class Rotary(nn.Module):
         super().__init__()
         inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
-        self._cache: tuple[int, torch.device, Tensor, Tensor] | None = None
 
-    def forward(self, seq_len: int, device: torch.device, dtype: torch.dtype):
-        if self._cache is None or self._cache[0] != seq_len or self._cache[1] != device:
-            t = torch.arange(seq_len, device=device, dtype=self.inv_freq.dtype)
-            freqs = torch.outer(t, self.inv_freq.to(device))
-            cos, sin = freqs.cos()[None, :, None, :], freqs.sin()[None, :, None, :]
-            self._cache = (seq_len, device, cos, sin)
-        return self._cache[2].to(dtype=dtype), self._cache[3].to(dtype=dtype)
+    def forward(self, seq_len: int, device: torch.device, dtype: torch.dtype, packed: bool):
+        # Positions in inv_freq's dtype, as the baseline (bf16 on the GPU: 257 becomes 256), but
+        # exact in a packed row of up to 65,536 tokens: a document must not depend on its place.
+        # Not cached: compiled, these are a few fused kernels, and a cache would cost a recompile.
+        kind = torch.float32 if packed else self.inv_freq.dtype
+        freqs = torch.outer(torch.arange(seq_len, device=device, dtype=kind), self.inv_freq)
+        return freqs.cos()[None, :, None, :].to(dtype), freqs.sin()[None, :, None, :].to(dtype)
 
 
 def apply_rotary_emb(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -1185,26 +1184,19 @@ def apply_rotary_emb(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, docs=None) -> Tensor:
-    """Causal attention on (batch, seq, heads, head_dim) tensors with grouped KV heads; with docs
-    (segment bounds on the host: the CPU's document path), within each segment of one row."""
-    if docs is not None:
-        return torch.cat([sdpa_attention(q[:, a:b], k[:, a:b], v[:, a:b]) for a, b in docs], 1)
+    """Causal attention on (batch, seq, heads, head_dim) tensors with grouped KV heads (SDPA); in
+    one row's documents, flex_attention given a BlockMask (CUDA), else SDPA per segment (CPU)."""
+    if docs is not None and not isinstance(docs, BlockMask):  # (cu_seqlens, max_seqlen)
+        bounds = docs[0].tolist()  # on the host, which the CPU is
+        pieces = [(a, b) for a, b in itertools.pairwise(bounds) if b > a]  # padding: empty ones
+        return torch.cat([sdpa_attention(q[:, a:b], k[:, a:b], v[:, a:b]) for a, b in pieces], 1)
     gqa = k.size(2) != q.size(2)
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa).transpose(1, 2)
-
-
-def segment_bounds(cu_seqlens: Tensor, max_seqlen: int, n: int) -> list[tuple[int, int]]:
-    bounds = cu_seqlens.tolist()
-    return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]  # not the padding's empties
-
-
-def flex_attention_within(q: Tensor, k: Tensor, v: Tensor, docs=None) -> Tensor:
-    """CUDA without flash-attn: compiled flex_attention skips the blocks outside every document."""
     if docs is None:
-        return sdpa_attention(q, k, v)
-    gqa = k.size(2) != q.size(2)
-    q, k, v = (t.transpose(1, 2).to(v.dtype) for t in (q, k, v))  # bf16, as SDPA autocasts
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa).transpose(
+            1, 2
+        )
+    q, k = q.to(v.dtype), k.to(v.dtype)  # bf16 under autocast, as SDPA casts them
     return flex_attention(q, k, v, block_mask=docs, enable_gqa=gqa).transpose(1, 2)
 
 
@@ -1271,11 +1263,9 @@ def select_attention(requested: str, device: torch.device) -> Attention:
             f"ATTENTION_BACKEND={requested}: not available here (needs CUDA, flash-attn, Hopper "
             f"for fa3); use auto or sdpa"
         )
-    if cuda:
-        return Attention(
-            "sdpa documents:flex_attention", flex_attention_within, document_block_mask
-        )
-    return Attention("sdpa documents:sdpa_per_segment", sdpa_attention, segment_bounds)
+    if cuda:  # compiled, flex_attention skips the blocks that no document spans
+        return Attention("sdpa documents:flex_attention", sdpa_attention, document_block_mask)
+    return Attention("sdpa documents:sdpa_per_segment", sdpa_attention, keep)
 
 
 class CausalSelfAttention(nn.Module):
@@ -1300,7 +1290,7 @@ class CausalSelfAttention(nn.Module):
         k = self.c_k(x).reshape(bsz, seqlen, self.num_kv_heads, self.head_dim)
         v = self.c_v(x).reshape(bsz, seqlen, self.num_kv_heads, self.head_dim)
         q, k = F.rms_norm(q, (q.size(-1),)), F.rms_norm(k, (k.size(-1),))
-        cos, sin = self.rotary(seqlen, x.device, q.dtype)
+        cos, sin = self.rotary(seqlen, x.device, q.dtype, packed=docs is not None)
         q, k = apply_rotary_emb(q, cos, sin), apply_rotary_emb(k, cos, sin)
         q = q * self.q_gain.to(dtype=q.dtype)[None, None, :, None]
         return self.proj(self.attend(q, k, v, docs).reshape(bsz, seqlen, dim))
@@ -1463,7 +1453,6 @@ def eval_val(cfg, rt, model, val, device_luts=None) -> tuple[float, float]:
     model.eval()
     loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
     byte_sum = torch.zeros((), dtype=torch.int64, device=rt.device)
-    # no_grad, not inference_mode: tensors cached here (RoPE tables) must stay usable in training
     with torch.no_grad(), contextlib.closing(val.batches(cfg, rt.device)) as batches:
         for x, y, *docs in batches:
             with rt.autocast():

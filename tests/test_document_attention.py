@@ -35,7 +35,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without to
 SEGMENTS = [5, 17, 1, 30, 11]  # one row of 64 tokens: a 1-token segment, one longer than 16
 SEQ_LEN = 32
 CPU = torch.device("cpu")
-FLEX = tg.Attention("flex", tg.flex_attention_within, tg.document_block_mask)
+FLEX = tg.Attention("flex", tg.sdpa_attention, tg.document_block_mask)  # CUDA's, on the CPU
 
 
 def tiny_cfg(**overrides) -> tg.Hyperparameters:
@@ -110,7 +110,24 @@ def test_cpu_backend_is_sdpa_with_one_call_per_segment():
     attention = tg.select_attention("auto", CPU)
     assert attention.name == "sdpa documents:sdpa_per_segment"
     cu = padded_cu([0, 3, 3, 10], 12)  # an empty segment, then the padding's empty ones
-    assert attention.documents(cu, 8, 12) == [(0, 3), (3, 10), (10, 12)]
+    q, k, v = torch.randn(1, 12, 4, 8), torch.randn(1, 12, 2, 8), torch.randn(1, 12, 2, 8)
+    got = attention.attend(q, k, v, attention.documents(cu, 8, 12))
+    want = [
+        tg.sdpa_attention(q[:, a:b], k[:, a:b], v[:, a:b]) for a, b in [(0, 3), (3, 10), (10, 12)]
+    ]
+    assert torch.equal(got, torch.cat(want, 1))
+
+
+def test_rope_positions_are_the_baselines_but_exact_in_a_packed_row():
+    """The baseline counts positions in bf16 on the GPU (257 becomes 256); a packed row of 65,536
+    tokens would shift a document's relative positions by where it sits, so its are exact."""
+    rotary = tg.Rotary(16, 10000.0).bfloat16()  # as build_model leaves it on the GPU
+    plain, _ = rotary(300, CPU, torch.float32, packed=False)
+    packed, _ = rotary(300, CPU, torch.float32, packed=True)
+    assert torch.equal(plain[:, 257], plain[:, 256])
+    assert not torch.equal(packed[:, 257], packed[:, 256])
+    baseline = torch.outer(torch.arange(300, dtype=torch.bfloat16), rotary.inv_freq).cos()
+    assert torch.equal(plain[0, :, 0], baseline.float())  # the baseline's table, bf16 throughout
 
 
 def test_document_kwargs_pass_the_bound_and_mark_the_length_dynamic():

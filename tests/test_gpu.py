@@ -169,8 +169,8 @@ def test_steady_state_training_steps_never_wait_on_the_gpu(tmp_path):
 def cuda_backends() -> list[tg.Attention]:
     """Every document path this GPU has: the automatic choice, and flex_attention."""
     chosen = tg.select_attention("auto", torch.device("cuda"))
-    flex = tg.Attention("flex", tg.flex_attention_within, tg.document_block_mask)
-    return [chosen] if chosen.attend is tg.flex_attention_within else [chosen, flex]
+    flex = tg.Attention("flex", tg.sdpa_attention, tg.document_block_mask)
+    return [chosen] if chosen.documents is tg.document_block_mask else [chosen, flex]
 
 
 @pytest.mark.parametrize("which", [0, 1])
