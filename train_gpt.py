@@ -3,8 +3,6 @@ with an input pipeline that never keeps the GPU waiting. Every knob is an enviro
 
   8xH100:   torchrun --standalone --nproc_per_node=8 train_gpt.py
   1 GPU:    torchrun --standalone --nproc_per_node=1 train_gpt.py   (grad accumulation: same math)
-  2 nodes:  torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=HOST:29500 \
-                --rdzv_id=JOB train_gpt.py                          (the same on both nodes)
   CPU:      torchrun --standalone --nproc_per_node=2 train_gpt.py   (gloo, fp32, no compile)
 """
 
@@ -116,8 +114,7 @@ class Hyperparameters:
     val_prefetch_queue: int = knob(2, 1, 1024)
     val_copy_stream: bool = True
     val_doc_attention: bool = False  # 1 = attention within documents, as docpack trains
-    # cpu: counted once at start-up; cuda: the baseline's per-batch lookups on the device
-    val_bytecount_device: str = knob("cpu", choices=("cpu", "cuda"))
+    val_bytecount_device: str = knob("cpu", choices=("cpu", "cuda"))  # cuda: per batch, baseline
     # observability (changes no number either)
     training_timing_breakdown: bool = False
     training_timing_every: int = knob(200, 1)
@@ -517,7 +514,7 @@ class TrainShards:
         )
 
 
-class Layout(NamedTuple):
+class Layout(NamedTuple):  # how an order stages a batch (its fill writes it, assemble reads it)
     local: int  # input tokens per rank and micro-step
     tokens: int  # tokens staged: inputs plus the shifted targets
     cu_entries: int  # room for cu_seqlens (docpack), else 0
@@ -535,14 +532,6 @@ def rank_span(global_tokens: int, seq_len: int, grad_accum_steps: int, world_siz
     return local + 1
 
 
-def split_inputs_targets(tokens: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
-    return tokens[:-1].view(-1, seq_len), tokens[1:].view(-1, seq_len)
-
-
-# The orders fill rank r's batches into staging arrays and resume from their state(); layout
-# and assemble say how a batch is staged and becomes tensors.
-
-
 class StreamOrder:
     """TRAIN_LOADER=stream, the baseline's: world_size spans a micro-step, rank r keeps the r-th."""
 
@@ -558,7 +547,7 @@ class StreamOrder:
 
     @staticmethod
     def assemble(tokens: Tensor, cu: Tensor | None, max_seqlen: int, seq_len: int) -> tuple:
-        return split_inputs_targets(tokens, seq_len)
+        return tokens[:-1].view(-1, seq_len), tokens[1:].view(-1, seq_len)
 
     def fill(self, layout: Layout, seq_len: int, tokens: np.ndarray, cu) -> tuple[int, int]:
         self.take_rank_span(layout.tokens, tokens)
@@ -990,8 +979,7 @@ class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
 
 
 class ValidationSet:
-    """The validation tokens, this rank's batches (with their documents' cu_seqlens, computed here
-    once, when VAL_DOC_ATTENTION=1), and exact token and byte totals of all ranks."""
+    """The validation tokens, this rank's batches (their cu_seqlens computed once), exact totals."""
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, luts: ByteLuts):
         files = list_shards(cfg.val_files)
@@ -1014,17 +1002,24 @@ class ValidationSet:
         starts = range(first, end, batch_seqs)
         self.spans = [(s * T, min(s + batch_seqs, end) * T + 1) for s in starts]
         self.max_span = batch_seqs * T + 1
-        self.documents = None  # per batch: its cu_seqlens (unpadded to 64) and longest piece
         order = DocPackOrder if cfg.val_doc_attention else StreamOrder
         self.assemble = functools.partial(order.assemble, seq_len=T)
+        self.documents = None  # per batch: its cu_seqlens (padded to 64) and longest piece
         if cfg.val_doc_attention:
             self.documents = [self.cut_documents(a, b) for a, b in self.spans]
-        byte_counts = read_byte_sidecars(cfg.val_bytes_files, tokens.size, cfg.val_files)
-        self.bytes_from = "sidecar" if byte_counts is not None else "tokenizer"
-        if byte_counts is None:
+        sidecars = sorted(glob.glob(cfg.val_bytes_files))  # CaseOps data: token i's UTF-8 bytes
+        self.bytes_from = "sidecar" if sidecars else "tokenizer"
+        if sidecars and cfg.val_bytecount_device == "cuda":  # the tokenizer's count: wrong here
+            raise ConfigError(f"VAL_BYTECOUNT_DEVICE=cuda: {cfg.val_bytes_files} exist; use cpu")
+        if not sidecars:
             local_bytes = count_target_bytes(self.tokens[first * T : end * T + 1], luts)
-        else:  # entry i holds token i's bytes; the targets are tokens 1, 2, ...
-            local_bytes = int(byte_counts[first * T + 1 : end * T + 1].sum(dtype=np.int64))
+        elif (counts := np.concatenate([load_data_shard(f) for f in sidecars])).size != tokens.size:
+            raise DataError(
+                f"{cfg.val_bytes_files}: {counts.size} byte counts for the {tokens.size} tokens "
+                f"of {cfg.val_files}: expected one per token"
+            )
+        else:  # the targets are tokens 1, 2, ...
+            local_bytes = int(counts[first * T + 1 : end * T + 1].sum(dtype=np.int64))
         totals = torch.tensor([(end - first) * T, local_bytes], dtype=torch.int64, device=rt.device)
         if rt.distributed:
             dist.all_reduce(totals)
@@ -1062,20 +1057,6 @@ class ValidationSet:
         documents, longest = self.documents[i] if self.documents else ((), 0)
         cu[: len(documents)] = documents
         return b - a, len(documents), longest, None
-
-
-def read_byte_sidecars(pattern: str, num_tokens: int, tokens_pattern: str) -> np.ndarray | None:
-    """Per-token byte counts (CaseOps data: entry i = the UTF-8 bytes of token i), if present."""
-    files = sorted(glob.glob(pattern))
-    if not files:
-        return None
-    counts = np.concatenate([load_data_shard(f) for f in files])
-    if counts.size != num_tokens:
-        raise DataError(
-            f"{pattern}: {counts.size} byte counts for the {num_tokens} tokens of "
-            f"{tokens_pattern}: expected one per token"
-        )
-    return counts
 
 
 # -----------------------------
@@ -1169,9 +1150,7 @@ class Rotary(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, seq_len: int, device: torch.device, dtype: torch.dtype, packed: bool):
-        # Positions in inv_freq's dtype, as the baseline (bf16 on the GPU: 257 becomes 256), but
-        # exact in a packed row of up to 65,536 tokens: a document must not depend on its place.
-        # Not cached: compiled, these are a few fused kernels, and a cache would cost a recompile.
+        # the baseline's positions (in bf16 on the GPU), exact in packed rows; no cache: recompiles
         kind = torch.float32 if packed else self.inv_freq.dtype
         freqs = torch.outer(torch.arange(seq_len, device=device, dtype=kind), self.inv_freq)
         return freqs.cos()[None, :, None, :].to(dtype), freqs.sin()[None, :, None, :].to(dtype)
@@ -1201,8 +1180,7 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, docs=None) -> Tensor:
 
 
 def document_block_mask(cu_seqlens: Tensor, max_seqlen: int, n: int, block: int = 128):
-    """flex_attention's BlockMask of the segments, from a table of (n/block)^2 query/key blocks
-    (never an n x n mask): blocks sharing no segment are skipped, those inside one are full."""
+    """flex_attention's BlockMask from an (n/block)^2 table of blocks, never an n x n mask."""
     positions = torch.arange(n, dtype=cu_seqlens.dtype, device=cu_seqlens.device)
     segment = torch.searchsorted(cu_seqlens, positions, right=True)  # padding entries are n
 
@@ -1212,16 +1190,11 @@ def document_block_mask(cu_seqlens: Tensor, max_seqlen: int, n: int, block: int 
     starts = positions[::block]  # segments only grow along the row: a block's first and last
     first, last = segment[starts], segment[(starts + block - 1).clamp(max=n - 1)]
     touching = (starts[:, None] >= starts[None, :]) & (first[:, None] <= last[None, :])
-    full = (starts[:, None] > starts[None, :]) & (last[:, None] == first[None, :])
-    full &= (starts + block <= n)[:, None]  # a query block cut short by n stays partial
-
-    def table(blocks: Tensor) -> tuple[Tensor, Tensor]:  # per query block: count, key blocks
-        order = torch.argsort(blocks.to(torch.int8), dim=-1, descending=True, stable=True)
-        return blocks.sum(-1, dtype=torch.int32)[None, None], order.to(torch.int32)[None, None]
-
-    partial_blocks, full_blocks = table(touching & ~full), table(full)
+    kv_blocks = torch.argsort(touching.to(torch.int8), dim=-1, descending=True, stable=True)
+    counts = touching.sum(-1, dtype=torch.int32)[None, None]
+    kv_blocks = kv_blocks.to(torch.int32)[None, None]  # per query block: its key blocks first
     return BlockMask.from_kv_blocks(
-        *partial_blocks, *full_blocks, block, same_segment_causal, seq_lengths=(n, n)
+        counts, kv_blocks, None, None, block, same_segment_causal, (n, n)
     )
 
 
@@ -1237,8 +1210,7 @@ def flash_attention(kernels: tuple, q: Tensor, k: Tensor, v: Tensor, docs=None) 
 
 
 class Attention(NamedTuple):
-    """A backend: attend(q, k, v, docs) with docs = documents(cu_seqlens, max_seqlen, n) once per
-    forward, or None for plain causal attention."""
+    # attend(q, k, v, docs): docs = documents(cu_seqlens, max_seqlen, n), or None (causal)
 
     name: str
     attend: Callable
@@ -1351,14 +1323,11 @@ class GPT(nn.Module):
             if isinstance(module, nn.Linear) and getattr(module, "_zero_init", False):
                 nn.init.zeros_(module.weight)
 
-    def forward(
-        self, input_ids: Tensor, target_ids: Tensor, reduction="mean", cu_seqlens=None, max_seqlen=0
-    ) -> Tensor:
+    def forward(self, input_ids, target_ids, reduction="mean", cu_seqlens=None, max_seqlen=0):
         """With cu_seqlens (one packed row), attention stays within each segment [cu[i], cu[i+1]);
         RoPE positions stay the row's (attention only sees relative ones)."""
-        docs = None
-        if cu_seqlens is not None:  # once per forward: the backend's form of the segments
-            docs = self.documents(cu_seqlens, max_seqlen, input_ids.size(1))
+        n = input_ids.size(1)  # the segments in the backend's form, once per forward:
+        docs = None if cu_seqlens is None else self.documents(cu_seqlens, max_seqlen, n)
         x = self.tok_emb(input_ids)
         x0 = x = F.rms_norm(x, (x.size(-1),))
         skips = []
@@ -1440,8 +1409,7 @@ class Runtime:
 
 
 def document_kwargs(batch: tuple, seq_len: int) -> dict:
-    """GPT.forward's keywords for an (x, y, cu_seqlens, max_seqlen) batch, none for (x, y). The
-    bound seq_len stands for max_seqlen and cu_seqlens's length is dynamic: one compiled graph."""
+    """GPT.forward's keywords for a docpack batch: one compiled graph for all (see README)."""
     if len(batch) == 2:
         return {}
     torch._dynamo.maybe_mark_dynamic(batch[2], 0)
@@ -1614,7 +1582,15 @@ class Trainer(ClosedOnExit):
         while True:
             last = self.step >= cfg.iterations or self.stopping
             if last or (cfg.val_loss_every > 0 and self.step % cfg.val_loss_every == 0):
-                self.validate(evaluate)
+                self.pause_clock()
+                val_loss, val_bpb = evaluate()
+                ms = self.training_time_ms
+                self.log0(
+                    f"step:{self.step}/{cfg.iterations} val_loss:{val_loss:.4f} "
+                    f"val_bpb:{val_bpb:.4f} train_time:{ms:.0f}ms "
+                    f"step_avg:{ms / max(self.step, 1):.2f}ms"
+                )
+                self.resume_clock()
             if last:
                 break
             self.train_one_step()
@@ -1637,8 +1613,7 @@ class Trainer(ClosedOnExit):
         self.update()
         self.probe.end_step(step)
         self.step = step
-        # Step k is queued: wait for step k-1. The host stays one step ahead of the GPU, so the GPU
-        # never starves, queued work is bounded, and the clock has passed the end of step k-1.
+        # Step k is queued: wait for step k-1. The GPU never starves, queued work stays bounded.
         if self.step_ends is not None:
             self.step_ends[step % 2].record()
             self.step_ends[(step + 1) % 2].synchronize()  # returns at once if never recorded
@@ -1675,16 +1650,6 @@ class Trainer(ClosedOnExit):
         self.step, self.stopping = meta["step"], meta["stopping"]
         self.training_time_ms = ms = meta["training_time_ms"]
         self.log0(f"resumed_from:{checkpoint['folder']} step:{self.step} train_time:{ms:.0f}ms")
-
-    def validate(self, evaluate: Callable[[], tuple[float, float]]) -> None:
-        self.pause_clock()
-        val_loss, val_bpb = evaluate()
-        ms = self.training_time_ms
-        self.log0(
-            f"step:{self.step}/{self.cfg.iterations} val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f} "
-            f"train_time:{ms:.0f}ms step_avg:{ms / max(self.step, 1):.2f}ms"
-        )
-        self.resume_clock()
 
     def log_summary(self) -> None:
         self.probe.log_finished(wait=True)
@@ -1755,13 +1720,18 @@ def barrier(rt: Runtime) -> None:
 
 
 def read_checkpoint(cfg: Hyperparameters, rt: Runtime) -> dict | None:
-    """RESUME_FROM, read and checked before any heavy work. Every rank learns of any rank's error,
-    so that one bad rank file stops them all with its message (not a hang, nor a traceback)."""
+    """RESUME_FROM, checked before heavy work; any rank's error stops all ranks with its message."""
     if not cfg.resume_from:
         return None
     checkpoint, errors = None, [None] * rt.world_size
-    try:
-        folder, meta = read_checkpoint_meta(cfg, rt)
+    try:  # the folder (or its latest step_*) and its meta.json, checked against this run
+        folder = Path(cfg.resume_from)
+        if not (folder / "meta.json").is_file():
+            done = sorted(p for p in folder.glob("step_*") if (p / "meta.json").is_file())
+            if not done:
+                raise DataError(f"RESUME_FROM={folder}: no complete checkpoint (step_*/meta.json)")
+            folder = done[-1]
+        meta = read_checkpoint_meta(folder, resume_identity(cfg, rt))
         files = {"model": "model.pt", "mine": f"rank_{rt.rank:03d}.pt"}
         checkpoint = {k: load_checkpoint_file(folder / name) for k, name in files.items()}
         checkpoint |= {"folder": folder, "meta": meta}
@@ -1774,25 +1744,18 @@ def read_checkpoint(cfg: Hyperparameters, rt: Runtime) -> dict | None:
     return checkpoint
 
 
-def read_checkpoint_meta(cfg: Hyperparameters, rt: Runtime) -> tuple[Path, dict]:
-    """RESUME_FROM's folder (or its latest step_*) and its meta.json, checked against this run."""
-    folder = Path(cfg.resume_from)
-    if not (folder / "meta.json").is_file():
-        done = sorted(p for p in folder.glob("step_*") if (p / "meta.json").is_file())
-        if not done:
-            raise DataError(f"RESUME_FROM={folder}: no complete checkpoint (step_*/meta.json)")
-        folder = done[-1]
+def read_checkpoint_meta(folder: Path, identity: dict) -> dict:
     try:
         meta = json.loads((folder / "meta.json").read_text())
         saved = dict(meta["config"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise DataError(f"{folder / 'meta.json'}: unreadable checkpoint metadata ({e})") from None
-    for name, value in resume_identity(cfg, rt).items():
+    for name, value in identity.items():
         if saved.get(name) != value:
             raise ConfigError(
                 f"RESUME_FROM={folder}: saved with {name}={saved.get(name)}, this run has {value}"
             )
-    return folder, meta
+    return meta
 
 
 # -----------------------------
@@ -1821,10 +1784,8 @@ def configure() -> tuple[Hyperparameters, Runtime]:
         torch.backends.cuda.enable_math_sdp(False)
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if distributed:
-        if device.type == "cuda":
-            dist.init_process_group(backend="nccl", device_id=device)
-        else:
-            dist.init_process_group(backend="gloo")
+        cuda = device.type == "cuda"
+        dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
         shared = [cfg.run_id]  # one RUN_ID for all ranks: it names the log
         dist.broadcast_object_list(shared, src=0)
         cfg = dataclasses.replace(cfg, run_id=shared[0])
@@ -1855,11 +1816,7 @@ def start_logs(cfg: Hyperparameters, rt: Runtime, code: str) -> Callable:
         log0(header, console=False)
     log0(f"hyperparameters:{json.dumps(dataclasses.asdict(cfg), sort_keys=True)}")
     if not rt.cuda:
-        log0(
-            "cpu_mode: fp32 compute (no bf16 autocast), no torch.compile, no TF32; pinned memory "
-            "and copy streams are CUDA-only, so TRAIN_COPY_STREAM/VAL_COPY_STREAM are no-ops "
-            "(prefetch threads still run)"
-        )
+        log0("cpu_mode: fp32, no torch.compile; copy streams (CUDA-only) off, prefetch threads on")
     return log0
 
 
@@ -1877,11 +1834,6 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple[Valida
     shards.check_order(cfg.train_loader, rt.world_size)  # now, not once the model is compiled
     val = ValidationSet(cfg, rt, luts)  # every val shard loaded: header, size, token ids checked
     device_luts = None
-    if cfg.val_bytecount_device == "cuda" and val.bytes_from == "sidecar":
-        raise ConfigError(
-            f"VAL_BYTECOUNT_DEVICE=cuda: counts bytes with the tokenizer, but "
-            f"{cfg.val_bytes_files} gives them per token; use VAL_BYTECOUNT_DEVICE=cpu"
-        )
     if cfg.val_bytecount_device == "cuda":
         device_luts = tuple(torch.from_numpy(t).to(rt.device) for t in luts)
     log0(f"val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path={cfg.tokenizer_path}")
@@ -1989,24 +1941,6 @@ def load_for_evaluation(path: str, net: Network, evaluate: Callable, log0: Calla
     return quantize_model(net)[0]
 
 
-def evaluate_round_trip(
-    quant_raw: bytes, evaluate: Callable, net: Network, rt: Runtime, log0: Callable
-) -> None:
-    """Load the int8 weights back into the model and score them: the challenge's number."""
-    quant_state = torch.load(io.BytesIO(quant_raw), map_location="cpu")
-    load_weights(net, dequantize_state_dict_int8(quant_state), "the int8 weights")
-    rt.synchronize()
-    t0 = time.perf_counter()
-    val_loss, val_bpb = evaluate()
-    rt.synchronize()
-    eval_ms = 1000.0 * (time.perf_counter() - t0)
-    log0(
-        f"final_int8_zlib_roundtrip val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f} "
-        f"eval_time:{eval_ms:.0f}ms"
-    )
-    log0(f"final_int8_zlib_roundtrip_exact val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
-
-
 def main() -> None:
     cfg, rt = configure()
     code = Path(__file__).read_bytes().decode("utf-8")  # as counted: no newline translation
@@ -2026,7 +1960,18 @@ def main() -> None:
             trainer.train(evaluate)
         trainer.log_summary()
         quant_raw = save_artifacts(rt, net, code, log0)
-    evaluate_round_trip(quant_raw, evaluate, net, rt, log0)
+    quant_state = torch.load(io.BytesIO(quant_raw), map_location="cpu")
+    load_weights(net, dequantize_state_dict_int8(quant_state), "the int8 weights")
+    rt.synchronize()
+    t0 = time.perf_counter()
+    val_loss, val_bpb = evaluate()
+    rt.synchronize()
+    eval_ms = 1000.0 * (time.perf_counter() - t0)
+    log0(
+        f"final_int8_zlib_roundtrip val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f} "
+        f"eval_time:{eval_ms:.0f}ms"
+    )
+    log0(f"final_int8_zlib_roundtrip_exact val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
     if rt.distributed:  # ordered: loaders are closed, every rank is done, then the group goes
         dist.barrier()
         dist.destroy_process_group()

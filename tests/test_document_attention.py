@@ -3,9 +3,9 @@
 * A packed row with cu_seqlens gives every token exactly the loss, and every weight the gradient,
   it gets when its segment runs through the model alone; plain causal attention over the same row
   gives other losses.
-* The CUDA fallback's flex_attention BlockMask comes from a table of blocks: equal, partial and
-  full blocks alike, to PyTorch's create_block_mask of the same segments, and its attention equals
-  the per-segment one. Compiled, one graph serves every segment count.
+* The CUDA fallback's flex_attention BlockMask comes from a table of blocks: it visits the blocks
+  PyTorch's create_block_mask of the same segments visits, and its attention equals the
+  per-segment one. Compiled, one graph serves every segment count.
 * VAL_DOC_ATTENTION=1: each batch's cu_seqlens, computed once at start-up, equal the upstream
   per-batch BOS scan's; the scored tokens and bytes are those of the plain evaluation; the
   prefetch thread hands over the same batches as the synchronous loop.
@@ -161,19 +161,8 @@ def test_block_mask_equals_pytorchs_create_block_mask(n, bounds, block):
         return (segment[q] == segment[kv]) & (q >= kv)
 
     ref = create_block_mask(reference_mod, None, None, n, n, device="cpu", BLOCK_SIZE=block)
-    for got, want in [
-        ((ours.kv_num_blocks, ours.kv_indices), (ref.kv_num_blocks, ref.kv_indices)),
-        (
-            (ours.full_kv_num_blocks, ours.full_kv_indices),
-            (ref.full_kv_num_blocks, ref.full_kv_indices),
-        ),
-    ]:  # the same blocks in each table (their order within a row is free)
-        assert torch.equal(got[0], want[0])
-        for row in range(got[0].size(-1)):
-            count = int(got[0][0, 0, row])
-            assert sorted(got[1][0, 0, row, :count].tolist()) == sorted(
-                want[1][0, 0, row, :count].tolist()
-            )
+    assert torch.equal(ours.to_dense(), ref.to_dense())  # the blocks that any pair reaches
+    assert ours.full_kv_num_blocks is None  # every visited block applies the mask
 
 
 def test_block_mask_of_a_65536_token_row_never_allocates_n_by_n():
