@@ -8,6 +8,15 @@
          prebuilt on the device), with a sleeping stand-in forward, a tiny GPT, or the baseline GPT.
   Real training steps on a GPU, against the published baseline script: benchmarks/step_time.py.
 
+  --val-docs  val with document masks (VAL_DOC_ATTENTION=1), four rows over the same split and
+         model: upstream (the April records' per-batch BOS scan: tokens to the device,
+         (x == BOS).nonzero().tolist(), cu_seqlens built on the host and copied over), ours sync
+         and ours prefetch (eval_val over ValidationSet, whose cu_seqlens were computed once at
+         start-up; VAL_PREFETCH=0 / 1) and resident (every batch and its cu_seqlens prebuilt):
+         wall time, and the main thread's input overhead per batch (time outside the forward).
+         Checks that our cu_seqlens equal upstream's batch by batch and that the scored targets
+         are the plain evaluation's. On CPU .tolist() is no device sync: upstream's GPU cost (a
+         host sync per batch that drains the queue) is not what a CPU run measures.
   --order docpack|shuffled  train only, for the April records' orders: the upstream-style
          synchronous loader (benchmarks/upstream_loaders.py), ours
          (PrefetchingDistributedTokenLoader(order=...)) and resident (the same batches prebuilt),
@@ -18,8 +27,10 @@
   python benchmarks/loader.py --what train --compute busy --json out.json
   python benchmarks/loader.py --order docpack --json docpack.json
   python benchmarks/loader.py --order shuffled --shards 8 --shard-tokens 4000000
+  python benchmarks/loader.py --val-docs --json docval.json   # val only, document-masked
 
-Synthetic shards (random uint16 < vocab, fixed seed) are written once under --data-dir and reused.
+Synthetic shards (random uint16 < vocab, fixed seed) are written once under --data-dir and reused;
+BOS (id 1) is then one token in `vocab`, so documents are geometric, averaging `vocab` tokens.
 Exit code: 0 when every target printed as PASS, 1 when one FAILs, 2 on bad arguments.
 """
 
@@ -29,6 +40,7 @@ import argparse
 import contextlib
 import dataclasses
 import glob
+import itertools
 import json
 import os
 import platform
@@ -43,12 +55,14 @@ from tqdm import tqdm
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 import train_gpt as tg  # noqa: E402
+from benchmarks import upstream_loaders  # noqa: E402
 from benchmarks.upstream_loaders import UpstreamDocPacking, UpstreamShuffled  # noqa: E402
 from data.shard_io import shard_name, write_shard  # noqa: E402
 
 MODES = ("sync", "prefetch", "resident")
 ORDER_MODES = ("upstream", "prefetch", "resident")  # --order docpack / shuffled
 ORDERS = ("stream", "docpack", "shuffled")
+DOC_MODES = ("upstream", "ours sync", "ours prefetch", "resident")  # --val-docs
 MODEL_PRESETS = {
     "baseline": {},
     "small": {"num_layers": 2, "model_dim": 256, "num_heads": 4, "num_kv_heads": 2},
@@ -451,7 +465,7 @@ class SleepForward(torch.nn.Module):
         super().__init__()
         self.ms = ms
 
-    def forward(self, x, y, reduction="mean"):
+    def forward(self, x, y, reduction="mean", cu_seqlens=None, max_seqlen=0):
         time.sleep(self.ms / 1000.0)
         return torch.zeros(y.numel(), device=y.device)
 
@@ -487,10 +501,10 @@ def build_gpt(cfg: tg.Hyperparameters, device: torch.device):
             ("math", False),
         ):
             getattr(torch.backends.cuda, f"enable_{name}_sdp")(on)
-    attention_name, attention = tg.select_attention(cfg.attention_backend, device)
+    attention = tg.select_attention(cfg.attention_backend, device)
     base = tg.build_model(cfg, device, attention)
     model = torch.compile(base, dynamic=False, fullgraph=True) if device.type == "cuda" else base
-    return base, model, attention_name
+    return base, model, attention.name
 
 
 def bench_val(args, data: Path, device: torch.device, checks: list) -> dict:
@@ -569,6 +583,296 @@ def bench_val(args, data: Path, device: torch.device, checks: list) -> dict:
 
 
 # -----------------------------
+# VALIDATION WITH DOCUMENT MASKS (--val-docs)
+# -----------------------------
+
+
+class UpstreamVal:
+    """The April records' document-masked evaluation as a val set for eval_val. The split is read
+    here, not through ValidationSet: the tail dropped to a multiple of seq_len, each rank's
+    contiguous range of sequences, batches of VAL_BATCH_SIZE // (world_size * grad_accum) tokens.
+    Per batch, on the main thread: the tokens (int64) to the device, the document starts by
+    (x == BOS).nonzero().tolist() on the device (a host sync per batch on CUDA), cu_seqlens built
+    on the host (upstream_loaders.cu_seqlens_for) and copied to the device."""
+
+    def __init__(self, cfg: tg.Hyperparameters, rt):
+        files = tg.list_shards(cfg.val_files)
+        tokens = np.concatenate([tg.load_data_shard(f, cfg.vocab_size) for f in files])
+        T = self.seq_len = cfg.train_seq_len
+        usable = (tokens.size - 1) // T * T
+        seqs = usable // T
+        first, end = seqs * rt.rank // rt.world_size, seqs * (rt.rank + 1) // rt.world_size
+        batch_seqs = cfg.val_batch_size // (rt.world_size * rt.grad_accum_steps) // T
+        self.tokens = tokens[: usable + 1]
+        self.spans = [
+            (s * T, min(s + batch_seqs, end) * T + 1) for s in range(first, end, batch_seqs)
+        ]
+        self.target_tokens = (end - first) * T  # this rank's (the benchmark runs one process)
+        self.target_bytes = self.target_tokens  # val_bpb is not reported
+
+    def batches(self, cfg, device: torch.device):
+        for a, b in self.spans:
+            local = torch.from_numpy(self.tokens[a:b].astype(np.int64))
+            local = local.to(device, non_blocking=True)
+            x, y = local[:-1].view(1, -1), local[1:].view(1, -1)
+            bos = (x[0] == upstream_loaders.BOS_ID).nonzero().flatten()
+            doc_starts = bos.tolist()  # on CUDA: waits for every kernel queued so far
+            cu, max_seqlen = upstream_loaders.cu_seqlens_for(doc_starts, x.size(1), self.seq_len)
+            yield x, y, torch.tensor(cu, dtype=torch.int32, device=device), max_seqlen
+
+
+class TimedForward(torch.nn.Module):
+    """The model, with the host times at which each call enters and leaves it: the main thread's
+    input overhead for batch k is the time from call k-1's exit to call k's entry."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.inner, self.calls = model, []
+
+    def forward(self, *args, **kwargs):
+        t = time.perf_counter()
+        out = self.inner(*args, **kwargs)
+        self.calls.append((t, time.perf_counter()))
+        return out
+
+
+def compare_doc_batches(cfg, plain, ours, upstream, device) -> dict:
+    """One untimed pass over the four batch streams side by side: plain evaluation, ours (sync and
+    prefetch) and upstream. Over the batches all of them score, counts those whose cu_seqlens and
+    max_seqlen agree and those whose tokens are the plain evaluation's; and the targets each
+    stream scores."""
+    streams = {
+        "plain": plain.batches(dataclasses.replace(cfg, val_prefetch=False), device),
+        "ours sync": ours.batches(dataclasses.replace(cfg, val_prefetch=False), device),
+        "ours prefetch": ours.batches(dataclasses.replace(cfg, val_prefetch=True), device),
+        "upstream": upstream.batches(cfg, device),
+    }
+    n = {"batches": 0, "cu_equal": 0, "cu_equal_prefetch": 0, "tokens_equal": 0}
+    n["upstream_tokens_equal"] = 0
+    n["targets"] = dict.fromkeys(streams, 0)
+    n["cu_entries"], n["pieces"], n["documents"] = [], [], []
+    with contextlib.ExitStack() as stack:
+        for g in streams.values():
+            stack.enter_context(contextlib.closing(g))
+        for batch in itertools.zip_longest(*streams.values()):
+            got = dict(zip(streams, batch, strict=True))
+            for name, b in got.items():
+                n["targets"][name] += 0 if b is None else b[1].numel()
+            if any(b is None for b in batch):  # one stream has more batches than another
+                continue
+            cpu = {
+                k: [t.cpu() if isinstance(t, torch.Tensor) else t for t in b]
+                for k, b in got.items()
+            }
+            px, py = cpu["plain"][0].reshape(-1), cpu["plain"][1].reshape(-1)
+            su, fu, up = cpu["ours sync"], cpu["ours prefetch"], cpu["upstream"]
+            n["batches"] += 1
+            n["cu_equal"] += su[2].tolist() == up[2].tolist() and su[3] == up[3]
+            n["cu_equal_prefetch"] += fu[2].tolist() == up[2].tolist() and fu[3] == up[3]
+            same = [
+                torch.equal(b[0].reshape(-1), px) and torch.equal(b[1].reshape(-1), py)
+                for b in (su, fu, up)
+            ]
+            n["tokens_equal"] += same[0] and same[1]
+            n["upstream_tokens_equal"] += same[2]
+            cu = up[2].tolist()
+            n["cu_entries"].append(len(cu))
+            n["pieces"].append(sum(1 for a, b in itertools.pairwise(cu) if b > a))
+            n["documents"].append(int((px == tg.BOS_ID).sum()))
+    n["batches_per_stream"] = {
+        "plain": len(plain.spans), "ours": len(ours.spans), "upstream": len(upstream.spans)
+    }  # fmt: skip
+    return n
+
+
+def overhead_stats(runs: list[dict]) -> dict:
+    """Per-batch input overhead pooled over repeats (batch 0 apart: it includes start-up), and the
+    repeats' medians of wall time, time in the forward and time outside it."""
+    gaps = np.concatenate([r["gaps_ms"][1:] for r in runs])
+    gaps = gaps if gaps.size else np.full(1, np.nan)  # a single batch: no per-batch numbers
+    walls = [r["wall_s"] for r in runs]
+    return {
+        "median_s": float(np.median(walls)),
+        "min_s": min(walls),
+        "max_s": max(walls),
+        "first_ms": float(np.median([r["gaps_ms"][0] for r in runs])),
+        "mean_ms": float(gaps.mean()),
+        "p50_ms": float(np.percentile(gaps, 50)),
+        "p99_ms": float(np.percentile(gaps, 99)),
+        "max_ms": float(gaps.max()),
+        "forward_s": float(np.median([r["forward_s"] for r in runs])),
+        "outside_s": float(np.median([r["wall_s"] - r["forward_s"] for r in runs])),
+        "runs_s": walls,
+    }
+
+
+def bench_val_docs(args, data: Path, device: torch.device, checks: list) -> dict:
+    accum = tg.grad_accum_steps_for(args.world_size)
+    rt = tg.Runtime(args.rank, 0, args.world_size, accum, device, False)
+    cfg = tg.Hyperparameters(
+        data_path=str(data),
+        vocab_size=args.vocab,
+        train_seq_len=args.seq_len,
+        val_batch_size=args.batch_tokens,
+        val_prefetch_queue=args.queue,
+        val_doc_attention=True,
+        **MODEL_PRESETS.get(args.val_model, {}),
+    )
+    luts = tg.ByteLuts(
+        np.full(args.vocab, 3, np.int64), np.zeros(args.vocab, bool), np.zeros(args.vocab, bool)
+    )
+    t0 = time.perf_counter()
+    plain = tg.ValidationSet(dataclasses.replace(cfg, val_doc_attention=False), rt, luts)
+    t1 = time.perf_counter()
+    ours = tg.ValidationSet(cfg, rt, luts)
+    t2 = time.perf_counter()
+    [ours.cut_documents(a, b) for a, b in ours.spans]  # the start-up cost, measured alone
+    cut_s = time.perf_counter() - t2
+    upstream = UpstreamVal(cfg, rt)
+    if args.val_model == "sleep":
+        inner = SleepForward(args.val_forward_ms)
+        desc = f"sleeping forward {args.val_forward_ms:g} ms/batch"
+    else:
+        _, inner, attention = build_gpt(cfg, device)
+        desc = f"{args.val_model} GPT forward ({attention})"
+    model = TimedForward(inner)
+    print(
+        f"\n== val, document-masked: rank {args.rank} of {args.world_size}, {len(ours.spans)} "
+        f"batches of <= {ours.max_span - 1} tokens ({ours.target_tokens} target tokens in all), "
+        f"seq_len {args.seq_len}, {desc}, {args.val_repeats} repeats, device {device.type}"
+    )
+    same = compare_doc_batches(cfg, plain, ours, upstream, device)
+    print(
+        f"   per batch: {np.mean(same['documents']):.1f} document starts, "
+        f"{np.mean(same['pieces']):.1f} pieces, {np.mean(same['cu_entries']):.0f} cu_seqlens "
+        f"entries (padded to 64); ours computes every batch's cu_seqlens at start-up: "
+        f"{1000 * cut_s:.1f} ms (ValidationSet {t2 - t1:.2f} s, plain {t1 - t0:.2f} s)"
+    )
+    sets = {
+        "upstream": upstream,
+        "ours sync": ours,
+        "ours prefetch": ours,
+        "resident": ResidentVal(ours, cfg, device),
+    }
+    runs = {m: [] for m in DOC_MODES}
+    losses = {}
+    tg.eval_val(cfg, rt, model, ours)  # warm-up (compiles the eval graphs on CUDA)
+    for _ in tqdm(range(args.val_repeats), desc="val docs repeats", leave=False):
+        for mode in DOC_MODES:
+            mcfg = dataclasses.replace(cfg, val_prefetch=mode == "ours prefetch")
+            model.calls = []
+            synchronize(device)
+            t = time.perf_counter()
+            losses[mode], _ = tg.eval_val(mcfg, rt, model, sets[mode])
+            end = time.perf_counter()
+            ins, outs = zip(*model.calls, strict=True)
+            runs[mode].append(
+                {
+                    "wall_s": end - t,
+                    "forward_s": sum(b - a for a, b in model.calls),
+                    # batch k: from the exit of forward k-1 (batch 0: the call) to entry k
+                    "gaps_ms": 1000 * (np.asarray(ins) - np.asarray([t, *outs[:-1]])),
+                }
+            )
+    rows = {}
+    for mode in DOC_MODES:
+        rows[mode] = {"mode": mode, **overhead_stats(runs[mode]), "val_loss": losses[mode]}
+    res, up = rows["resident"], rows["upstream"]
+    for r in rows.values():
+        r["vs_resident"] = r["median_s"] / res["median_s"]
+        r["vs_upstream"] = r["median_s"] / up["median_s"]
+        r["mean_vs_upstream"] = r["mean_ms"] / max(up["mean_ms"], 1e-9)
+        r["over_resident_ms"] = r["mean_ms"] - res["mean_ms"]
+    print(
+        table(
+            list(rows.values()),
+            [
+                ("mode", "mode", ""),
+                ("median s", "median_s", ".4f"),
+                ("min s", "min_s", ".4f"),
+                ("max s", "max_s", ".4f"),
+                ("/resident", "vs_resident", ".4f"),
+                ("/upstream", "vs_upstream", ".4f"),
+                ("first ms", "first_ms", ".2f"),
+                ("mean ms", "mean_ms", ".3f"),
+                ("p50 ms", "p50_ms", ".3f"),
+                ("p99 ms", "p99_ms", ".3f"),
+                ("max ms", "max_ms", ".2f"),
+                ("mean/upstream", "mean_vs_upstream", ".3f"),
+                ("mean-resident ms", "over_resident_ms", ".3f"),
+                ("outside fwd s", "outside_s", ".4f"),
+                ("val_loss", "val_loss", ".6f"),
+            ],
+        )
+    )
+    print(
+        "   (wall: one full evaluation, median of the repeats; first/mean/p50/p99/max: the main "
+        "thread's time outside the forward before each batch, batch 0 apart (first = from the "
+        "call of eval_val to batch 0's forward); outside fwd = wall minus time in the forward)"
+    )
+    if device.type != "cuda":
+        print(
+            "   CPU: .tolist() is no device sync here, so the upstream row's main GPU cost (a host "
+            "sync per batch that drains the launch queue) is not measured"
+        )
+    b = same["batches"]
+    check(
+        checks,
+        "val docs: our cu_seqlens equal the upstream per-batch BOS scan's",
+        b > 0
+        and same["cu_equal"] == same["cu_equal_prefetch"] == same["upstream_tokens_equal"] == b,
+        f"{same['cu_equal']} (sync) and {same['cu_equal_prefetch']} (prefetch) of the {b} "
+        f"batches both score equal, max_seqlen too; upstream's x, y are ours in "
+        f"{same['upstream_tokens_equal']}; batches per stream {same['batches_per_stream']}",
+    )  # fmt: skip
+    targets = same["targets"]
+    check(
+        checks,
+        "val docs: ours scores exactly the plain evaluation's targets",
+        ours.target_tokens == plain.target_tokens == targets["plain"]
+        == targets["ours sync"] == targets["ours prefetch"]
+        and same["tokens_equal"] == b == len(plain.spans) == len(ours.spans),
+        f"target tokens {ours.target_tokens} (ours) / {plain.target_tokens} (plain) / "
+        f"{upstream.target_tokens} (upstream); scored per stream {targets}; "
+        f"{same['tokens_equal']} of {len(plain.spans)} batches with the plain evaluation's x, y",
+    )  # fmt: skip
+    if args.val_model != "sleep":
+        spread = max(losses.values()) - min(losses.values())
+        check(
+            checks,
+            "val docs: the same val_loss in every row",
+            spread <= 1e-6 * max(1.0, abs(losses["resident"])),
+            f"{', '.join(f'{m} {v:.6f}' for m, v in losses.items())}",
+        )
+    p = rows["ours prefetch"]
+    check(
+        checks,
+        "val docs: ours prefetch main-thread input overhead per batch <= upstream-style's",
+        p["mean_ms"] <= up["mean_ms"],
+        f"{p['mean_ms']:.3f} ms vs {up['mean_ms']:.3f} ms = {100 * p['mean_vs_upstream']:.1f}%",
+    )
+    check(
+        checks,
+        "val docs: ours prefetch no slower than upstream-style (median wall)",
+        p["median_s"] <= up["median_s"],
+        f"{p['median_s']:.4f} s vs {up['median_s']:.4f} s ({100 * (p['vs_upstream'] - 1):+.2f}%)",
+    )
+    for rs in runs.values():  # JSON: per-batch overheads as plain lists
+        for r in rs:
+            r["gaps_ms"] = [float(g) for g in r["gaps_ms"]]
+    return {
+        "batches": len(ours.spans),
+        "model": args.val_model,
+        "startup_cu_seqlens_ms": 1000 * cut_s,
+        "validation_set_s": {"documents": t2 - t1, "plain": t1 - t0},
+        "per_batch": {k: float(np.mean(same[k])) for k in ("documents", "pieces", "cu_entries")},
+        "same": {k: v for k, v in same.items() if k not in ("documents", "pieces", "cu_entries")},
+        "modes": rows,
+        "runs": runs,
+    }
+
+
+# -----------------------------
 # MAIN
 # -----------------------------
 
@@ -582,7 +886,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument(
         "--what",
         default=None,
-        help="comma list of train, val (default: train,val; train with --order docpack/shuffled)",
+        help="comma list of train, val (default: train,val; train with --order docpack/shuffled; "
+        "val with --val-docs)",
     )
     ap.add_argument(
         "--order",
@@ -590,6 +895,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         default="stream",
         help="train order: stream = baseline sync/prefetch/resident; docpack/shuffled = "
         "upstream-style/prefetch/resident",
+    )
+    ap.add_argument(
+        "--val-docs",
+        action="store_true",
+        help="val with document masks (VAL_DOC_ATTENTION=1): upstream-style per-batch BOS scan / "
+        "ours sync / ours prefetch / resident, instead of sync/prefetch/resident",
     )
     ap.add_argument(
         "--device", default="cuda" if cuda else "cpu", help="where batches go (and the model runs)"
@@ -658,8 +969,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--json", type=Path, help="write every number here")
     args = ap.parse_args(argv)
     if args.what is None:
-        args.what = "train" if args.order != "stream" else "train,val"
+        args.what = "train" if args.order != "stream" else "val" if args.val_docs else "train,val"
     args.what = args.what.split(",")
+    if args.val_docs and "val" not in args.what:
+        ap.error("--val-docs measures val: use --what val (or train,val)")
     if args.order != "stream" and args.what != ["train"]:
         ap.error(f"--order {args.order} measures train only: use --what train")
     if args.order == "shuffled" and args.shards < args.world_size:
@@ -705,9 +1018,11 @@ def main(argv=None) -> int:
         args.data_dir, args.shards, args.shard_tokens, args.val_tokens, args.vocab, args.seed
     )
     checks, results, t0 = [], {}, time.perf_counter()
-    benches = {"train": bench_train, "val": bench_val}
+    benches = {"train": bench_train, "val": bench_val_docs if args.val_docs else bench_val}
     for what in args.what:
-        results[what] = benches[what](args, data, device, checks)
+        results["val_docs" if what == "val" and args.val_docs else what] = benches[what](
+            args, data, device, checks
+        )
     print("\n== targets")
     for c in checks:
         print(f"{'PASS' if c['pass'] else 'FAIL'}  {c['name']}: {c['detail']}")

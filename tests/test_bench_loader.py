@@ -163,3 +163,71 @@ def test_cli_rejects_order_arguments(args, message):
         [sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+DOC_ROWS = ("upstream", "ours sync", "ours prefetch", "resident")
+
+
+@pytest.mark.parametrize("model", ["sleep", "tiny"])
+def test_cli_tiny_run_of_document_masked_validation(tmp_path, model):
+    """--val-docs: four rows over 3 batches per rank, whose correctness checks pass (timing checks
+    may FAIL on a busy CI box)."""
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(TOOL),
+            "--val-docs",
+            "--device",
+            "cpu",
+            "--val-model",
+            model,
+            "--batch-tokens",
+            "65536",  # 8 ranks x 8192 tokens: 8 sequences of 1024 per batch
+            "--val-tokens",
+            "140000",  # 136 sequences: 17 for rank 0, in batches of 8, 8 and 1
+            "--val-repeats",
+            "1",
+            "--val-forward-ms",
+            "1",
+            "--shards",
+            "1",
+            "--shard-tokens",
+            "1000",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1 = a timing target FAILed
+    lines = proc.stdout.splitlines()
+    for row in DOC_ROWS:
+        assert any(line.startswith(f"{row}  ") for line in lines), f"no {row} row:\n{proc.stdout}"
+    doc = json.loads(out.read_text())
+    assert set(doc["results"]) == {"val_docs"}
+    docs = doc["results"]["val_docs"]
+    assert docs["batches"] == 3 and tuple(docs["modes"]) == DOC_ROWS
+    assert docs["same"]["cu_equal"] == docs["same"]["cu_equal_prefetch"] == 3
+    assert all(len(r["gaps_ms"]) == 3 for runs in docs["runs"].values() for r in runs)
+    assert all(m["mean_ms"] >= 0 and m["median_s"] > 0 for m in docs["modes"].values())
+    checks = {c["name"]: c["pass"] for c in doc["checks"]}
+    correctness = [n for n in checks if "cu_seqlens" in n or "targets" in n or "val_loss" in n]
+    assert len(correctness) == (3 if model == "tiny" else 2), checks
+    assert all(checks[n] for n in correctness), proc.stdout
+    assert all(n.startswith("val docs:") for n in checks) and len(checks) == len(correctness) + 2
+    for name in correctness:
+        assert f"PASS  {name}:" in proc.stdout
+
+
+def test_cli_rejects_val_docs_without_val():
+    proc = subprocess.run(
+        [sys.executable, str(TOOL), "--val-docs", "--what", "train"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "--val-docs measures val" in proc.stderr, proc.stderr
