@@ -1172,11 +1172,11 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, docs=None) -> Tensor:
     gqa = k.size(2) != q.size(2)
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     if docs is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa).transpose(
-            1, 2
-        )
-    q, k = q.to(v.dtype), k.to(v.dtype)  # bf16 under autocast, as SDPA casts them
-    return flex_attention(q, k, v, block_mask=docs, enable_gqa=gqa).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    else:
+        q, k = q.to(v.dtype), k.to(v.dtype)  # bf16 under autocast, as SDPA casts them
+        out = flex_attention(q, k, v, block_mask=docs, enable_gqa=gqa)
+    return out.transpose(1, 2)
 
 
 def document_block_mask(cu_seqlens: Tensor, max_seqlen: int, n: int, block: int = 128):
@@ -1484,6 +1484,7 @@ class Trainer(ClosedOnExit):
         # the ranks agree on the cap over gloo: a host waits for the others, never for its device
         gloo = rt.distributed and rt.cuda and self.cap_ms is not None
         self.cap_group = dist.new_group(backend="gloo") if gloo else None
+        self.cap_flag = torch.zeros(1, dtype=torch.int32)  # made once: no allocation per step
         self.step_ends = (torch.cuda.Event(), torch.cuda.Event()) if rt.cuda else None
         self.loader = None
         self.step = 0
@@ -1628,10 +1629,10 @@ class Trainer(ClosedOnExit):
             )
         self.probe.log_finished()
         if self.cap_ms is not None:
-            reached = torch.tensor([int(elapsed_ms >= self.cap_ms)], dtype=torch.int32)
+            self.cap_flag[0] = int(elapsed_ms >= self.cap_ms)
             if self.rt.distributed:  # by any rank
-                dist.all_reduce(reached, op=dist.ReduceOp.MAX, group=self.cap_group)
-            if reached[0]:  # every rank agrees: this step is the last
+                dist.all_reduce(self.cap_flag, op=dist.ReduceOp.MAX, group=self.cap_group)
+            if self.cap_flag[0]:  # every rank agrees: this step is the last
                 self.stopping = True
                 self.log0(f"wallclock_cap_reached step:{step} train_time:{elapsed_ms:.0f}ms")
 
