@@ -3,7 +3,8 @@
 rules     the challenge's limits and the rules table `check` works from (each limit once)
 numbers   numbers as printed: precision of log and JSON values
 logs      train logs -> TrainLog (any prefix, any key:value fields, embedded source)
-folders   a record folder on disk: which file is which, the runs it reports, its claim
+folders   a record folder on disk: which file is which, its claimed score
+runs      the runs a folder reports, one per seed, and the logs its claim rests on
 evidence  what the logs establish: means, how a claim is backed, sizes, time limits
 check     `check`: findings against the rules, FAIL only for what breaks one
 scaffold  `new`: a record folder from train logs, written atomically

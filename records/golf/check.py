@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import evidence as ev
-from .folders import Claim, Record, Runs, claimed_score, load_record, seed_results, select_runs
+from .folders import Claim, Record, claimed_score, load_record
 from .folders import track_of_folder as _track_of_folder
 from .logs import TrainLog
 from .numbers import agrees, as_number, fmt, is_number
@@ -40,6 +40,7 @@ from .rules import (
     TRAIN_LIMIT_MS,
     severity,
 )
+from .runs import Runs, record_runs, seed_results
 
 
 @dataclass
@@ -256,12 +257,21 @@ def check_source(ctx: Context) -> Checks:
         yield bad("source", what, "ship the script the logs embed")
     elif embedded:
         yield good("source", f"{name} runs the source embedded in {len(embedded)} log(s)")
-    sizes = sorted(ctx.record.code_sizes)
-    if any(c not in (len(data), len(runs)) for c in sizes):
-        what = f"`Code size` {', '.join(map(str, sizes))} in the logs, {name} has {len(data)}"
+    sizes = sorted({lg.code_bytes for lg in ctx.logs} - {None})
+    compressed = sorted({lg.compressed_code_bytes for lg in ctx.logs} - {None})
+    label = "`Code size (uncompressed)`" if compressed else "`Code size`"
+    off = [c for c in sizes if c not in (len(data), len(runs))]
+    if off:
+        what = f"{label} {', '.join(map(str, sizes))} in the logs, {name} has {len(data)} bytes"
+        if len(off) == 1 and unpacked is None:
+            diff = len(data) - off[0]
+            what += f" ({abs(diff)} {'more' if diff > 0 else 'fewer'})"
+        if compressed:  # the other figure: what the artifact counts, not the script's size
+            counted = ", ".join(map(str, compressed))
+            what += f"; `Code size (compressed)` {counted} is the code the artifact counts"
         yield bad("source", what, "ship the script that ran, unedited")
     elif sizes:
-        yield good("source", f"`Code size` in the logs matches {name}")
+        yield good("source", f"{label} in the logs matches {name}")
 
 
 # -----------------------------
@@ -281,6 +291,11 @@ def check_logs(ctx: Context) -> Checks:
     for lg, other in runs.conflicts:
         what = f"{lg.name} and {other.name} are both seed {lg.seed} with different results"
         yield bad("log_files", what, "keep one log per seed")
+    for lg, run in runs.rescores:
+        yield good("log_files", f"{lg.name} re-scores the run of {run.name} (seed {run.seed})")
+    for lg, why in runs.side:
+        what = f"{lg.name} is not behind the claim ({why}): set aside, not held to the caps"
+        yield bad("log_files", what, "move it out of the record folder")
     if not ctx.logs:
         yield bad("logs", "no train log with a val_bpb" if ctx.record.logs else "no train log")
         return
@@ -296,6 +311,12 @@ def check_seeds(ctx: Context) -> Checks:
     if runs.missing_seeds:
         what = f"seeds {runs.missing_seeds} listed in {ctx.json_name} have no train log"
         yield bad("seeds", what, "add their logs or drop them from the JSON")
+    for lg, printed in runs.reseeded:
+        what = (
+            f"{lg.name} prints seed {printed}, but seed_results names its score "
+            f"({lg.scored.bpb_text}) under seed {lg.seed}: counted as seed {lg.seed}"
+        )
+        yield bad("seeds", what, "make the log print the seed the run used")
     if runs.unlisted:
         seeds = sorted(lg.seed for lg in runs.unlisted)
         what = f"logs for seeds {seeds} are not listed in {ctx.json_name}; not counted"
@@ -469,7 +490,8 @@ def check_bytes_code(ctx: Context) -> Checks:
     value, data = ctx.sub.get("bytes_code"), ctx.record.script_bytes
     if value is None:
         return
-    logged = ctx.record.code_sizes | {lg.packed_code_bytes for lg in ctx.logs} - {None}
+    other = {s for lg in ctx.logs for s in (lg.packed_code_bytes, lg.compressed_code_bytes)}
+    logged = ctx.record.code_sizes | other - {None}
     script = {len(data), len(pack_source(data))} if data else set()
     if value in logged | script:
         yield good("bytes_code", f"bytes_code {value} matches the script or the logs")
@@ -602,7 +624,7 @@ def load_context(folder: str | Path, track: str | None = None) -> Context | None
     record = load_record(folder)
     if not record.path.is_dir():
         return None
-    ctx = Context(record, select_runs(record.logs, record.sub), claimed_score(record))
+    ctx = Context(record, record_runs(record), claimed_score(record))
     ctx.track, ctx.track_findings = resolve_track(record, track)
     return ctx
 

@@ -6,17 +6,23 @@ None of these tools count toward the artifact; only train_gpt.py does.
         --name "My Idea" --author "Ada" --github-id ada [--pack]
     python records/submission.py check "records/track_10min_16mb/2026-05-01_MyIdea"
     python records/submission.py stats --new records/track_10min_16mb/2026-05-01_MyIdea \\
-        --old records/track_10min_16mb/2026-04-27_PreviousRecord
+        --old ../parameter-golf/records/track_10min_16mb/2026-04-27_PreviousRecord
     python records/submission.py pack train_gpt.py -o packed/train_gpt.py
 
 new    builds records/<track>/YYYY-MM-DD_<Name>/ from train logs: the script that ran, one
-       train_seed{SEED}.log per run, submission.json computed from the logs, a README.
+       train_seed{SEED}.log per run, submission.json computed from the logs, a README. It
+       writes into this repository's records/ unless --records-dir or --out says otherwise.
 check  says whether the challenge would accept a record folder: FAIL only for what breaks a
        rule (no code, a score no log backs, artifact > 16,000,000 bytes, training or scored
        evaluation over 600 s, no readable submission.json); a WARN, with its fix, otherwise.
 stats  one-sided Welch t-test of per-seed val_loss against the previous record (0.005 nats,
        p < 0.01); reads the same runs as check.
 pack   writes the self-extracting form of a script (bz2 + base85 + exec) and checks it.
+
+Submitting a record means a pull request to the challenge repository, openai/parameter-golf
+(https://github.com/openai/parameter-golf), that adds the folder under its records/<track>/.
+The previous record's folder, for `stats --old`, is in a clone of that repository:
+git clone https://github.com/openai/parameter-golf, then parameter-golf/records/<track>/...
 
 Exit codes: 0 = ok (accepted / significant / created and accepted / packed and verified),
 1 = rejected / not significant / verification failed, 2 = bad input (usage, unreadable files,
@@ -37,6 +43,8 @@ from .pack import TINY_RUN_ENV, compressor_sizes, verify_runs, write_packed
 from .rules import ALPHA, MARGIN_NATS, TRACKS, rules_help
 from .scaffold import create_record
 from .stats import describe, gather, one_sample_test, report_ttest, require_scipy, welch_test
+
+CHALLENGE_REPO = "https://github.com/openai/parameter-golf"
 
 # -----------------------------
 # COMMANDS
@@ -78,6 +86,10 @@ def cmd_new(args) -> int:
         pack=args.pack,
     )
     print(f"created {dest}")
+    print(
+        f"to submit: copy {dest.name}/ into records/{dest.parent.name}/ of your clone of "
+        f"{CHALLENGE_REPO} and open a pull request there"
+    )
     return 0 if _print_check(dest, check_folder(dest), quiet=False) else 1
 
 
@@ -192,12 +204,18 @@ def _add_new(sub) -> None:
     p.add_argument("--github-id", required=True, help="author's GitHub user name")
     p.add_argument("--blurb", default="", help="one-paragraph description")
     p.add_argument("--date", help="YYYY-MM-DD (default: today)")
-    p.add_argument("--track", default="10min_16mb", choices=sorted(TRACKS))
+    p.add_argument(
+        "--track", default="10min_16mb", choices=sorted(TRACKS), help="default %(default)s"
+    )
     p.add_argument("--script", help="the train_gpt.py that ran (when no log embeds the source)")
     p.add_argument("--seeds", nargs="+", type=int, help="seeds in log order, for logs without one")
     p.add_argument("--hardware", help="e.g. '8xH100 80GB SXM' (default: from nvidia-smi)")
     p.add_argument("--pytorch-version", help="default: from the logs' `Running PyTorch` line")
-    p.add_argument("--records-dir", help="records/ folder to create it in (default: records/)")
+    p.add_argument(
+        "--records-dir",
+        help="records/ folder to create it in (default: this repository's records/; give "
+        "your clone's parameter-golf/records to write it there)",
+    )
     p.add_argument("--out", help="exact folder to create (overrides --records-dir/track/name)")
     p.add_argument("--force", action="store_true", help="replace the folder if it exists")
     p.add_argument("--pack", action="store_true", help="ship train_gpt.py in its packed form")
@@ -223,19 +241,34 @@ def _add_check(sub) -> None:
 def _add_stats(sub) -> None:
     p = sub.add_parser(
         "stats",
+        usage="%(prog)s --new VALUE|PATH [VALUE|PATH ...]\n"
+        + " " * 27
+        + "(--old VALUE|PATH [VALUE|PATH ...] | --sota VAL_LOSS) [--margin NATS] [--alpha P]\n"
+        "       %(prog)s --systems-only [the options above]",
         help="significance of a new result against the current record",
         description="One-sided Welch t-test (scipy.stats.ttest_ind, equal_var=False) of per-seed "
         "val_loss (nats): H1 mean(new) < mean(old) - margin; or, with --sota (or one --old "
         "value), the one-sample form (scipy.stats.ttest_1samp). Values may be numbers, train "
         "logs, record folders (the runs `check` counts) or submission.json files (seed_results). "
-        "Exit 0 when p < alpha (or --systems-only), 1 when not significant, 2 on bad input or "
-        "when scipy is missing.",
+        "The previous record's folder is in a clone of "
+        f"{CHALLENGE_REPO} (records/<track>/...). --new and one of --old or --sota are "
+        "required, except with --systems-only. Exit 0 when p < alpha (or --systems-only), 1 "
+        "when not significant, 2 on bad input or when scipy is missing.",
     )
     p.add_argument("--new", nargs="+", metavar="VALUE|PATH", help="the new per-seed val_loss")
-    p.add_argument("--old", nargs="+", metavar="VALUE|PATH", help="the old per-seed val_loss")
-    p.add_argument("--sota", type=float, help="a single SOTA val_loss for the one-sample test")
-    p.add_argument("--margin", type=float, default=MARGIN_NATS, help="default %(default)s nats")
-    p.add_argument("--alpha", type=float, default=ALPHA, help="default %(default)s")
+    p.add_argument(
+        "--old",
+        nargs="+",
+        metavar="VALUE|PATH",
+        help="the previous record's per-seed val_loss (e.g. its folder in your clone)",
+    )
+    p.add_argument(
+        "--sota", type=float, metavar="VAL_LOSS", help="one SOTA val_loss: the one-sample test"
+    )
+    p.add_argument(
+        "--margin", type=float, metavar="NATS", default=MARGIN_NATS, help="default %(default)s"
+    )
+    p.add_argument("--alpha", type=float, metavar="P", default=ALPHA, help="default %(default)s")
     p.add_argument(
         "--systems-only",
         action="store_true",

@@ -78,6 +78,11 @@ def _strict(claim, m: Mean) -> bool:
     return agrees(claim, m.value, m.tol, SCORE_DECIMALS_TOL)
 
 
+def backs(claim: float, logs: list[TrainLog], metric: str) -> bool:
+    """True when `claim` is a final evaluation's mean over all `logs`, to its own decimals."""
+    return any(_strict(claim, m) for m in means(logs, metric))
+
+
 def backing(claim: float, logs: list[TrainLog], metric: str) -> Backing | None:
     """How `claim` (a mean `metric` over seeds) is backed by the logs; None when it is not.
 

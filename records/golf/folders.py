@@ -1,8 +1,7 @@
 """A record folder read from disk: which file is the README, the JSON, the script, the logs.
 
-`load_record` reads a folder once into a `Record`; `select_runs` picks the runs it reports (one
-log per run, the seeds the JSON lists). `check` and `stats` both go through `select_runs`, so they
-always count the same runs.
+`load_record` reads a folder once into a `Record`; `claimed_score` finds the score it claims.
+Which logs are runs, and which the claim rests on, is `runs.select_runs`.
 """
 
 from __future__ import annotations
@@ -170,76 +169,6 @@ def load_record(folder: str | Path) -> Record:
     record.logs, record.log_notes = find_logs(record.path)
     _read_script(record)
     return record
-
-
-# -----------------------------
-# THE RUNS A RECORD REPORTS
-# -----------------------------
-
-
-def seeds_listed(sub: dict) -> list[int]:
-    """Seeds the JSON names: `seeds` as a list or an object (keys, else values), else the keys
-    of `seed_results`."""
-    value = sub.get("seeds")
-    if isinstance(value, dict):
-        keys = [_int_in(k) for k in value]
-        ints = [v for v in value.values() if isinstance(v, int) and not isinstance(v, bool)]
-        value = keys if any(k is not None for k in keys) else ints
-    if not isinstance(value, list):
-        value = list(seed_results(sub))
-    return [s for s in map(_int_in, value) if s is not None]
-
-
-def _int_in(value) -> int | None:
-    m = re.search(r"\d+", str(value)) if not isinstance(value, bool) else None
-    return int(m.group(0)) if m else None
-
-
-def seed_results(sub: dict) -> dict[str, dict]:
-    """`seed_results` as {seed key: entry}, from an object or a list of {"seed": ...} entries."""
-    results = sub.get("seed_results")
-    if isinstance(results, list):
-        results = {str(r.get("seed")): r for r in results if isinstance(r, dict)}
-    if not isinstance(results, dict):
-        return {}
-    return {str(k): v for k, v in results.items()}
-
-
-@dataclass
-class Runs:
-    """The runs a record reports, and what was set aside to get them."""
-
-    logs: list[TrainLog]  # scored, one per run, the seeds the JSON lists
-    unscored: list[TrainLog] = field(default_factory=list)  # training lines but no val_bpb
-    duplicates: list[tuple[TrainLog, TrainLog]] = field(default_factory=list)  # (copy, kept)
-    conflicts: list[tuple[TrainLog, TrainLog]] = field(default_factory=list)  # one seed, 2 runs
-    unlisted: list[TrainLog] = field(default_factory=list)  # seeds the JSON does not list
-    missing_seeds: list[int] = field(default_factory=list)  # listed seeds without a log
-
-
-def select_runs(logs: list[TrainLog], sub: dict) -> Runs:
-    """One log per run (a .txt and .log copy count once), restricted to the JSON's seeds."""
-    runs = Runs(logs=[])
-    for lg in logs:
-        if lg.scored is None:
-            runs.unscored.append(lg)
-            continue
-        twin = next((k for k in runs.logs if k.identity == lg.identity), None)
-        if twin is not None:
-            runs.duplicates.append((lg, twin))
-            continue
-        same_seed = next((k for k in runs.logs if lg.seed is not None and k.seed == lg.seed), None)
-        if same_seed is not None:
-            runs.conflicts.append((lg, same_seed))
-        runs.logs.append(lg)
-    listed = seeds_listed(sub)
-    found = {lg.seed for lg in runs.logs}
-    runs.missing_seeds = [s for s in dict.fromkeys(listed) if s not in found]
-    if listed and found & set(listed):  # the JSON names the runs it reports: score those
-        keep = [lg.seed is None or lg.seed in listed for lg in runs.logs]
-        runs.unlisted = [lg for lg, k in zip(runs.logs, keep, strict=True) if not k]
-        runs.logs = [lg for lg, k in zip(runs.logs, keep, strict=True) if k]
-    return runs
 
 
 # -----------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .numbers import NUMBER, half_ulp
@@ -52,6 +52,9 @@ _PACKED = re.compile(
     r"|^Code size\b.*?\bpack\w*\D{0,20}?(\d+)\s*bytes"  # `Code size: N bytes (would pack to M)`
 )
 _CODE = re.compile(r"^Code size[^:]*:\s*(\d+)\s*bytes")
+# `Code size (compressed): N bytes`: the code bytes a run that compresses its own source counts
+# in its artifact; its `Code size (uncompressed)` is the script's size, read by _CODE.
+_CODE_COMPRESSED = re.compile(r"^Code size\s*\([^)]*\bcompressed\b[^)]*\):\s*(\d+)\s*bytes")
 _MODEL = re.compile(r"^Serialized model[^:]*:\s*(\d+)\s*bytes")
 _TOTAL = re.compile(r"^Total submission size[^:]*:\s*(\d+)\s*bytes")
 _GPU = re.compile(r"^\|\s*(\d+)\s+(.+?)\s+(?:On|Off)\s*\|\s*[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:")
@@ -127,6 +130,8 @@ class TrainLog:
     gpus: list[str] = field(default_factory=list)  # names from the nvidia-smi table
     no_gpu: bool = False  # "nvidia-smi: unavailable"
     seed_line: int | None = None  # from a `seed:N` line
+    seed_assigned: int | None = None  # the JSON's seed for a log that prints another one
+    rescored: Path | None = None  # the log whose evaluations these are (see `rescored_by`)
     world_size: int | None = None
     iterations: int | None = None
     last_step: int | None = None
@@ -136,7 +141,8 @@ class TrainLog:
     train_time_tol_ms: float = 0.0
     step_avg_ms: float | None = None
     step_avg_text: str | None = None
-    code_bytes: int | None = None
+    code_bytes: int | None = None  # the script's size: `Code size` or `Code size (uncompressed)`
+    compressed_code_bytes: int | None = None  # `Code size (compressed)`: what the artifact counts
     packed_code_bytes: int | None = None  # "would pack to N bytes" of a readable script's run
     model_bytes: int | None = None
     total_bytes: int | None = None
@@ -146,14 +152,27 @@ class TrainLog:
 
     @property
     def name(self) -> str:
-        return self.path.name if self.path is not None else "<log>"
+        name = self.path.name if self.path is not None else "<log>"
+        return f"{self.rescored.name} (re-scoring {name})" if self.rescored else name
 
     @property
     def seed(self) -> int | None:
-        """The `seed:N` line, else a seed in the file name (`train_seed42.log`)."""
+        """The seed the JSON assigned, else the `seed:N` line, else a seed in the file name
+        (`train_seed42.log`)."""
+        if self.seed_assigned is not None:
+            return self.seed_assigned
         if self.seed_line is not None:
             return self.seed_line
+        return self.name_seed
+
+    @property
+    def name_seed(self) -> int | None:
         return seed_from_name(self.path.name) if self.path is not None else None
+
+    def rescored_by(self, other: TrainLog) -> TrainLog:
+        """This run with the evaluations of `other`, a log that re-scores its artifact."""
+        evals = {"evaluations": other.evaluations, "step_evals": other.step_evals}
+        return replace(self, **evals, rescored=other.path)
 
     @property
     def is_train_log(self) -> bool:
@@ -213,18 +232,23 @@ class TrainLog:
         return sum(e.eval_time_ms for e in self.evaluations if e.is_final and e.eval_time_ms)
 
     @property
+    def counted_code_bytes(self) -> int | None:
+        """The code bytes the run counted in its artifact: compressed, if it says so."""
+        return self.code_bytes if self.compressed_code_bytes is None else self.compressed_code_bytes
+
+    @property
     def artifact_bytes(self) -> int | None:
         if self.total_bytes is not None:
             return self.total_bytes
-        if self.code_bytes is not None and self.model_bytes is not None:
-            return self.code_bytes + self.model_bytes
+        if self.counted_code_bytes is not None and self.model_bytes is not None:
+            return self.counted_code_bytes + self.model_bytes
         return None
 
     def artifact_with_code(self, code_len: int) -> int | None:
         """The artifact had the run shipped a script of `code_len` bytes (e.g. its packed form)."""
-        if self.artifact_bytes is None or self.code_bytes is None:
+        if self.artifact_bytes is None or self.counted_code_bytes is None:
             return None
-        return self.artifact_bytes - self.code_bytes + code_len
+        return self.artifact_bytes - self.counted_code_bytes + code_len
 
     @property
     def hardware(self) -> str | None:
@@ -380,7 +404,13 @@ def _parse_sizes(log: TrainLog, line: str) -> bool:
         log.packed_code_bytes = int(m.group(1) or m.group(2))
         if m.group(1):
             return True
-    for regex, attr in ((_CODE, "code_bytes"), (_MODEL, "model_bytes"), (_TOTAL, "total_bytes")):
+    sizes = (
+        (_CODE_COMPRESSED, "compressed_code_bytes"),
+        (_CODE, "code_bytes"),
+        (_MODEL, "model_bytes"),
+        (_TOTAL, "total_bytes"),
+    )
+    for regex, attr in sizes:
         m = regex.match(line)
         if m:
             setattr(log, attr, int(m.group(1)))

@@ -123,7 +123,12 @@ _TABLE = (
     ),
     Rule("names", False, f"files named {README_NAME}, {JSON_NAME}, {SCRIPT_NAME}"),
     Rule("compile", False, "every script compiles under the Python running check"),
-    Rule("log_files", False, "every log file is readable and scored, one log per run"),
+    Rule(
+        "log_files",
+        False,
+        "every log file is readable and scored, one log per run (a re-scoring of a run is the "
+        "same run); no side experiment beside the runs the claim rests on",
+    ),
     Rule(
         "json_keys",
         False,
@@ -135,7 +140,11 @@ _TABLE = (
         False,
         "the claimed val_bpb is the mean over all scored seeds, rounded to its own decimals",
     ),
-    Rule("seeds", False, f"at least {MIN_SEEDS} seeds, each listed seed has a log, one log each"),
+    Rule(
+        "seeds",
+        False,
+        f"at least {MIN_SEEDS} seeds, each listed seed has a log, one log each, printing its seed",
+    ),
     Rule("val_loss", False, "val_loss and the stds agree with the logs"),
     Rule("seed_results", False, "each seed_results entry agrees with its log"),
     Rule("sizes", False, "every log prints its artifact size (`Total submission size`)"),

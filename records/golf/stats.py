@@ -4,7 +4,7 @@ One-sided Welch t-test of the per-seed val_loss (`scipy.stats.ttest_ind(equal_va
 alternative="less")`) against the old values minus the margin, or the one-sample form early
 records used (`ttest_1samp` against SOTA - margin). Per-seed values come from numbers, train
 logs, submission.json files or record folders; a folder's runs are the ones `check` counts
-(`folders.select_runs`: one log per run, the seeds the JSON lists).
+(`runs.select_runs`: one per seed, the seeds the JSON lists, on the logs the claim rests on).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SubmissionError
-from .folders import find_json, load_record, seed_results, select_runs
+from .folders import find_json, load_record
 from .logs import read_log
 from .numbers import is_number, load_json_file
 from .rules import ALPHA, MARGIN_NATS
+from .runs import record_runs, seed_results
 
 SCIPY_HINT = "stats needs scipy: pip install scipy (or pip install -r requirements-dev.txt)"
 
@@ -91,13 +92,13 @@ def _number(text: str) -> float | None:
 
 
 def _from_folder(path: Path) -> tuple[list[float], str]:
-    record = load_record(path)
-    runs = select_runs(record.logs, record.sub)
+    runs = record_runs(load_record(path))
     if runs.logs:
         vals = [lg.scored.val_loss for lg in runs.logs]
-        dropped = len(runs.duplicates) + len(runs.unlisted)
+        dropped = len(runs.duplicates) + len(runs.unlisted) + len(runs.side)
+        again = f", {len(runs.rescores)} re-scoring(s) of them" if runs.rescores else ""
         note = f", {dropped} set aside as in `check`" if dropped else ""
-        return vals, f"{path.name} ({len(vals)} logs{note})"
+        return vals, f"{path.name} ({len(vals)} runs{again}{note})"
     json_path, _ = find_json(path)
     if json_path is None:
         raise SubmissionError(f"{path}: no train logs and no submission.json")
