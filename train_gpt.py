@@ -115,6 +115,11 @@ class Hyperparameters:
     val_copy_stream: bool = True
     val_doc_attention: bool = False  # 1 = attention within documents, as docpack trains
     val_bytecount_device: str = knob("cpu", choices=("cpu", "cuda"))  # cuda: per batch, baseline
+    # the records' final sliding-window evaluation (validation during training stays as it is)
+    eval_stride: int = knob(0, 0)  # 0 = none; S = windows S apart, each scoring its last S targets
+    eval_seq_len: int = knob(0, 0)  # window length; 0 = TRAIN_SEQ_LEN
+    eval_batch_seqs: int = knob(32, 1)  # windows per batch and rank
+    eval_include_tail: bool = False  # 1 = every target, also past the last whole sequence (both)
     # observability (changes no number either)
     training_timing_breakdown: bool = False
     training_timing_every: int = knob(200, 1)
@@ -126,6 +131,7 @@ class Hyperparameters:
     train_files = property(lambda self: os.path.join(self.data_path, "fineweb_train_*.bin"))
     val_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_[0-9]*.bin"))
     val_bytes_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_bytes_*.bin"))
+    window = property(lambda self: self.eval_seq_len or self.train_seq_len)  # EVAL_SEQ_LEN
 
     @classmethod
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
@@ -160,6 +166,12 @@ class Hyperparameters:
             (0 < self.max_val_tokens < T,
              f"MAX_VAL_TOKENS={self.max_val_tokens}: expected 0 (full split) or >= "
              f"TRAIN_SEQ_LEN={T}"),
+            (self.eval_stride > self.window,
+             f"EVAL_STRIDE={self.eval_stride}: expected at most EVAL_SEQ_LEN={self.window} (a "
+             f"window scores its last EVAL_STRIDE targets)"),
+            (self.eval_stride and self.val_doc_attention,
+             "EVAL_STRIDE with VAL_DOC_ATTENTION=1: not supported; sliding windows attend "
+             "across documents, as the records' evaluation does"),
         ]:  # fmt: skip
             if broken:
                 raise ConfigError(message)
@@ -547,6 +559,7 @@ class StreamOrder:
 
     @staticmethod
     def assemble(tokens: Tensor, cu: Tensor | None, max_seqlen: int, seq_len: int) -> tuple:
+        seq_len = min(seq_len, tokens.numel() - 1)  # a validation tail: one short sequence
         return tokens[:-1].view(-1, seq_len), tokens[1:].view(-1, seq_len)
 
     def fill(self, layout: Layout, seq_len: int, tokens: np.ndarray, cu) -> tuple[int, int]:
@@ -983,47 +996,59 @@ class ValidationSet:
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, luts: ByteLuts):
         files = list_shards(cfg.val_files)
-        tokens = np.concatenate([load_data_shard(f, cfg.vocab_size) for f in files])
-        T = cfg.train_seq_len
-        self.split_tokens = max(tokens.size - 1, 0)
-        usable = (self.split_tokens // T) * T
-        if cfg.max_val_tokens:
-            usable = min(usable, cfg.max_val_tokens // T * T)
-        if usable <= 0:
-            raise DataError(
-                f"{cfg.val_files}: the validation split has {tokens.size} tokens, fewer than one "
-                f"sequence of TRAIN_SEQ_LEN+1 = {T + 1}"
-            )
-        self.tokens, self.seq_len = tokens[: usable + 1], T
-        total_seqs = usable // T
+        self.split = np.concatenate([load_data_shard(f, cfg.vocab_size) for f in files])
+        self.split_tokens, self.luts, self.counts = max(self.split.size - 1, 0), luts, None
+        sidecars = sorted(glob.glob(cfg.val_bytes_files))  # CaseOps data: token i's UTF-8 bytes
+        self.bytes_from = "sidecar" if sidecars else "tokenizer"
+        if sidecars and cfg.val_bytecount_device == "cuda":  # the tokenizer's count: wrong here
+            raise ConfigError(f"VAL_BYTECOUNT_DEVICE=cuda: {cfg.val_bytes_files} exist; use cpu")
+        if sidecars:
+            self.counts = np.concatenate([load_data_shard(f) for f in sidecars])
+            if self.counts.size != self.split.size:
+                raise DataError(
+                    f"{cfg.val_bytes_files}: {self.counts.size} byte counts for the "
+                    f"{self.split.size} tokens of {cfg.val_files}: expected one per token"
+                )
+        T = self.seq_len = cfg.train_seq_len
+        usable = self.scored_targets(cfg, T, "TRAIN_SEQ_LEN")
+        self.tokens = self.split[: usable + 1]
+        total_seqs = -(-usable // T)  # the last one short when EVAL_INCLUDE_TAIL keeps the tail
         first = total_seqs * rt.rank // rt.world_size
         end = total_seqs * (rt.rank + 1) // rt.world_size
+        whole_end = min(end, usable // T)
         batch_seqs = cfg.val_batch_size // (rt.world_size * rt.grad_accum_steps) // T
-        starts = range(first, end, batch_seqs)
-        self.spans = [(s * T, min(s + batch_seqs, end) * T + 1) for s in starts]
+        starts = range(first, whole_end, batch_seqs)
+        self.spans = [(s * T, min(s + batch_seqs, whole_end) * T + 1) for s in starts]
+        if end > whole_end:  # the tail, a batch of its own: one sequence of fewer than T targets
+            self.spans.append((whole_end * T, usable + 1))
         self.max_span = batch_seqs * T + 1
         order = DocPackOrder if cfg.val_doc_attention else StreamOrder
         self.assemble = functools.partial(order.assemble, seq_len=T)
         self.documents = None  # per batch: its cu_seqlens (padded to 64) and longest piece
         if cfg.val_doc_attention:
             self.documents = [self.cut_documents(a, b) for a, b in self.spans]
-        sidecars = sorted(glob.glob(cfg.val_bytes_files))  # CaseOps data: token i's UTF-8 bytes
-        self.bytes_from = "sidecar" if sidecars else "tokenizer"
-        if sidecars and cfg.val_bytecount_device == "cuda":  # the tokenizer's count: wrong here
-            raise ConfigError(f"VAL_BYTECOUNT_DEVICE=cuda: {cfg.val_bytes_files} exist; use cpu")
-        if not sidecars:
-            local_bytes = count_target_bytes(self.tokens[first * T : end * T + 1], luts)
-        elif (counts := np.concatenate([load_data_shard(f) for f in sidecars])).size != tokens.size:
+        self.target_tokens, self.target_bytes = self.totals(rt, first * T, min(end * T, usable))
+
+    def scored_targets(self, cfg: Hyperparameters, seq_len: int, name: str) -> int:
+        """The split's targets evaluated: whole sequences of seq_len, or all (EVAL_INCLUDE_TAIL)."""
+        usable = min(self.split_tokens, cfg.max_val_tokens or self.split_tokens)
+        if usable < seq_len:
             raise DataError(
-                f"{cfg.val_bytes_files}: {counts.size} byte counts for the {tokens.size} tokens "
-                f"of {cfg.val_files}: expected one per token"
+                f"{name}={seq_len}: longer than the validation split ({self.split_tokens} targets "
+                f"in {cfg.val_files}, MAX_VAL_TOKENS={cfg.max_val_tokens}): expected at most that"
             )
-        else:  # the targets are tokens 1, 2, ...
-            local_bytes = int(counts[first * T + 1 : end * T + 1].sum(dtype=np.int64))
-        totals = torch.tensor([(end - first) * T, local_bytes], dtype=torch.int64, device=rt.device)
+        return usable if cfg.eval_include_tail else usable // seq_len * seq_len
+
+    def totals(self, rt: Runtime, a: int, b: int) -> tuple[int, int]:
+        """Targets a..b-1 (tokens a+1..b) of every rank: their count and exact UTF-8 bytes."""
+        if self.counts is not None:
+            local_bytes = int(self.counts[a + 1 : b + 1].sum(dtype=np.int64))
+        else:
+            local_bytes = count_target_bytes(self.split[a : b + 1], self.luts)
+        totals = torch.tensor([max(b - a, 0), local_bytes], dtype=torch.int64, device=rt.device)
         if rt.distributed:
             dist.all_reduce(totals)
-        self.target_tokens, self.target_bytes = (int(v) for v in totals.tolist())
+        return tuple(int(v) for v in totals.tolist())
 
     def cut_documents(self, a: int, b: int) -> tuple[np.ndarray, int]:
         cu = np.empty(pad_to_64(b - a), dtype=np.int32)
@@ -1057,6 +1082,32 @@ class ValidationSet:
         documents, longest = self.documents[i] if self.documents else ((), 0)
         cu[: len(documents)] = documents
         return b - a, len(documents), longest, None
+
+
+class SlidingWindows:
+    """EVAL_STRIDE=S, EVAL_SEQ_LEN=L: the records' windows. Window k reads tokens [kS, kS + L] and
+    scores its last S targets (window 0: all L), so every target is scored once with at least
+    L - S tokens of context; windows start while kS + L - S < the targets, and the targets the
+    last ones lack are -100 (ignored). Rank r takes the r-th contiguous part of the windows, in
+    batches of EVAL_BATCH_SEQS read from one buffer by offset: no per-window work, ever."""
+
+    def __init__(self, cfg: Hyperparameters, rt: Runtime, val: ValidationSet):
+        L, S, B = cfg.window, cfg.eval_stride, cfg.eval_batch_seqs
+        total = val.scored_targets(cfg, L, "EVAL_SEQ_LEN")
+        self.shape, self.stride, self.context = (B, L), S, L - S
+        self.windows = -(-(total - self.context) // S)
+        lo = self.windows * rt.rank // rt.world_size
+        hi = self.windows * (rt.rank + 1) // rt.world_size
+        self.batches = [((k - lo) * S, min(B, hi - k)) for k in range(lo, hi, B)]  # offset, rows
+        self.owns_first = lo == 0 < hi
+        room = (len(self.batches) * B - 1) * S + L + 1 if self.batches else 0  # padded last batch
+        tokens = np.full(room, -100, dtype=np.int32)  # cross_entropy's ignore_index
+        part = val.split[lo * S : min(lo * S + room, total + 1)]
+        tokens[: part.size] = part
+        self.tokens = torch.from_numpy(tokens).to(rt.device)  # resident from start-up on
+        first = lo * S + self.context if lo else 0  # target i is token i + 1
+        last = min((hi - 1) * S + L, total) if hi > lo else first
+        self.target_tokens, self.target_bytes = val.totals(rt, first, last)
 
 
 # -----------------------------
@@ -1432,13 +1483,43 @@ def eval_val(cfg, rt, model, val, device_luts=None) -> tuple[float, float]:
                 spaces = (has_leading_space[tgt] & ~is_boundary[prev]).to(torch.int64)
                 byte_sum += (base_bytes[tgt] + spaces).sum()
     model.train()
+    target_bytes = val.target_bytes
+    if device_luts is not None:
+        if rt.distributed:
+            dist.all_reduce(byte_sum)
+        target_bytes = int(byte_sum.item())
+    return score(rt, loss_sum, val.target_tokens, target_bytes)
+
+
+def eval_sliding(cfg, rt, model, windows: SlidingWindows) -> tuple[float, float]:
+    """The records' sliding-window score. Per batch: one strided copy out of this rank's tokens,
+    resident on the device, into a reused buffer; its scored targets are one fixed slice. No host
+    sync until the score is read."""
+    (B, L), S, context = windows.shape, windows.stride, windows.context
+    model.eval()
+    tokens = windows.tokens
+    window = torch.empty((B, L + 1), dtype=torch.int64, device=rt.device)
+    x = torch.empty((B, L), dtype=torch.int64, device=rt.device)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
+    with torch.no_grad():
+        for i, (offset, rows) in enumerate(windows.batches):
+            window.copy_(tokens.as_strided((B, L + 1), (S, 1), offset))
+            torch.clamp(window[:, :-1], min=0, out=x)  # past the split: any id, never scored
+            with rt.autocast():
+                nll = model(x, window[:, 1:], "none").view(B, L)
+            loss_sum += nll[:rows, context:].sum(dtype=torch.float64)  # rows past `rows`: padding
+            if i == 0 and windows.owns_first:  # the split's first window scores all its targets
+                loss_sum += nll[0, :context].sum(dtype=torch.float64)
+    model.train()
+    return score(rt, loss_sum, windows.target_tokens, windows.target_bytes)
+
+
+def score(rt: Runtime, loss_sum: Tensor, tokens: int, target_bytes: int) -> tuple[float, float]:
+    """(val_loss, val_bpb) from every rank's summed nats and the split's exact totals."""
     if rt.distributed:
         dist.all_reduce(loss_sum)
-        if device_luts is not None:
-            dist.all_reduce(byte_sum)
-    target_bytes = val.target_bytes if device_luts is None else int(byte_sum.item())
-    val_loss = loss_sum.item() / val.target_tokens
-    return val_loss, val_loss / math.log(2.0) * (val.target_tokens / target_bytes)
+    val_loss = loss_sum.item() / tokens
+    return val_loss, val_loss / math.log(2.0) * (tokens / target_bytes)
 
 
 # -----------------------------
@@ -1821,8 +1902,11 @@ def start_logs(cfg: Hyperparameters, rt: Runtime, code: str) -> Callable:
     return log0
 
 
-def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple[ValidationSet, tuple]:
-    """Tokenizer and shards checked, the validation split loaded, its bytes counted (or tables)."""
+def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
+    """Tokenizer and shards checked, the validation split loaded, its bytes counted (or tables);
+    the sliding windows if EVAL_STRIDE. An evaluation-only run needs no training shards."""
+    if cfg.eval_only_path and not Path(cfg.eval_only_path).is_file():
+        raise DataError(f"EVAL_ONLY_PATH={cfg.eval_only_path}: no such file")
     if not Path(cfg.tokenizer_path).is_file():
         path = cfg.tokenizer_path
         raise DataError(f"TOKENIZER_PATH={path}: no such file (build or download the data first)")
@@ -1831,19 +1915,28 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple[Valida
         found = f"tokenizer vocab_size={int(sp.vocab_size())} ({cfg.tokenizer_path})"
         raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size} does not match {found}")
     luts = build_sentencepiece_luts(sp, cfg.vocab_size)
-    shards = TrainShards(cfg.train_files, cfg.vocab_size)
-    shards.check_order(cfg.train_loader, rt.world_size)  # now, not once the model is compiled
+    shards = None
+    if not cfg.eval_only_path:
+        shards = TrainShards(cfg.train_files, cfg.vocab_size)
+        shards.check_order(cfg.train_loader, rt.world_size)  # now, not once the model is compiled
     val = ValidationSet(cfg, rt, luts)  # every val shard loaded: header, size, token ids checked
+    windows = SlidingWindows(cfg, rt, val) if cfg.eval_stride else None
     device_luts = None
     if cfg.val_bytecount_device == "cuda":
         device_luts = tuple(torch.from_numpy(t).to(rt.device) for t in luts)
     log0(f"val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path={cfg.tokenizer_path}")
     dataset = Path(cfg.data_path).resolve().name
-    log0(f"train_loader:dataset:{dataset} train_shards:{len(shards.files)}")
+    log0(f"train_loader:dataset:{dataset} train_shards:{len(shards.files) if shards else 0}")
     log0(
         f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} "
         f"bytes:{val.target_bytes} bytes_from:{val.bytes_from}"
     )
+    if windows is not None:
+        log0(
+            f"sliding_window:stride:{cfg.eval_stride} seq_len:{cfg.window} "
+            f"batch_seqs:{cfg.eval_batch_seqs} windows:{windows.windows} "
+            f"tokens:{windows.target_tokens} bytes:{windows.target_bytes}"
+        )
     if cfg.max_val_tokens:
         log0(
             f"WARNING: MAX_VAL_TOKENS={cfg.max_val_tokens} evaluates {val.target_tokens} of the "
@@ -1852,13 +1945,13 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple[Valida
         )
     copy_streams = [int(on and rt.cuda) for on in (cfg.train_copy_stream, cfg.val_copy_stream)]
     log0(
-        f"train_tokens:{sum(shards.sizes)} order:{cfg.train_loader} "
+        f"train_tokens:{sum(shards.sizes) if shards else 0} order:{cfg.train_loader} "
         f"train_prefetch:{int(cfg.train_prefetch)} "
         f"queue:{cfg.train_prefetch_queue} copy_stream:{copy_streams[0]} "
         f"val_prefetch:{int(cfg.val_prefetch)} queue:{cfg.val_prefetch_queue} "
         f"copy_stream:{copy_streams[1]} val_bytecount_device:{cfg.val_bytecount_device}"
     )
-    return val, device_luts
+    return val, device_luts, windows
 
 
 def log_network(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable) -> None:
@@ -1942,12 +2035,22 @@ def load_for_evaluation(path: str, net: Network, evaluate: Callable, log0: Calla
     return quantize_model(net)[0]
 
 
+def log_score(label: str, fields: str, rt: Runtime, evaluate: Callable, log0: Callable) -> None:
+    rt.synchronize()
+    t0 = time.perf_counter()
+    val_loss, val_bpb = evaluate()
+    rt.synchronize()
+    eval_ms = 1000.0 * (time.perf_counter() - t0)
+    log0(f"{label} {fields}val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f} eval_time:{eval_ms:.0f}ms")
+    log0(f"{label}_exact {fields}val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
+
+
 def main() -> None:
     cfg, rt = configure()
     code = Path(__file__).read_bytes().decode("utf-8")  # as counted: no newline translation
     log0 = start_logs(cfg, rt, code)
     checkpoint = read_checkpoint(cfg, rt)
-    val, device_luts = load_data(cfg, rt, log0)
+    val, device_luts, windows = load_data(cfg, rt, log0)
     net = build_network(cfg, rt)
     log_network(cfg, rt, net, log0)
     evaluate = functools.partial(eval_val, cfg, rt, net.compiled, val, device_luts)
@@ -1963,16 +2066,10 @@ def main() -> None:
         quant_raw = save_artifacts(rt, net, code, log0)
     quant_state = torch.load(io.BytesIO(quant_raw), map_location="cpu")
     load_weights(net, dequantize_state_dict_int8(quant_state), "the int8 weights")
-    rt.synchronize()
-    t0 = time.perf_counter()
-    val_loss, val_bpb = evaluate()
-    rt.synchronize()
-    eval_ms = 1000.0 * (time.perf_counter() - t0)
-    log0(
-        f"final_int8_zlib_roundtrip val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f} "
-        f"eval_time:{eval_ms:.0f}ms"
-    )
-    log0(f"final_int8_zlib_roundtrip_exact val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
+    log_score("final_int8_zlib_roundtrip", "", rt, evaluate, log0)
+    if windows is not None:  # the records' scored number, on the same round-tripped weights
+        sliding = functools.partial(eval_sliding, cfg, rt, net.compiled, windows)
+        log_score("final_sliding_window_eval", f"stride:{cfg.eval_stride} ", rt, sliding, log0)
     if rt.distributed:  # ordered: loaders are closed, every rank is done, then the group goes
         dist.barrier()
         dist.destroy_process_group()

@@ -237,3 +237,39 @@ def test_compiled_docpack_gpu_run_is_identical_with_and_without_prefetch(tmp_pat
     assert four[0] == four[1]
     # the warm-up's RoPE-table recompile of training and of evaluation, never one per batch
     assert runs[1].stderr.count("Recompiling function forward") <= 2, runs[1].stderr[-3000:]
+
+
+def test_sliding_evaluation_never_waits_on_the_gpu_and_compiles_one_graph(tmp_path, monkeypatch):
+    """Every batch, the last short one included, through one compiled graph, under sync debug
+    mode "error" (the score's single read-back excepted); the same number as uncompiled."""
+    from torch._dynamo.utils import counters
+
+    from data.shard_io import write_shard
+
+    write_shard(tmp_path / "fineweb_val_000000.bin", np.arange(30_001) % 1024)
+    cfg = tg.Hyperparameters(
+        data_path=str(tmp_path), num_layers=2, model_dim=128, num_heads=4, num_kv_heads=2,
+        train_seq_len=256, eval_stride=64, eval_batch_seqs=8, val_batch_size=8 * 256,
+    )  # fmt: skip
+    rt = tg.Runtime(0, 0, 1, 8, torch.device("cuda", torch.cuda.current_device()), False)
+    luts = tg.ByteLuts(np.ones(1024, np.int64), np.zeros(1024, bool), np.zeros(1024, bool))
+    windows = tg.SlidingWindows(cfg, rt, tg.ValidationSet(cfg, rt, luts))
+    assert windows.batches[-1][1] < 8  # a short last batch
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = tg.build_model(cfg, rt.device)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.02)
+    compiled = torch.compile(model, dynamic=False, fullgraph=True)
+    want = tg.eval_sliding(cfg, rt, model, windows)
+    got = tg.eval_sliding(cfg, rt, compiled, windows)  # compiles
+    graphs = counters["stats"]["unique_graphs"]
+    monkeypatch.setattr(tg, "score", lambda rt, loss_sum, tokens, nbytes: loss_sum)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        loss_sum = tg.eval_sliding(cfg, rt, compiled, windows)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert counters["stats"]["unique_graphs"] == graphs == 1
+    assert loss_sum.item() / windows.target_tokens == pytest.approx(got[0], rel=1e-9)
+    assert got[0] == pytest.approx(want[0], rel=1e-3)  # bf16 kernels compiled or not
