@@ -23,7 +23,8 @@
          side by side: main-thread wait per next_batch call, and the worst wait around a shard
          entry (docpack) or a reshuffle (shuffled).
 
-  python benchmarks/loader.py                      # train + val
+  python benchmarks/loader.py                      # train + val, small synthetic data (~74 MB)
+  python benchmarks/loader.py --size full          # the recorded runs' data (~364 MB)
   python benchmarks/loader.py --what train --compute busy --json out.json
   python benchmarks/loader.py --order docpack --json docpack.json
   python benchmarks/loader.py --order shuffled --shards 8 --shard-tokens 4000000
@@ -31,6 +32,10 @@
 
 Synthetic shards (random uint16 < vocab, fixed seed) are written once under --data-dir and reused;
 BOS (id 1) is then one token in `vocab`, so documents are geometric, averaging `vocab` tokens.
+--size small (the default, a quick look) writes 4 train shards of 5M tokens and a val split of
+16,777,217 tokens; --size full, the size of benchmarks/RESULTS.md's runs (the targets were set on
+it), 4 shards of 30M tokens and a val split the size of the real one (62,021,633 tokens).
+--shards, --shard-tokens and --val-tokens override either.
 Exit code: 0 when every target printed as PASS, 1 when one FAILs, 2 on bad arguments.
 """
 
@@ -48,16 +53,9 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-from tqdm import tqdm
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-import train_gpt as tg  # noqa: E402
-from benchmarks import upstream_loaders  # noqa: E402
-from benchmarks.upstream_loaders import UpstreamDocPacking, UpstreamShuffled  # noqa: E402
-from data.shard_io import shard_name, write_shard  # noqa: E402
+from data.setup_hint import setup_hint  # noqa: E402
 
 MODES = ("sync", "prefetch", "resident")
 ORDER_MODES = ("upstream", "prefetch", "resident")  # --order docpack / shuffled
@@ -68,6 +66,134 @@ MODEL_PRESETS = {
     "small": {"num_layers": 2, "model_dim": 256, "num_heads": 4, "num_kv_heads": 2},
     "tiny": {"num_layers": 2, "model_dim": 64, "num_heads": 2, "num_kv_heads": 1},
 }
+# --size: (train shards, tokens per train shard, val tokens) of the synthetic data
+SIZES = {"small": (4, 5_000_000, 16_777_217), "full": (4, 30_000_000, 62_021_633)}
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """The docstring as written, and each option's default unless it is None (then its help text
+    says what happens)."""
+
+    def _get_help_string(self, action):
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line, without its checks (parse_args); needs neither torch nor numpy, so that
+    --help answers at once."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    ap.add_argument(
+        "--what",
+        default=None,
+        help="comma list of train, val (default: train,val; train with --order docpack/shuffled; "
+        "val with --val-docs)",
+    )
+    ap.add_argument(
+        "--order",
+        choices=ORDERS,
+        default="stream",
+        help="train order: stream = baseline sync/prefetch/resident; docpack/shuffled = "
+        "upstream-style/prefetch/resident",
+    )
+    ap.add_argument(
+        "--val-docs",
+        action="store_true",
+        help="val with document masks (VAL_DOC_ATTENTION=1): upstream-style per-batch BOS scan / "
+        "ours sync / ours prefetch / resident, instead of sync/prefetch/resident",
+    )
+    ap.add_argument(
+        "--device",
+        default=None,
+        help="where batches go and the model runs (default: cuda if available, else cpu)",
+    )
+    ap.add_argument(
+        "--data-dir",
+        type=Path,
+        default=REPO / "data" / ".cache" / "loader_bench",
+        help="synthetic shard cache (one folder per data set, reused)",
+    )
+    ap.add_argument(
+        "--size",
+        choices=tuple(SIZES),
+        default="small",
+        help="synthetic data: small = 4 x 5M-token train shards and a 16,777,217-token val split "
+        "(~74 MB); full = 4 x 30M and 62,021,633 (~364 MB), as in benchmarks/RESULTS.md",
+    )
+    ap.add_argument("--shards", type=int, help="train shards (default: --size's)")
+    ap.add_argument("--shard-tokens", type=int, help="tokens per train shard (default: --size's)")
+    ap.add_argument(
+        "--val-tokens",
+        type=int,
+        help="tokens in the synthetic val split (default: --size's; the real split has "
+        "62,021,632 + 1)",
+    )
+    ap.add_argument("--seed", type=int, default=1234, help="of the synthetic tokens")
+    ap.add_argument("--vocab", type=int, default=1024, help="VOCAB_SIZE; tokens are drawn below it")
+    ap.add_argument(
+        "--world-size", type=int, default=8, help="ranks of the simulated job (train, val)"
+    )
+    ap.add_argument("--rank", type=int, default=0, help="the rank whose span is measured")
+    ap.add_argument(
+        "--batch-tokens", type=int, default=524_288, help="TRAIN_BATCH_TOKENS and VAL_BATCH_SIZE"
+    )
+    ap.add_argument("--seq-len", type=int, default=1024, help="TRAIN_SEQ_LEN")
+    ap.add_argument(
+        "--queue", type=int, default=2, help="TRAIN_PREFETCH_QUEUE / VAL_PREFETCH_QUEUE"
+    )
+    ap.add_argument("--steps", type=int, default=240, help="train: steps per mode")
+    ap.add_argument(
+        "--compute-ms", type=float, default=80.0, help="train: simulated compute per step"
+    )
+    ap.add_argument(
+        "--compute",
+        choices=("sleep", "busy"),
+        default="sleep",
+        help="train: how the compute holds the main thread",
+    )
+    ap.add_argument(
+        "--val-model",
+        choices=("sleep", "tiny", "small", "baseline"),
+        default=None,
+        help="val: the forward, a GPT preset or a sleep of --val-forward-ms (default: baseline "
+        "on CUDA, sleep on CPU)",
+    )
+    ap.add_argument(
+        "--val-forward-ms",
+        type=float,
+        default=10.0,
+        help="val: per-batch time of the sleeping forward",
+    )
+    ap.add_argument(
+        "--val-repeats",
+        type=int,
+        default=None,
+        help="val: full evaluations per mode, median reported (default: 1 on CUDA, 3 on CPU)",
+    )
+    ap.add_argument(
+        "--torch-threads",
+        type=int,
+        default=0,
+        help="torch.set_num_threads(N) first; 0 = torch's default",
+    )
+    ap.add_argument("--json", type=Path, help="write every number here")
+    return ap
+
+
+if __name__ == "__main__":  # --help and usage errors answer before torch is imported (seconds)
+    build_parser().parse_args()
+
+with setup_hint():  # a missing package: one line naming the command that installs it
+    import numpy as np
+    import torch
+    from tqdm import tqdm
+
+    import train_gpt as tg
+    from benchmarks import upstream_loaders
+    from benchmarks.upstream_loaders import UpstreamDocPacking, UpstreamShuffled
+    from data.shard_io import shard_name, write_shard
+
 tqdm.monitor_interval = 0  # no tqdm monitor thread competing with the loaders
 
 
@@ -878,96 +1004,19 @@ def bench_val_docs(args, data: Path, device: torch.device, checks: list) -> dict
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    cuda = torch.cuda.is_available()
-    fmt = type(
-        "Fmt", (argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter), {}
-    )
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=fmt)
-    ap.add_argument(
-        "--what",
-        default=None,
-        help="comma list of train, val (default: train,val; train with --order docpack/shuffled; "
-        "val with --val-docs)",
-    )
-    ap.add_argument(
-        "--order",
-        choices=ORDERS,
-        default="stream",
-        help="train order: stream = baseline sync/prefetch/resident; docpack/shuffled = "
-        "upstream-style/prefetch/resident",
-    )
-    ap.add_argument(
-        "--val-docs",
-        action="store_true",
-        help="val with document masks (VAL_DOC_ATTENTION=1): upstream-style per-batch BOS scan / "
-        "ours sync / ours prefetch / resident, instead of sync/prefetch/resident",
-    )
-    ap.add_argument(
-        "--device", default="cuda" if cuda else "cpu", help="where batches go (and the model runs)"
-    )
-    ap.add_argument(
-        "--data-dir",
-        type=Path,
-        default=REPO / "data" / ".cache" / "loader_bench",
-        help="synthetic shard cache",
-    )
-    ap.add_argument("--shards", type=int, default=4, help="train shards")
-    ap.add_argument("--shard-tokens", type=int, default=30_000_000, help="tokens per train shard")
-    ap.add_argument(
-        "--val-tokens",
-        type=int,
-        default=62_021_633,
-        help="tokens in the synthetic val split (the real one: 62,021,632 + 1)",
-    )
-    ap.add_argument("--seed", type=int, default=1234, help="of the synthetic tokens")
-    ap.add_argument("--vocab", type=int, default=1024, help="VOCAB_SIZE; tokens are drawn below it")
-    ap.add_argument(
-        "--world-size", type=int, default=8, help="ranks of the simulated job (train, val)"
-    )
-    ap.add_argument("--rank", type=int, default=0, help="the rank whose span is measured")
-    ap.add_argument(
-        "--batch-tokens", type=int, default=524_288, help="TRAIN_BATCH_TOKENS and VAL_BATCH_SIZE"
-    )
-    ap.add_argument("--seq-len", type=int, default=1024, help="TRAIN_SEQ_LEN")
-    ap.add_argument(
-        "--queue", type=int, default=2, help="TRAIN_PREFETCH_QUEUE / VAL_PREFETCH_QUEUE"
-    )
-    ap.add_argument("--steps", type=int, default=240, help="train: steps per mode")
-    ap.add_argument(
-        "--compute-ms", type=float, default=80.0, help="train: simulated compute per step"
-    )
-    ap.add_argument(
-        "--compute",
-        choices=("sleep", "busy"),
-        default="sleep",
-        help="train: how the compute holds the main thread",
-    )
-    ap.add_argument(
-        "--val-model",
-        choices=("sleep", "tiny", "small", "baseline"),
-        default="baseline" if cuda else "sleep",
-        help="val: the forward (a GPT preset, or a sleep of --val-forward-ms)",
-    )
-    ap.add_argument(
-        "--val-forward-ms",
-        type=float,
-        default=10.0,
-        help="val: per-batch time of the sleeping forward",
-    )
-    ap.add_argument(
-        "--val-repeats",
-        type=int,
-        default=3 if not cuda else 1,
-        help="val: full evaluations per mode (median)",
-    )
-    ap.add_argument(
-        "--torch-threads",
-        type=int,
-        default=0,
-        help="torch.set_num_threads(N) first; 0 = torch's default",
-    )
-    ap.add_argument("--json", type=Path, help="write every number here")
+    ap = build_parser()
     args = ap.parse_args(argv)
+    cuda = torch.cuda.is_available()
+    if args.device is None:
+        args.device = "cuda" if cuda else "cpu"
+    if args.val_model is None:
+        args.val_model = "baseline" if cuda else "sleep"
+    if args.val_repeats is None:
+        args.val_repeats = 1 if cuda else 3
+    size = dict(zip(("shards", "shard_tokens", "val_tokens"), SIZES[args.size], strict=True))
+    for name, value in size.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.what is None:
         args.what = "train" if args.order != "stream" else "val" if args.val_docs else "train,val"
     args.what = args.what.split(",")

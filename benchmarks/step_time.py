@@ -27,7 +27,7 @@ TRAIN_LOG_EVERY=1 on --loss-data and reports the largest train_loss difference.
 --profile N records a torch.profiler trace of N prefetching steps of setting b after the timed
 steps, and says which streams the copies ran on and how long the compute stream sat idle.
 
-  python benchmarks/step_time.py --baseline ../shared/anchors/baseline_train_gpt.py \\
+  python benchmarks/step_time.py --baseline PATH/TO/parameter-golf/train_gpt.py \\
       --tokenizer data/tokenizers/fineweb_1024_bpe.model --out bench_out
 """
 
@@ -45,8 +45,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = ("baseline", "sync", "prefetch", "resident")
@@ -175,6 +173,8 @@ def child(args) -> None:
 def synthetic_shards(root: Path, train_tokens: int, val_tokens: int, seed: int = 1234) -> Path:
     """One 100M-token train shard per 100M tokens asked for (the published shard size) and one
     val shard, random tokens below 1024; reused when present."""
+    import numpy as np
+
     sys.path.insert(0, str(REPO))
     from data.shard_io import shard_name, write_shard
 
@@ -195,7 +195,7 @@ def run_row(args, setting: str, row: str, env: dict, tag: str) -> dict:
     workdir = args.out / tag
     workdir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", row, "--setting", setting]
-    cmd += ["--baseline", str(args.baseline)]
+    cmd += ["--baseline", str(args.baseline), "--tokenizer", str(args.tokenizer)]
     if row == "prefetch" and setting == "b" and args.profile:  # after the timed steps
         start = args.warmup + args.skip + args.steps + 1
         cmd += ["--profile", str(args.profile), "--profile-start", str(start)]
@@ -244,6 +244,8 @@ def timed_window(result: dict, args) -> list[float]:
 
 
 def bench_setting(args, setting: str, data: Path) -> dict:
+    import numpy as np
+
     label, world = SETTINGS[setting]
     print(f"\n== setting {setting}: {label}; {args.steps} timed steps after {args.skip}")
     env = timing_env(args, setting, data)
@@ -361,18 +363,36 @@ def parse_args(argv=None) -> argparse.Namespace:
         "Fmt", (argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter), {}
     )
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=fmt)
-    ap.add_argument("--baseline", type=Path, help="the published baseline train_gpt.py")
-    ap.add_argument("--tokenizer", type=Path, help="a 1024-token SentencePiece model")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="the published baseline train_gpt.py; required for the baseline row (in --rows by "
+        "default) and for --losses",
+    )
+    ap.add_argument(
+        "--tokenizer", type=Path, required=True, help="a 1024-token SentencePiece model"
+    )
     ap.add_argument("--settings", default="a,b", help="comma list of a, b")
     ap.add_argument("--rows", default=",".join(ROWS), help="comma list of " + ", ".join(ROWS))
     ap.add_argument("--steps", type=int, default=100, help="timed steps per row")
     ap.add_argument("--skip", type=int, default=12, help="real steps before the timed ones")
     ap.add_argument("--warmup", type=int, default=3, help="WARMUP_STEPS (compile warm-up)")
-    ap.add_argument("--val-tokens", default="a:2097153,b:62021633", help="val split per setting")
-    ap.add_argument("--data-dir", type=Path, default=REPO / "data" / ".cache" / "step_time")
+    ap.add_argument(
+        "--val-tokens",
+        default="a:2097153,b:62021633",
+        help="val split per setting, SETTING:TOKENS,...; b's is the real split's size",
+    )
+    ap.add_argument(
+        "--data-dir",
+        type=Path,
+        default=REPO / "data" / ".cache" / "step_time",
+        help="synthetic shard cache, reused: a train stream of (warmup + skip + steps + profile "
+        "+ 2) x 524,296 x 4/3 tokens (~163 MB by default) and each setting's val split (b's: "
+        "~124 MB)",
+    )
     ap.add_argument("--losses", type=int, default=0, help="steps of the loss comparison; 0 = off")
     ap.add_argument("--loss-data", type=Path, help="dataset folder for --losses")
-    ap.add_argument("--loss-tokenizer", type=Path, help="its tokenizer")
+    ap.add_argument("--loss-tokenizer", type=Path, help="the tokenizer of --loss-data")
     ap.add_argument("--profile", type=int, default=0, help="profiled steps (setting b prefetch)")
     ap.add_argument("--out", type=Path, default=Path("step_time_out"), help="logs and results")
     ap.add_argument("--child", choices=ROWS, help=argparse.SUPPRESS)
@@ -434,4 +454,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(REPO))
+    from data.setup_hint import setup_hint
+
+    with setup_hint():  # a missing package: one line naming the command that installs it
+        sys.exit(main())

@@ -16,8 +16,10 @@ Usage:
     python data/build_local_dataset.py                       # ~1.8 MB of text, a few seconds
     python data/build_local_dataset.py --max-text-bytes 500000 --name stdlib_tiny
     python data/build_local_dataset.py --force               # rebuild even if up to date
-    DATA_PATH=data/datasets/stdlib_sp1024 TOKENIZER_PATH=data/tokenizers/stdlib_1024_bpe.model \\
-        python train_gpt.py
+
+It ends by printing the command that trains on what it built with the quick start's small CPU
+settings (scripts/quickstart.env: a small model, 2 processes, a few minutes on a laptop), the
+command that `bash scripts/quickstart.sh` runs on the default dataset.
 
 Same inputs (the same Python's stdlib and options) give byte-identical outputs. A run whose
 outputs already exist and check out does nothing. Outputs appear atomically: the dataset is
@@ -33,11 +35,13 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import importlib
 import io
 import json
 import math
 import os
 import platform
+import shlex
 import shutil
 import sys
 import sysconfig
@@ -47,14 +51,21 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(_REPO_ROOT) not in sys.path:  # run as a script, data/ is on sys.path but not the repo
     sys.path.insert(0, str(_REPO_ROOT))
 
+from data.setup_hint import missing_package_message  # noqa: E402
 from data.shard_io import check_shard_header, shard_name, write_shard  # noqa: E402
+
+# The small CPU run of scripts/quickstart.sh, one NAME=value a line: the one definition of it.
+QUICKSTART_ENV = _REPO_ROOT / "scripts" / "quickstart.env"
+TRAIN_LAUNCH = ".venv/bin/torchrun --standalone --nproc_per_node=2 train_gpt.py"
 
 # ---------------------------------------------------------------------------------------------
 # DEFAULTS
@@ -243,6 +254,7 @@ def vocab_listing(model: bytes) -> str:
 
 def encode_documents(docs: list[str], model: bytes, progress: bool) -> list[np.ndarray]:
     """Each document as [BOS] + ids (no EOS, as in the challenge data)."""
+    import numpy as np
     import sentencepiece as spm
     from tqdm import tqdm
 
@@ -267,6 +279,8 @@ def sha256_file(path: Path) -> str:
 def write_split(out_dir: Path, split: str, docs: list[np.ndarray], shard_tokens: int) -> list[dict]:
     """Concatenate the documents and cut the stream every shard_tokens (documents run across
     shard boundaries, as in the challenge data). Returns one record per shard written."""
+    import numpy as np
+
     stream = np.concatenate(docs) if docs else np.zeros(0, dtype=np.uint16)
     records = []
     for index, start in enumerate(range(0, len(stream), shard_tokens)):
@@ -516,7 +530,33 @@ def verify_shards(directory: Path, shards: list[dict]) -> None:
 # ---------------------------------------------------------------------------------------------
 # CLI
 # ---------------------------------------------------------------------------------------------
+def quickstart_settings(path: Path = QUICKSTART_ENV) -> list[str]:
+    """The NAME=value lines of scripts/quickstart.env in file order ([] if it cannot be read)."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    return [line.strip() for line in lines if "=" in line and not line.lstrip().startswith("#")]
+
+
+def train_command(dataset_dir: Path | str, tokenizer_path: Path | str, vocab_size: int) -> str:
+    """The shell command that trains on a dataset with the quick start's small CPU settings: the
+    dataset's variables, then the settings wrapped within 100 columns, then the launcher, joined
+    by backslash-newlines."""
+    data = [f"DATA_PATH={shlex.quote(str(dataset_dir))}"]
+    data += [f"TOKENIZER_PATH={shlex.quote(str(tokenizer_path))}", f"VOCAB_SIZE={vocab_size}"]
+    lines, line = [" ".join(data)], ""
+    for setting in quickstart_settings():
+        if line and len(line) + len(setting) > 96:
+            lines.append(line)
+            line = ""
+        line = f"{line} {setting}".strip()
+    lines += [line, TRAIN_LAUNCH] if line else [TRAIN_LAUNCH]
+    return " \\\n  ".join(lines)
+
+
 def summary(result: BuildResult) -> str:
+    command = train_command(result.dataset_dir, result.tokenizer_path, result.vocab_size)
     return "\n".join(
         [
             f"dataset:   {result.dataset_dir}",
@@ -526,16 +566,26 @@ def summary(result: BuildResult) -> str:
             f"val:       {result.val_tokens:,} tokens in {result.num_val_shards} shard(s)",
             f"train:     {result.train_tokens:,} tokens in {result.num_train_shards} shard(s)",
             f"time:      {result.seconds:.1f} s" + ("" if result.built else " (already built)"),
-            f"use:       DATA_PATH={result.dataset_dir} TOKENIZER_PATH={result.tokenizer_path} "
-            f"VOCAB_SIZE={result.vocab_size}",
+            "train on it from the repository root with the small CPU run of "
+            "scripts/quickstart.sh\n(a few minutes; on GPUs, for the baseline model, keep only "
+            "the first line's variables):",
+            command,
         ]
     )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    dataset = default_name(DEFAULT_VOCAB_SIZE)
     parser = argparse.ArgumentParser(
         description=__doc__.split("\nFrom Python")[0],
-        epilog="Exit codes: 0 built or already up to date, 1 build failed, 2 bad arguments.",
+        epilog="Then, from the repository root, train on the default dataset with the small CPU "
+        "run of scripts/quickstart.sh\n(a small model, 2 processes, a few minutes):\n"
+        + train_command(
+            f"data/datasets/{dataset}",
+            f"data/tokenizers/{default_tokenizer_name(dataset, DEFAULT_VOCAB_SIZE)}.model",
+            DEFAULT_VOCAB_SIZE,
+        )
+        + "\n\nExit codes: 0 built or already up to date, 1 build failed, 2 bad arguments.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
@@ -593,6 +643,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        for module in ("numpy", "sentencepiece", "tqdm"):  # one missing fails now, not later
+            importlib.import_module(module)
         result = build(
             args.out_root,
             name=args.name,
@@ -608,6 +660,9 @@ def main(argv: list[str] | None = None) -> int:
     except OptionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as exc:  # numpy, sentencepiece or tqdm
+        print(missing_package_message(exc.name or "") or f"error: {exc}", file=sys.stderr)
+        return 1
     except (BuildError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -25,7 +25,8 @@ Usage:
         --variant sp8192_lossless_caps_caseops_v1_reserved
     python data/download_fineweb.py --mirror /mnt/pg-copy    # from a local copy of the repo
 
-It ends by printing the DATA_PATH=... TOKENIZER_PATH=... VOCAB_SIZE=... that train_gpt.py needs.
+It ends by printing the command that trains on what it fetched: DATA_PATH=... TOKENIZER_PATH=...
+VOCAB_SIZE=... .venv/bin/torchrun --standalone --nproc_per_node=8 train_gpt.py.
 
 Manifest: a "datasets" list (name, tokenizer_name, stats.files_train, stats.files_val) and a
 "tokenizers" list (name, model_path or path, optional vocab_path, optional vocab_size). Tokenizer
@@ -63,6 +64,7 @@ _REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(_REPO_ROOT) not in sys.path:  # run as a script, data/ is on sys.path but not the repo
     sys.path.insert(0, str(_REPO_ROOT))
 
+from data.setup_hint import missing_package_message, shown  # noqa: E402
 from data.shard_io import check_shard_header, shard_name  # noqa: E402
 
 DEFAULT_REPO_ID = "willdepueoai/parameter-golf"
@@ -594,7 +596,10 @@ def summary(result: DownloadResult) -> str:
             f"val bytes: {len(result.val_bytes)} sidecar file(s) "
             f"({result.val_bytes[0].name}, ...): train_gpt.py reads them for exact BPB"
         )
-    lines.append(f"use:       {result.env()} python train_gpt.py")
+    torchrun = shown(_REPO_ROOT / ".venv" / "bin" / "torchrun")  # what scripts/setup.sh made
+    launch = f"{torchrun} --standalone --nproc_per_node=8 {shown(_REPO_ROOT / 'train_gpt.py')}"
+    lines.append(f"use:       {result.env()} {launch}")
+    lines.append("           (--nproc_per_node: the number of GPUs, 1, 2, 4 or 8)")
     return "\n".join(lines)
 
 
@@ -614,6 +619,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as exc:  # huggingface_hub, tqdm or sentencepiece
+        print(missing_package_message(exc.name or "") or f"error: {exc}", file=sys.stderr)
+        return 1
     except (DownloadError, OSError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

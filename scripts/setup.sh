@@ -1,25 +1,98 @@
 #!/usr/bin/env bash
 # Create ./.venv and install what the project needs: `bash scripts/setup.sh` for train_gpt.py and the
 # data tools, `bash scripts/setup.sh dev` adds the tests, record tools, benchmarks and plots.
-# A machine that already has torch (a GPU pod) keeps it: the venv sees the system site-packages and
-# pip never replaces that torch. Elsewhere torch comes first as $TORCH_SPEC (default torch==2.13.0,
-# the CPU build on this project's machines), so no multi-GB CUDA wheels land on a CPU box.
+#
+# torch comes first, and a CPU machine never downloads the CUDA stack:
+#   - a Python that already has torch (a GPU pod) keeps it: the venv sees the system site-packages
+#     and pip never replaces that torch;
+#   - otherwise $TORCH_SPEC (default torch==2.13.0) is installed from, in this order of choice:
+#     $TORCH_INDEX_URL if set (or the pip options written in TORCH_SPEC, which is split into words:
+#     TORCH_SPEC="torch==2.13.0 --index-url URL"); the default index on a machine with an NVIDIA
+#     GPU (its CUDA build) and off Linux (PyPI's macOS and Windows builds are CPU builds); a CPU
+#     build among pip's local wheels (its find-links), if there is one; else PyTorch's CPU-only
+#     index, because the default index's Linux torch pulls the multi-GB nvidia-* packages.
+# One line says which it chose. PYTHON picks the interpreter (default python3, 3.10 or newer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+CPU_INDEX_URL=https://download.pytorch.org/whl/cpu
 requirements=requirements.txt
-[ "${1:-}" = "dev" ] && requirements=requirements-dev.txt
+case "${1:-}" in
+  "") ;;
+  dev) requirements=requirements-dev.txt ;;
+  *) echo "usage: bash scripts/setup.sh [dev]" >&2; exit 2 ;;
+esac
 
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+  echo "setup: needs Python 3.10 or newer; '$PYTHON' is $("$PYTHON" --version 2>&1 || echo missing)" \
+    "(set PYTHON=python3.11, say)" >&2
+  exit 1
+fi
 if [ ! -x .venv/bin/python ]; then
+  system_site=""
   if "$PYTHON" -c "import torch" 2>/dev/null; then
     echo "setup: keeping this machine's torch $("$PYTHON" -c 'import torch; print(torch.__version__)')"
-    "$PYTHON" -m venv --system-site-packages .venv
-  else
-    "$PYTHON" -m venv .venv
+    system_site=--system-site-packages
+  fi
+  if ! "$PYTHON" -m venv $system_site .venv; then
+    rm -rf .venv
+    echo "setup: '$PYTHON -m venv' failed (on Debian or Ubuntu: apt-get install python3-venv)" >&2
+    exit 1
   fi
 fi
+pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+
+# "cpu" if pip's local wheels alone (find-links, no index) hold a build of the spec without CUDA
+# dependencies, with its file name; nothing otherwise (an old pip without --dry-run included).
+local_cpu_build() {
+  "${pip[@]}" --dry-run --no-index --no-deps --ignore-installed --report - "$@" 2>/dev/null |
+    .venv/bin/python -c '
+import json, sys
+try:
+    (item,) = json.load(sys.stdin)["install"]
+except (ValueError, KeyError):
+    sys.exit()
+meta = item["metadata"]
+cuda = any(r.lower().startswith("nvidia") for r in meta.get("requires_dist") or [])
+if not cuda and "+cu" not in meta["version"] and "+rocm" not in meta["version"]:
+    print("cpu", item["download_info"]["url"].rsplit("/", 1)[-1].replace("%2B", "+"))
+' || true
+}
+
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
-  echo "setup: installing ${TORCH_SPEC:-torch==2.13.0}"
-  .venv/bin/python -m pip install -q --disable-pip-version-check "${TORCH_SPEC:-torch==2.13.0}"
+  read -r -a torch_args <<<"${TORCH_SPEC:-torch==2.13.0}"
+  spec=${torch_args[*]}
+  if [ -n "${TORCH_INDEX_URL:-}" ]; then
+    echo "setup: installing $spec from TORCH_INDEX_URL=$TORCH_INDEX_URL"
+    "${pip[@]}" "${torch_args[@]}" --index-url "$TORCH_INDEX_URL"
+  elif [[ " $spec" == *" -"* ]]; then
+    echo "setup: installing $spec (pip options as TORCH_SPEC gives them)"
+    "${pip[@]}" "${torch_args[@]}"
+  elif command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+    echo "setup: installing $spec from the default index (an NVIDIA GPU is present: its CUDA build)"
+    "${pip[@]}" "${torch_args[@]}"
+  elif [ "$(uname -s)" != Linux ]; then
+    echo "setup: installing $spec from the default index (a CPU build on $(uname -s))"
+    "${pip[@]}" "${torch_args[@]}"
+  elif read -r kind file < <(local_cpu_build "${torch_args[@]}") && [ "$kind" = cpu ]; then
+    echo "setup: installing $spec as the CPU build among pip's local wheels ($file)"
+    "${pip[@]}" --no-index --no-deps "${torch_args[@]}"
+    "${pip[@]}" "${torch_args[@]}"  # its dependencies, from the default index
+  else
+    echo "setup: installing $spec from PyTorch's CPU-only index $CPU_INDEX_URL (no NVIDIA GPU" \
+      "here; the default index's Linux torch would pull the CUDA stack)"
+    if ! "${pip[@]}" "${torch_args[@]}" --index-url "$CPU_INDEX_URL"; then
+      echo "setup: could not install torch from $CPU_INDEX_URL; name another source with" \
+        "TORCH_INDEX_URL=URL (TORCH_INDEX_URL=https://pypi.org/simple accepts the CUDA build)" >&2
+      exit 1
+    fi
+  fi
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -r "$requirements"
+"${pip[@]}" -r "$requirements"
+if [ ! -e .venv/bin/torchrun ]; then  # a kept system torch has its torchrun outside the venv
+  printf '#!%s\nimport sys\n\nfrom torch.distributed.run import main\n\nsys.exit(main())\n' \
+    "$PWD/.venv/bin/python" >.venv/bin/torchrun
+  chmod +x .venv/bin/torchrun
+fi
+echo "setup: done. Run the commands with .venv/bin/python and .venv/bin/torchrun, or first" \
+  "'source .venv/bin/activate' (then python and torchrun are the venv's)."

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -231,3 +232,40 @@ def test_cli_rejects_val_docs_without_val():
         timeout=120,
     )
     assert proc.returncode == 2 and "--val-docs measures val" in proc.stderr, proc.stderr
+
+
+def test_the_default_data_is_small_and_the_recorded_size_is_an_option():
+    small = bench.parse_args(["--device", "cpu"])
+    assert (small.size, small.shards, small.shard_tokens, small.val_tokens) == (
+        "small",
+        4,
+        5_000_000,
+        16_777_217,
+    )
+    assert 2 * (small.shards * small.shard_tokens + small.val_tokens) < 100e6  # bytes written
+    full = bench.parse_args(["--size", "full", "--device", "cpu"])
+    assert (full.shards, full.shard_tokens, full.val_tokens) == (4, 30_000_000, 62_021_633)
+    mixed = bench.parse_args(["--size", "full", "--shards", "8", "--order", "shuffled"])
+    assert (mixed.shards, mixed.shard_tokens, mixed.val_tokens) == (8, 30_000_000, 62_021_633)
+
+
+def test_the_commands_in_results_md_still_make_the_recorded_data():
+    text = (REPO / "benchmarks" / "RESULTS.md").read_text().replace("\\\n", " ")
+    found = re.findall(r"benchmarks/loader\.py ([^\n`]*?)--json (benchmarks/\S+\.json)", text)
+    assert len(found) == 4, found
+    for args, path in found:
+        recorded = json.loads((REPO / path).read_text())["config"]
+        now = vars(bench.parse_args([*args.split(), "--device", "cpu"]))
+        keys = (
+            "what",
+            "order",
+            "val_docs",
+            "shards",
+            "shard_tokens",
+            "val_tokens",
+            "seed",
+            "steps",
+        )
+        for key in [k for k in keys if k in recorded]:  # the older runs' JSON has fewer keys
+            assert now[key] == recorded[key], (path, key, now[key], recorded[key])
+        assert {"shards", "shard_tokens", "val_tokens"} <= set(recorded)

@@ -297,6 +297,10 @@ def test_builder_cli_prints_a_summary(tmp_path, capsys):
     assert builder.main(argv) == 0
     out = capsys.readouterr().out
     assert "train:" in out and "val:" in out and "stdlib_1024_bpe.model" in out
+    # the command to train on it: the quick start's small CPU settings, not the 17M-param default
+    command = out[out.index("DATA_PATH=") :].replace("\\\n", " ").split()
+    assert command[3:-4] == builder.quickstart_settings() and "NUM_LAYERS=4" in command
+    assert " ".join(command[-4:]) == builder.TRAIN_LAUNCH
 
 
 # ---------------------------------------------------------------------------------------------

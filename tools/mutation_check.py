@@ -69,7 +69,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("mutants", nargs="*", help=f"default: all of {', '.join(MUTANTS)}")
+    ap.add_argument(
+        "mutants", nargs="*", help=f"the mutants to try (default: all of {', '.join(MUTANTS)})"
+    )
     names = ap.parse_args(argv).mutants or list(MUTANTS)
     if unknown := [n for n in names if n not in MUTANTS]:
         ap.error(f"unknown mutants: {unknown}")

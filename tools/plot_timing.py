@@ -24,11 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
+REPO = Path(__file__).resolve().parents[1]
 LINE = re.compile(r"^(?:\[[^\]]*\]:?\s*)?(timing_breakdown|timing_summary)\s+(.*)$")
 FIELD = re.compile(r"(\w+):(\S+)")
 TOTAL = "step_ms"
@@ -66,6 +62,11 @@ def phases_of(rows: list[dict[str, float]]) -> list[str]:
 
 
 def plot(rows: list[dict[str, float]], summary: dict[str, str], title: str, out: Path) -> None:
+    import matplotlib  # here, not at the top: --help and the parser need no matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     phases = phases_of(rows)
     xs = list(range(len(rows)))
     fig, ax = plt.subplots(figsize=(max(6.0, min(0.35 * len(rows) + 3, 24.0)), 4.8), dpi=120)
@@ -147,4 +148,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(REPO))
+    from data.setup_hint import setup_hint
+
+    with setup_hint():  # no matplotlib: one line naming the command that installs it
+        sys.exit(main())
