@@ -3,8 +3,8 @@
 1. The rule, stated independently: every target of the split is scored exactly once; the first
    window scores all its targets, every later window its last EVAL_STRIDE; the ranks' contiguous
    parts of the windows cover the split. Checked target by target on consecutive-integer tokens.
-2. The numbers: equal to the April records' function (written below from the facts, one window
-   at a time) for the same weights and tokens, for world sizes 1, 2 and 4.
+2. The numbers: equal to the April records' function (benchmarks/upstream_eval.py, written from
+   the facts, one window at a time) for the same weights and tokens, for world sizes 1, 2 and 4.
 3. The totals: the scored tokens and bytes of a sliding run equal the non-overlapping run's.
 4. The cost: one input shape for every batch (the last one padded) and the same operations per
    batch whatever the number of windows in it: no per-window work.
@@ -25,6 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import train_gpt as tg
+from benchmarks.upstream_eval import records_sliding_sums, records_split
 from conftest import run_train
 from data.shard_io import shard_name, write_shard
 from records.golf.logs import parse_log
@@ -124,38 +125,17 @@ def test_every_target_is_scored_exactly_once_where_the_rule_says(
 # 2. the numbers: the April records' function -----------------------------------------------
 
 
-def records_sliding_eval(model, tokens, seq_len, stride, world_size, batch_seqs, table, tail):
-    """The records' sliding evaluation as CHALLENGE.md states it: window by window, with zero
-    padding, per-window scored slices and per-window byte lookups; ranks in turn."""
-    usable = tokens.size - 1 if tail else (tokens.size - 1) // seq_len * seq_len
-    tokens = tokens[: usable + 1]
-    total, context = tokens.size - 1, seq_len - stride
-    starts = [ws for ws in range(0, total, stride) if ws + context < total]
-    loss, count, nbytes = 0.0, 0, 0
-    for rank in range(world_size):
-        n = len(starts)
-        mine = starts[n * rank // world_size : n * (rank + 1) // world_size]
-        for i in range(0, len(mine), batch_seqs):
-            batch = mine[i : i + batch_seqs]
-            x = torch.zeros(len(batch), seq_len, dtype=torch.int64)
-            y = torch.zeros(len(batch), seq_len, dtype=torch.int64)
-            lengths = []
-            for j, ws in enumerate(batch):
-                end = min(ws + seq_len, total)
-                chunk = torch.from_numpy(tokens[ws : end + 1].astype(np.int64))
-                x[j, : end - ws], y[j, : end - ws] = chunk[:-1], chunk[1:]
-                lengths.append(end - ws)
-            with torch.no_grad():
-                nll = model(x, y, "none").view(len(batch), seq_len)
-            for j, (ws, length) in enumerate(zip(batch, lengths, strict=True)):
-                first = 0 if ws == 0 else context
-                loss += float(nll[j, first:length].double().sum())
-                count += length - first
-                tgt, prev = y[j, first:length].numpy(), x[j, first:length].numpy()
-                spaces = table.has_leading_space[tgt] & ~table.is_boundary[prev]
-                nbytes += int(table.base_bytes[tgt].sum()) + int(spaces.sum())
-    val_loss = loss / count
-    return val_loss, val_loss / math.log(2.0) * count / nbytes, count, nbytes
+def records_score(model, tokens, seq_len, stride, world_size, batch_seqs, tail):
+    """(val_loss, val_bpb, tokens, bytes) of the records' function, every rank in turn."""
+    split = torch.from_numpy(records_split(tokens, seq_len, tail).astype(np.int64))
+    table = tuple(torch.from_numpy(np.asarray(t)) for t in luts(64))
+    args = (seq_len, stride)
+    sums = [
+        records_sliding_sums(model, split, *args, rank, world_size, batch_seqs, table, CPU)
+        for rank in range(world_size)
+    ]
+    loss, count, nbytes = (sum(float(s[i]) for s in sums) for i in range(3))
+    return loss / count, loss / count / math.log(2.0) * count / nbytes, count, nbytes
 
 
 def random_model(cfg: tg.Hyperparameters) -> tg.GPT:
@@ -180,7 +160,7 @@ def test_scores_equal_the_records_function(tmp_path, world_size, seq_len, stride
     loss = sum(local_loss_sum(cfg, model, w, world_size) for _, w in parts)
     count = sum(w.target_tokens for _, w in parts)
     nbytes = sum(w.target_bytes for _, w in parts)
-    want = records_sliding_eval(model, tokens, seq_len, stride, world_size, 4, luts(64), tail)
+    want = records_score(model, tokens, seq_len, stride, world_size, 4, tail)
     assert (count, nbytes) == want[2:]
     val_loss = loss / count
     assert val_loss == pytest.approx(want[0], rel=1e-6)
