@@ -38,14 +38,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
-import sentencepiece as spm
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-from torch import Tensor, nn
-from torch.nn.attention.flex_attention import BlockMask, flex_attention
-from torch.nn.parallel import DistributedDataParallel as DDP
+try:
+    import numpy as np
+    import sentencepiece as spm
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch import Tensor, nn
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+    from torch.nn.parallel import DistributedDataParallel as DDP
+except ModuleNotFoundError as e:  # a Python without the requirements: what to run, in one line
+    sys.exit(f"error: {e}; run `bash scripts/setup.sh`, then .venv/bin/torchrun (or pip install "
+             f"-r requirements.txt)")  # fmt: skip
 
 # -----------------------------
 # CONFIG
@@ -123,6 +127,8 @@ class Hyperparameters:
     # observability (changes no number either)
     training_timing_breakdown: bool = False
     training_timing_every: int = knob(200, 1)
+    pipeline_trace: str = ""  # a folder: a Chrome trace per rank of a few steps (torch.profiler)
+    pipeline_trace_steps: int = knob(4, 1)
     checkpoint_every: int = knob(0, 0)  # steps; 0 = none
     checkpoint_dir: str = "checkpoints"
     resume_from: str = ""  # a step_* folder, or a CHECKPOINT_DIR for its latest complete one
@@ -175,6 +181,9 @@ class Hyperparameters:
         ]:  # fmt: skip
             if broken:
                 raise ConfigError(message)
+
+
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(Hyperparameters)}
 
 
 def check_bounds(name: str, value, low=None, high=None, above=None, choices=None) -> None:
@@ -852,7 +861,8 @@ class StagingPipeline:
                 tokens, cu, copied = slot
                 if copied is not None:
                     copied.synchronize()  # the copy out of this buffer is done: safe to refill
-                filled = fill(tokens.numpy().view(np.uint16), cu.numpy())
+                with torch.profiler.record_function("stage_batch"):  # PIPELINE_TRACE's lane
+                    filled = fill(tokens.numpy().view(np.uint16), cu.numpy())
                 if filled is None:
                     return self.ready.close()  # the items staged so far are still delivered
                 staged = (tokens, cu, filled)
@@ -1120,9 +1130,10 @@ class Probe:
 
     PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
 
-    def __init__(self, enabled: bool, every: int, cuda: bool, log0: Callable):
+    def __init__(self, enabled: bool, every: int, cuda: bool, log0: Callable, traced=False):
         self.enabled, self.every, self.cuda, self.log0 = enabled, every, cuda, log0
         self.timed, self.marks, self.pending, self.data_wait_total_ms = False, {}, [], 0.0
+        self.label = torch.profiler.record_function if traced else contextlib.nullcontext
 
     def _mark(self, stream=None, host: bool = False):
         if host or not self.cuda:
@@ -1141,14 +1152,15 @@ class Probe:
             self.marks["step"].append((self.step_start, self._mark()))
             self.pending.append((step, self.marks))
 
-    def phase(self, name: str, stream=None):
-        return self._phase(name, stream) if self.enabled else contextlib.nullcontext()
+    def phase(self, name: str, stream=None):  # also a labelled range in PIPELINE_TRACE's trace
+        return self._phase(name, stream) if self.enabled else self.label(name)
 
     @contextlib.contextmanager
     def _phase(self, name: str, stream):
         host = name == "data_wait"  # blocked host time; the others are GPU work on `stream`
         start = self._mark(stream, host) if self.timed or host else None
-        yield
+        with self.label(name):
+            yield
         if start is not None:
             end = self._mark(stream, host)
             if host:
@@ -1554,13 +1566,43 @@ def build_network(cfg: Hyperparameters, rt: Runtime) -> Network:
     return Network(base, compiled, model, optimizers, muon, attention.name)
 
 
+def pipeline_profiler(cfg: Hyperparameters, rt: Runtime) -> torch.profiler.profile:
+    """PIPELINE_TRACE=DIR: torch.profiler over PIPELINE_TRACE_STEPS steps from the third, written
+    as DIR/rank<r>.json (Chrome trace: ui.perfetto.dev), each thread on a lane with its name."""
+    path = Path(cfg.pipeline_trace) / f"rank{rt.rank}.json"
+
+    def export(profiler) -> None:
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        tmp = path.with_name(f".{path.name}.tmp")
+        profiler.export_chrome_trace(str(tmp))
+        trace = json.loads(tmp.read_text())
+        for event in trace["traceEvents"]:
+            if event.get("name") == "thread_name" and event.get("tid") in names:
+                event["args"]["name"] = names[event["tid"]]
+        tmp.write_text(json.dumps(trace))
+        os.replace(tmp, path)
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    activities += [torch.profiler.ProfilerActivity.CUDA] if rt.cuda else []
+    steps = torch.profiler.schedule(wait=1, warmup=1, active=cfg.pipeline_trace_steps, repeat=1)
+    profiler = torch.profiler.profile(
+        activities=activities,
+        schedule=steps,
+        on_trace_ready=export,
+        experimental_config=torch._C._profiler._ExperimentalConfig(profile_all_threads=True),
+    )
+    profiler.start()
+    return profiler
+
+
 class Trainer(ClosedOnExit):
     """The training loop: only the steps that log a loss or validate wait for the GPU."""
 
     def __init__(self, cfg, rt, net, log0, clock=time.perf_counter):
         self.cfg, self.rt, self.net = cfg, rt, net
         self.log0, self.clock = log0, clock
-        self.probe = Probe(cfg.training_timing_breakdown, cfg.training_timing_every, rt.cuda, log0)
+        timing = (cfg.training_timing_breakdown, cfg.training_timing_every)
+        self.probe = Probe(*timing, rt.cuda, log0, traced=bool(cfg.pipeline_trace))
         self.cap_ms = 1000.0 * cfg.max_wallclock_seconds if cfg.max_wallclock_seconds > 0 else None
         # the ranks agree on the cap over gloo: a host waits for the others, never for its device
         gloo = rt.distributed and rt.cuda and self.cap_ms is not None
@@ -1660,6 +1702,7 @@ class Trainer(ClosedOnExit):
         cfg = self.cfg
         self.open_loader(self.resume_position)
         self.probe.data_wait_total_ms = 0.0
+        profiler = pipeline_profiler(cfg, self.rt) if cfg.pipeline_trace else None
         self.resume_clock()
         while True:
             last = self.step >= cfg.iterations or self.stopping
@@ -1676,10 +1719,14 @@ class Trainer(ClosedOnExit):
             if last:
                 break
             self.train_one_step()
+            if profiler is not None:
+                profiler.step()
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
                 self.pause_clock()  # checkpoint time is not training time
                 save_checkpoint(self)
                 self.resume_clock()
+        if profiler is not None:
+            profiler.stop()
         self.close()
         if self.stopping and self.step < cfg.iterations:
             self.log0(
@@ -1875,36 +1922,84 @@ def configure() -> tuple[Hyperparameters, Runtime]:
     return cfg, Runtime(rank, local_rank, world_size, accum, device, distributed)
 
 
-def start_logs(cfg: Hyperparameters, rt: Runtime, code: str) -> Callable:
-    """log0, rank 0's logger (a no-op elsewhere); the log begins with what ran and where."""
-    if rt.rank != 0:
-        return lambda msg, console=True: None
-    os.makedirs("logs", exist_ok=True)
-    logfile = f"logs/{cfg.run_id}.txt"
-    print(logfile)
+class RunLog:
+    """log0: rank 0's console and logs/<RUN_ID>.txt (a no-op elsewhere). Lines wait in memory
+    until keep(): a run stopped by its start-up checks leaves no file behind."""
 
-    def log0(msg: str, console: bool = True) -> None:
-        if console:
-            print(msg, flush=True)
-        with open(logfile, "a", encoding="utf-8") as f:
-            print(msg, file=f)
+    def __init__(self, cfg: Hyperparameters, rt: Runtime, code: str):
+        self.rank0, self.path, self.pending = rt.rank == 0, Path(f"logs/{cfg.run_id}.txt"), []
+        self.kept = False
+        if not self.rank0:
+            return
+        try:
+            smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired) as e:
+            smi = f"nvidia-smi: unavailable ({e})"
+        versions = f"Running Python {sys.version}", f"Running PyTorch {torch.__version__}"
+        for header in (code, "=" * 100, *versions, smi, "=" * 100):
+            self(header, console=False)
+        self(f"hyperparameters:{json.dumps(dataclasses.asdict(cfg), sort_keys=True)}", False)
+        changed = [f"{k.upper()}={v}" for k, v in dataclasses.asdict(cfg).items()
+                   if k != "run_id" and v != DEFAULTS.get(k)]  # fmt: skip
+        self(f"settings: {' '.join(changed) or 'the defaults'} (all of them: {self.path})")
+        for warning in misspelt_variables(os.environ):
+            self(warning)
+        if not rt.cuda:
+            self("cpu_mode: fp32, no torch.compile; copy streams (CUDA-only) off, prefetch on")
 
-    try:
-        smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired) as e:
-        smi = f"nvidia-smi: unavailable ({e})"
-    versions = f"Running Python {sys.version}", f"Running PyTorch {torch.__version__}"
-    for header in (code, "=" * 100, *versions, smi, "=" * 100):
-        log0(header, console=False)
-    log0(f"hyperparameters:{json.dumps(dataclasses.asdict(cfg), sort_keys=True)}")
-    if not rt.cuda:
-        log0("cpu_mode: fp32, no torch.compile; copy streams (CUDA-only) off, prefetch threads on")
-    return log0
+    def __call__(self, msg: str, console: bool = True) -> None:
+        if self.rank0:
+            if console:
+                print(msg, flush=True)
+            self.pending.append(msg)
+            if self.kept:
+                self.flush()
+
+    def keep(self) -> None:
+        self.kept = self.rank0
+        if self.kept:
+            self.path.parent.mkdir(exist_ok=True)
+            self.flush()
+
+    def flush(self) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            print(*self.pending, sep="\n", file=f)
+        self.pending.clear()
+
+
+def misspelt_variables(env) -> list[str]:
+    """A warning per variable that looks like one of ours but is not (NUM_LAYER, TRAIN_SEQLEN)."""
+    known = {name.upper() for name in DEFAULTS} | {"WORLD_SIZE", "RANK", "LOCAL_RANK"}
+    known.add("LOCAL_WORLD_SIZE")
+    warnings = []
+    for name in sorted(set(env) - known):
+        near = [k for k in known if k[0] == name[0] and abs(len(k) - len(name)) <= 2]
+        close = min(near, key=lambda k: edit_distance(name, k), default=None)
+        typo = len(name) >= 6 and close is not None and edit_distance(name, close) <= 2
+        if typo or name.startswith(("TRAIN_", "VAL_", "EVAL_", "MUON_", "CHECKPOINT_")):
+            guess = f"did you mean {close}?" if typo else "see the Hyperparameters class"
+            warnings.append(f"WARNING: {name} is not a variable of this script; {guess}")
+    return warnings
+
+
+def edit_distance(a: str, b: str) -> int:
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
 
 
 def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     """Tokenizer and shards checked, the validation split loaded, its bytes counted (or tables);
     the sliding windows if EVAL_STRIDE. An evaluation-only run needs no training shards."""
+    if not Path(cfg.data_path).is_dir():
+        raise DataError(f"DATA_PATH={cfg.data_path}: no such folder (build or download the data)")
+    try:  # the output folder now, not once the model has trained
+        Path(cfg.pipeline_trace or ".").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"PIPELINE_TRACE={cfg.pipeline_trace}: cannot create it ({e})") from None
     if cfg.eval_only_path and not Path(cfg.eval_only_path).is_file():
         raise DataError(f"EVAL_ONLY_PATH={cfg.eval_only_path}: no such file")
     if not Path(cfg.tokenizer_path).is_file():
@@ -2048,9 +2143,10 @@ def log_score(label: str, fields: str, rt: Runtime, evaluate: Callable, log0: Ca
 def main() -> None:
     cfg, rt = configure()
     code = Path(__file__).read_bytes().decode("utf-8")  # as counted: no newline translation
-    log0 = start_logs(cfg, rt, code)
+    log0 = RunLog(cfg, rt, code)
     checkpoint = read_checkpoint(cfg, rt)
     val, device_luts, windows = load_data(cfg, rt, log0)
+    log0.keep()  # the checks passed: the log file from here on
     net = build_network(cfg, rt)
     log_network(cfg, rt, net, log0)
     evaluate = functools.partial(eval_val, cfg, rt, net.compiled, val, device_luts)

@@ -109,3 +109,19 @@ def test_world_sizes_that_break_the_math_are_refused(world_size):
 def test_world_size_is_checked_against_the_batch():
     with pytest.raises(tg.ConfigError, match="TRAIN_BATCH_TOKENS=8192 with TRAIN_SEQ_LEN=1024"):
         cfg(world_size=16, TRAIN_BATCH_TOKENS=8192)
+
+
+def test_no_variable_of_torchrun_or_a_usual_shell_is_taken_for_a_misspelt_one():
+    names = (
+        "MASTER_ADDR MASTER_PORT GROUP_RANK ROLE_RANK ROLE_NAME GROUP_WORLD_SIZE ROLE_WORLD_SIZE "
+        "TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS OMP_NUM_THREADS "
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING CUDA_VISIBLE_DEVICES NCCL_DEBUG TORCH_LOGS HOME PATH "
+        "LANG SHELL TERM USER HOSTNAME PYTHONPATH PYTHONUNBUFFERED MAX_JOBS CUDA_HOME LOCAL_RANK "
+        "LOCAL_WORLD_SIZE WORLD_SIZE RANK TMPDIR VIRTUAL_ENV CONDA_PREFIX"
+    )
+    env = dict.fromkeys(names.split(), "1")
+    assert tg.misspelt_variables(env) == []
+    assert tg.misspelt_variables(env | {"MODEL_DIMS": "1", "VAL_PREFETCHING": "1"}) == [
+        "WARNING: MODEL_DIMS is not a variable of this script; did you mean MODEL_DIM?",
+        "WARNING: VAL_PREFETCHING is not a variable of this script; see the Hyperparameters class",
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -206,7 +207,13 @@ def test_val_token_out_of_range_fails_at_startup(tmp_path, tiny_dataset):
             {"TOKENIZER_PATH": "/nonexistent/tok.model"},
             "error: TOKENIZER_PATH=/nonexistent/tok.model: no such file",
         ),
-        ({"DATA_PATH": "/nonexistent"}, "error: no files match /nonexistent/fineweb_train_*.bin"),
+        ({"DATA_PATH": "/nonexistent"}, "error: DATA_PATH=/nonexistent: no such folder"),
+        (
+            {"DATA_PATH": "/nonexistent", "TOKENIZER_PATH": "/nonexistent/tok.model"},
+            "error: DATA_PATH=/nonexistent: no such folder",  # the data first: the likelier cause
+        ),
+        ({"EVAL_STRIDE": "65"}, "error: EVAL_STRIDE=65: expected at most EVAL_SEQ_LEN=64"),
+        ({"PIPELINE_TRACE": "/proc/none"}, "error: PIPELINE_TRACE=/proc/none: cannot create it"),
     ],
 )
 def test_bad_input_ends_the_run_with_one_message(tmp_path, tiny_dataset, env, message):
@@ -215,11 +222,55 @@ def test_bad_input_ends_the_run_with_one_message(tmp_path, tiny_dataset, env, me
     errors = [line for line in run.stderr.splitlines() if re.match(r"(\[rank \d+\] )?error:", line)]
     assert len(errors) == 1 and errors[0].startswith(message), run.stderr[-2000:]
     assert not our_traceback(run)
+    assert not (tmp_path / "run" / "logs").exists() or not any(
+        (tmp_path / "run" / "logs").iterdir()
+    )
 
 
 def test_bad_input_exits_2_from_plain_python(tmp_path, tiny_dataset):
     run = run_train(tmp_path / "run", tiny_dataset, nproc=0, ITERATIONS="abc")
     assert run.returncode == 2 and run.stderr == "error: ITERATIONS='abc': expected an integer\n"
+
+
+def test_a_misspelt_variable_is_named_with_the_likely_one_and_the_run_goes_on(
+    tmp_path, tiny_dataset
+):
+    run = run_train(tmp_path, tiny_dataset, ITERATIONS="2", NUM_LAYER="3", EVAL_STRIDES="8")
+    assert run.returncode == 0, run.why()
+    assert run.lines("WARNING: ") == [
+        "WARNING: EVAL_STRIDES is not a variable of this script; did you mean EVAL_STRIDE?",
+        "WARNING: NUM_LAYER is not a variable of this script; did you mean NUM_LAYERS?",
+    ]
+    assert run.lines("final_int8_zlib_roundtrip_exact")
+
+
+def test_the_console_shows_the_changed_settings_and_the_log_the_full_json(tiny_run):
+    (settings,) = tiny_run.lines("settings: ")
+    assert "NUM_LAYERS=2 " in settings and "SEED" not in settings  # the default seed: not shown
+    assert settings.endswith(f"(all of them: logs/{tiny_run.run_id}.txt)")
+    assert not tiny_run.lines("hyperparameters:")
+    log = tiny_run.log_path.read_text()
+    (full,) = [line for line in log.splitlines() if line.startswith("hyperparameters:")]
+    assert json.loads(full.removeprefix("hyperparameters:"))["seed"] == 1337
+
+
+def test_pipeline_trace_writes_a_chrome_trace_per_rank_with_named_lanes(
+    tmp_path, tiny_dataset, tiny_run
+):
+    trace_dir = tmp_path / "traces"
+    run = run_train(
+        tmp_path / "run", tiny_dataset, PIPELINE_TRACE=trace_dir, PIPELINE_TRACE_STEPS=2
+    )
+    assert run.returncode == 0, run.why()
+    assert run.numbers() == tiny_run.numbers()  # tracing changes no number
+    assert sorted(p.name for p in trace_dir.iterdir()) == ["rank0.json", "rank1.json"]
+    for path in trace_dir.iterdir():
+        events = json.loads(path.read_text())["traceEvents"]
+        lanes = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+        ranges = [(lanes.get(e.get("tid")), e["name"]) for e in events if e.get("ph") == "X"]
+        assert ("MainThread", "forward") in ranges and ("MainThread", "optimizer") in ranges
+        assert ("train_prefetch", "stage_batch") in ranges  # the loader's worker, its own lane
+        assert sum(name == "optimizer" for _, name in ranges) == 2  # PIPELINE_TRACE_STEPS steps
 
 
 def test_world_size_that_does_not_divide_8_is_refused(tmp_path, tiny_dataset):
