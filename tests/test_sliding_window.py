@@ -196,10 +196,11 @@ def test_byte_sidecars_count_the_sliding_targets(tmp_path):
     assert sum(w.target_bytes for _, w in parts) == int(counts[1:].sum())
 
 
-def test_the_tail_is_scored_by_the_non_overlapping_evaluation_too(tmp_path):
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_the_tail_is_scored_by_the_non_overlapping_evaluation_too(tmp_path, prefetch):
     tokens = np.random.default_rng(6).integers(0, 64, 250)
     write_shard(tmp_path / shard_name("val", 0), tokens)
-    cfg = config(tmp_path, 64, eval_include_tail=True, val_prefetch=False)
+    cfg = config(tmp_path, 64, eval_include_tail=True, val_prefetch=prefetch)
     model = random_model(cfg)
     val = tg.ValidationSet(cfg, runtime(0, 1), luts(64))
     assert [b - a for a, b in val.spans][-1] == 249 - 240 + 1  # the tail: a batch of its own
