@@ -1585,11 +1585,12 @@ def pipeline_profiler(cfg: Hyperparameters, rt: Runtime) -> torch.profiler.profi
     activities = [torch.profiler.ProfilerActivity.CPU]
     activities += [torch.profiler.ProfilerActivity.CUDA] if rt.cuda else []
     steps = torch.profiler.schedule(wait=1, warmup=1, active=cfg.pipeline_trace_steps, repeat=1)
+    try:  # the loader's threads too; releases before this option trace the main thread only
+        threads = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+    except TypeError:
+        threads = None
     profiler = torch.profiler.profile(
-        activities=activities,
-        schedule=steps,
-        on_trace_ready=export,
-        experimental_config=torch._C._profiler._ExperimentalConfig(profile_all_threads=True),
+        activities=activities, schedule=steps, on_trace_ready=export, experimental_config=threads
     )
     profiler.start()
     return profiler
