@@ -1,0 +1,466 @@
+"""The records' phased score-first test-time-training (TTT) evaluation, written from the facts in
+CHALLENGE.md ("The records' phased test-time-training evaluation"), against train_gpt.GPT, in two
+forms that must give the same numbers (within float tolerance):
+
+  reference_ttt(model, tokens, ...)        the specification: one document at a time, plain loops,
+                                           fp32 on the CPU, torch.optim.AdamW per document
+  upstream_style_ttt(model, tokens, ...)   the same math run as upstream runs it: a TTT batch's
+                                           documents together (per-slot LoRA through bmm, a masked
+                                           per-slot AdamW), per chunk step a Python loop over the
+                                           documents building padded tensors on the CPU and
+                                           pageable .to(device) copies, per batch .item() reads,
+                                           per global step one all-reduce per parameter (when a
+                                           process group exists): the benchmark's "upstream" row
+
+Both return (val_loss, val_bpb, target tokens, target bytes) and never change `model` (they work
+on a deep copy). Keyword arguments: the record's environment variables in lower case, with its
+values as defaults (TTTConfig). The numbers are those of ONE rank doing all the work (world size
+1); the conventions below fix everything else.
+
+  [T1] Split: `tokens` is the split already cut as the sliding evaluation cuts it (upstream_eval.
+       records_split: whole sequences plus one token, or every token with EVAL_INCLUDE_TAIL=1);
+       total = len(tokens) - 1 targets; target i is tokens[i] (i = 1..total), predicted from
+       tokens[i-1] and what precedes it in its document.
+  [T2] Documents: a document starts at position 0 and at every BOS (train_gpt.BOS_ID) at a
+       position < total; it runs to the next start INCLUSIVE (its last target is the next
+       document's BOS), the last one to tokens[total]. A document starting at s with next start
+       s' has P = s' - s predictions (inputs tokens[s..s'-1], targets tokens[s+1..s']); P >= 1.
+       Documents are numbered 0, 1, ... in split order: the "document index". Consecutive
+       documents tile targets 1..total: every target is scored exactly once.
+  [T3] Order: documents sorted stably by P ascending (ties: document index), cut from the front
+       into batches of TTT_BATCH_SIZE (the last batch holds the longest and may be short); the
+       batches run in reverse (longest batch first). Within a batch, a document's SLOT is its
+       position in that batch (0 = its shortest).
+  [T4] Chunks: a document of P predictions has C = ceil(P / TTT_CHUNK_SIZE) chunks; chunk c
+       scores predictions [s, e) with s = K*c, e = min(s + K, P), K = TTT_CHUNK_SIZE. Its window
+       is the document's inputs [max(0, e - W), e) (W = TTT_EVAL_SEQ_LEN >= K columns, RoPE
+       positions 0.. from the window's start); the last e - s columns are scored. Never across
+       documents. In a batch, rows are padded on the right (causal: padding changes nothing).
+  [T5] LoRA: per block i, in this order: q, k, v (input: the block's attn_norm output; output
+       added to c_q/c_k/c_v's output, before the q/k RMSNorm and RoPE), o (input: the same
+       attn_norm output; output added to the attention's proj output, before attn_scale), mlp
+       (input: the block's mlp_norm output; output added to the MLP's output, before mlp_scale);
+       then head (input: the final_norm output; output added to the logits before the softcap).
+       delta(h) = (alpha / rank) * (h @ A^T) @ B^T with A (rank, in), B (out, rank).
+  [T6] Init: B = 0. A = (2 * U - 1) / sqrt(in), U = torch.rand((rank, in)) in fp32 from a CPU
+       torch.Generator seeded with SEED * 1_000_003 + document index, drawn in [T5]'s order. A
+       slot's A is drawn when the slot first receives a document (from that document's index)
+       and then kept across batches, trained (warm start); at every document B, the AdamW state
+       and its step count start from zero.
+  [T7] Per-document AdamW on that document's A and B only (torch.optim.AdamW semantics: decoupled
+       decay p *= 1 - lr*wd, bias-corrected moments, eps 1e-10), lr TTT_LORA_LR, betas
+       (TTT_BETA1, TTT_BETA2), weight decay TTT_WEIGHT_DECAY. Chunk c is scored first (its nll
+       sums in float64 into the totals); then, unless c = C - 1 (the last chunk: never trained
+       on), one step on the mean nll of its scored predictions from that same forward. The base
+       weights do not change during a batch.
+  [T8] Phases (PHASED_TTT_NUM_PHASES = N > 0): prefix = min(PHASED_TTT_PREFIX_DOCS, documents);
+       boundaries = the distinct non-zero values of prefix * k // N, k = 1..N (833, 1666, 2500).
+       After each batch, for each boundary b not yet run with b <= documents scored so far (in
+       increasing order): a phase on the b shortest of the scored documents (by (P, index)),
+       concatenated in that order. So each phase trains again on the earlier phases' documents
+       (while they stay among the b shortest scored). With N = 0: plain per-document TTT.
+  [T9] A phase: the concatenated predictions (each document's inputs/targets as in [T2]) cut
+       into chunks of GLOBAL_TTT_CHUNK_TOKENS predictions; a chunk is one packed row with
+       cu_seqlens at its documents' pieces (attention within a document's piece: document-masked;
+       RoPE positions the row's, as train_gpt's packed rows). Step j of n (one per chunk, in
+       order): loss = model(x, y, "mean", cu_seqlens, max_seqlen); the gradient of every base
+       parameter; clip_grad_norm_ GLOBAL_TTT_GRAD_CLIP (0 = none); SGD (momentum
+       GLOBAL_TTT_MOMENTUM, no dampening, no Nesterov, no decay; momentum fresh per phase) at
+       lr = GLOBAL_TTT_LR * (1 + cos(pi * j / n)) / 2. Scoring resumes with the updated weights.
+  [T10] Totals: nll (float64), scored targets and their bytes (integers: sidecar `counts[i]` for
+       target i, else the BPB rule with (base_bytes, has_leading_space, is_boundary) of
+       train_gpt.ByteLuts: base_bytes[t] + (has_leading_space[t] and not is_boundary[p]) with
+       p = tokens[i-1], also across a BOS). val_loss = nll / tokens; val_bpb = val_loss / ln 2 *
+       tokens / bytes.
+
+Not covered: several ranks (upstream's racy batch claims, each rank's slice of a phase's rows:
+with a process group, upstream_style_ttt all-reduces and averages every gradient but gives each
+rank the same rows); bf16/autocast (everything here is fp32; `device` other than the CPU is
+untested).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+import math
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import train_gpt as tg
+
+SEED_STRIDE = 1_000_003  # [T6]: the generator's seed is SEED * SEED_STRIDE + document index
+ADAM_EPS = 1e-10
+SITES = ("q", "k", "v", "o", "mlp")  # per block, in draw order; then "head" [T5]
+
+
+@dataclasses.dataclass(frozen=True)
+class TTTConfig:
+    """The record's environment variables (lower case) and its values."""
+
+    seed: int = 1337
+    ttt_batch_size: int = 64
+    ttt_chunk_size: int = 48
+    ttt_eval_seq_len: int = 2048
+    ttt_lora_rank: int = 80
+    ttt_lora_alpha: float = 144.0
+    ttt_lora_lr: float = 1e-4
+    ttt_beta1: float = 0.0
+    ttt_beta2: float = 0.99
+    ttt_weight_decay: float = 0.5
+    phased_ttt_prefix_docs: int = 2500
+    phased_ttt_num_phases: int = 3
+    global_ttt_lr: float = 1e-3
+    global_ttt_momentum: float = 0.9
+    global_ttt_chunk_tokens: int = 32768
+    global_ttt_grad_clip: float = 1.0
+
+    def __post_init__(self):
+        if not 1 <= self.ttt_chunk_size <= self.ttt_eval_seq_len:
+            raise ValueError("expected 1 <= TTT_CHUNK_SIZE <= TTT_EVAL_SEQ_LEN")
+
+    @property
+    def scale(self) -> float:
+        return self.ttt_lora_alpha / self.ttt_lora_rank
+
+
+# conventions shared by both forms -------------------------------------------------------------
+
+
+def documents(tokens: np.ndarray) -> list[tuple[int, int]]:
+    """[T2] (start, predictions) of every document, in split order."""
+    total = tokens.size - 1
+    starts = [0] + [int(i) for i in np.flatnonzero(tokens[:total] == tg.BOS_ID) if i > 0]
+    ends = [*starts[1:], total]
+    return [(s, e - s) for s, e in zip(starts, ends, strict=True) if e > s]
+
+
+def batches(docs: list[tuple[int, int]], batch_size: int) -> list[list[int]]:
+    """[T3] Document indices per batch, in run order (longest batch first); slot = position."""
+    order = sorted(range(len(docs)), key=lambda d: (docs[d][1], d))
+    cut = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    return cut[::-1]
+
+
+def chunk_spans(predictions: int, cfg: TTTConfig) -> list[tuple[int, int, int]]:
+    """[T4] (window start, first scored, end) of each chunk, in document positions."""
+    K, W = cfg.ttt_chunk_size, cfg.ttt_eval_seq_len
+    spans = []
+    for s in range(0, predictions, K):
+        e = min(s + K, predictions)
+        spans.append((max(0, e - W), s, e))
+    return spans
+
+
+def phase_boundaries(n_docs: int, cfg: TTTConfig) -> list[int]:
+    """[T8]"""
+    n = cfg.phased_ttt_num_phases
+    if n == 0:
+        return []
+    prefix = min(cfg.phased_ttt_prefix_docs, n_docs)
+    return sorted({prefix * k // n for k in range(1, n + 1)} - {0})
+
+
+def phase_documents(docs, scored: list[int], boundary: int) -> list[int]:
+    """[T8] The `boundary` shortest scored documents, by (predictions, index)."""
+    return sorted(scored, key=lambda d: (docs[d][1], d))[:boundary]
+
+
+def adapter_shapes(model: tg.GPT) -> list[tuple[tuple, int, int]]:
+    """[T5] ((block, site), in, out) in draw order; the head's key is (None, "head")."""
+    dim = model.tok_emb.weight.size(1)
+    shapes = []
+    for i, block in enumerate(model.blocks):
+        kv = block.attn.c_k.weight.size(0)
+        outs = {"q": dim, "k": kv, "v": kv, "o": dim, "mlp": dim}
+        shapes += [((i, site), dim, outs[site]) for site in SITES]
+    return [*shapes, ((None, "head"), dim, model.tok_emb.weight.size(0))]
+
+
+def draw_a(model: tg.GPT, seed: int, doc_index: int, rank: int) -> dict[tuple, torch.Tensor]:
+    """[T6] A of every adapter for a slot first receiving document `doc_index` (CPU, fp32)."""
+    gen = torch.Generator().manual_seed(seed * SEED_STRIDE + doc_index)
+    out = {}
+    for key, fan_in, _ in adapter_shapes(model):
+        u = torch.rand((rank, fan_in), generator=gen, dtype=torch.float32)
+        out[key] = (2 * u - 1) / math.sqrt(fan_in)
+    return out
+
+
+def target_bytes(tokens: np.ndarray, i: int, luts, counts) -> int:
+    """[T10] The bytes of target i (token i after token i - 1)."""
+    if counts is not None:
+        return int(counts[i])
+    base_bytes, has_leading_space, is_boundary = luts
+    t, p = int(tokens[i]), int(tokens[i - 1])
+    return int(base_bytes[t]) + int(bool(has_leading_space[t]) and not bool(is_boundary[p]))
+
+
+Lora = Callable[[tuple, torch.Tensor], "torch.Tensor | None"]
+
+
+def lora_logits(model: tg.GPT, x: torch.Tensor, lora: Lora | None) -> torch.Tensor:
+    """train_gpt.GPT.forward's logits (after the softcap) for rows x (batch, seq), with each
+    [T5] site's delta added: lora(key, h) -> delta or None. Causal attention, no documents."""
+    no = lambda key, h: None  # noqa: E731
+    lora = lora or no
+
+    def add(out, key, h):
+        delta = lora(key, h)
+        return out if delta is None else out + delta
+
+    def attention(attn, h, i):
+        bsz, seqlen, dim = h.shape
+        q = add(attn.c_q(h), (i, "q"), h).reshape(bsz, seqlen, attn.num_heads, attn.head_dim)
+        k = add(attn.c_k(h), (i, "k"), h).reshape(bsz, seqlen, attn.num_kv_heads, attn.head_dim)
+        v = add(attn.c_v(h), (i, "v"), h).reshape(bsz, seqlen, attn.num_kv_heads, attn.head_dim)
+        q, k = F.rms_norm(q, (q.size(-1),)), F.rms_norm(k, (k.size(-1),))
+        cos, sin = attn.rotary(seqlen, h.device, q.dtype, packed=False)
+        q, k = tg.apply_rotary_emb(q, cos, sin), tg.apply_rotary_emb(k, cos, sin)
+        q = q * attn.q_gain.to(dtype=q.dtype)[None, None, :, None]
+        return attn.proj(attn.attend(q, k, v, None).reshape(bsz, seqlen, dim))
+
+    def block_forward(block, i, x, x0):
+        mix = block.resid_mix.to(dtype=x.dtype)
+        x = mix[0][None, None, :] * x + mix[1][None, None, :] * x0
+        h = block.attn_norm(x)
+        out = add(attention(block.attn, h, i), (i, "o"), h)
+        x = x + block.attn_scale.to(dtype=x.dtype)[None, None, :] * out
+        m = block.mlp_norm(x)
+        out = add(block.mlp(m), (i, "mlp"), m)
+        return x + block.mlp_scale.to(dtype=x.dtype)[None, None, :] * out
+
+    x = model.tok_emb(x)
+    x0 = x = F.rms_norm(x, (x.size(-1),))
+    skips = []
+    for i in range(model.num_encoder_layers):
+        x = block_forward(model.blocks[i], i, x, x0)
+        skips.append(x)
+    for i in range(model.num_decoder_layers):
+        if skips:
+            x = x + model.skip_weights[i].to(dtype=x.dtype)[None, None, :] * skips.pop()
+        j = model.num_encoder_layers + i
+        x = block_forward(model.blocks[j], j, x, x0)
+    h = model.final_norm(x)
+    head = model.tok_emb.weight if model.lm_head is None else model.lm_head.weight
+    logits = add(F.linear(h, head.to(h.dtype)), (None, "head"), h)
+    return model.logit_softcap * torch.tanh(logits / model.logit_softcap)
+
+
+def packed_phase_rows(tokens: np.ndarray, docs, chosen: list[int], chunk_tokens: int):
+    """[T9] Per step: (x, y, cu_seqlens, max_seqlen) of one packed row, on the CPU."""
+    xs, ys, piece_starts = [], [], []
+    n = 0
+    for d in chosen:
+        s, p = docs[d]
+        xs.append(tokens[s : s + p])
+        ys.append(tokens[s + 1 : s + p + 1])
+        piece_starts.append(n)
+        n += p
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    rows = []
+    for a in range(0, n, chunk_tokens):
+        b = min(a + chunk_tokens, n)
+        bounds = sorted({a, b} | {p for p in piece_starts if a < p < b})
+        cu = torch.tensor([p - a for p in bounds], dtype=torch.int32)
+        longest = max(q - p for p, q in itertools.pairwise(bounds))
+        row_x, row_y = (torch.from_numpy(t[a:b].astype(np.int64))[None] for t in (x, y))
+        rows.append((row_x, row_y, cu, longest))
+    return rows
+
+
+def global_phase(model, tokens, docs, chosen, cfg: TTTConfig, device, all_reduce=False) -> None:
+    """[T9] One phase of SGD on the base weights, in place. all_reduce: upstream's per-parameter
+    all-reduce of the gradients (when a process group exists)."""
+    rows = packed_phase_rows(tokens, docs, chosen, cfg.global_ttt_chunk_tokens)
+    params = list(model.parameters())
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.SGD(params, lr=cfg.global_ttt_lr, momentum=cfg.global_ttt_momentum)
+    reduce = all_reduce and dist.is_available() and dist.is_initialized()
+    for j, (x, y, cu, longest) in enumerate(rows):
+        for group in opt.param_groups:
+            group["lr"] = cfg.global_ttt_lr * 0.5 * (1 + math.cos(math.pi * j / len(rows)))
+        opt.zero_grad(set_to_none=True)
+        x, y = x.to(device), y.to(device)  # pageable copies, as upstream
+        loss = model(x, y, "mean", cu_seqlens=cu.to(device), max_seqlen=longest)
+        loss.backward()
+        if reduce:
+            for p in params:  # one all-reduce per parameter, as upstream
+                dist.all_reduce(p.grad)
+                p.grad /= dist.get_world_size()
+        if cfg.global_ttt_grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, cfg.global_ttt_grad_clip)
+        opt.step()
+    opt.zero_grad(set_to_none=True)
+    for p in params:
+        p.requires_grad_(False)
+
+
+def finish(loss: float, count: int, nbytes: int) -> tuple[float, float, int, int]:
+    val_loss = loss / count
+    return val_loss, val_loss / math.log(2.0) * count / nbytes, count, nbytes
+
+
+def prepare(model, tokens, kwargs):
+    cfg = TTTConfig(**kwargs)
+    tokens = np.asarray(tokens).astype(np.int64)
+    model = copy.deepcopy(model).float()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return cfg, tokens, model
+
+
+# 1. the specification -------------------------------------------------------------------------
+
+
+def reference_ttt(model, tokens, luts=None, counts=None, *, record=None, **kwargs):
+    """[T1]-[T10], one document at a time on the CPU in fp32. record: a list that receives
+    (document index, chunk, scored target positions, nll sum) for every chunk, in scoring order.
+    """
+    cfg, tokens, model = prepare(model, tokens, kwargs)
+    docs = documents(tokens)
+    boundaries = phase_boundaries(len(docs), cfg)
+    slot_a: dict[int, dict] = {}  # [T6] each slot's A, kept across batches
+    loss_sum, count, nbytes = 0.0, 0, 0
+    scored: list[int] = []
+    for batch in batches(docs, cfg.ttt_batch_size):
+        for slot, d in enumerate(batch):
+            if slot not in slot_a:
+                slot_a[slot] = draw_a(model, cfg.seed, d, cfg.ttt_lora_rank)
+            a = {k: v.clone().requires_grad_(True) for k, v in slot_a[slot].items()}
+            b = {
+                key: torch.zeros((fan_out, cfg.ttt_lora_rank), requires_grad=True)
+                for key, _, fan_out in adapter_shapes(model)
+            }
+            opt = torch.optim.AdamW(
+                [*a.values(), *b.values()], lr=cfg.ttt_lora_lr,
+                betas=(cfg.ttt_beta1, cfg.ttt_beta2), eps=ADAM_EPS,
+                weight_decay=cfg.ttt_weight_decay,
+            )  # fmt: skip
+
+            def lora(key, h, a=a, b=b):
+                return cfg.scale * ((h @ a[key].T) @ b[key].T)
+
+            start, predictions = docs[d]
+            spans = chunk_spans(predictions, cfg)
+            for c, (w, s, e) in enumerate(spans):
+                x = torch.from_numpy(tokens[start + w : start + e])[None]
+                y = torch.from_numpy(tokens[start + w + 1 : start + e + 1])
+                logits = lora_logits(model, x, lora)[0]
+                nll = F.cross_entropy(logits.float(), y, reduction="none")[s - w :]
+                chunk_loss = float(nll.detach().double().sum())
+                loss_sum += chunk_loss  # scored first [T7]
+                targets = list(range(start + s + 1, start + e + 1))
+                count += len(targets)
+                nbytes += sum(target_bytes(tokens, i, luts, counts) for i in targets)
+                if record is not None:
+                    record.append((d, c, targets, chunk_loss))
+                if c < len(spans) - 1:  # the last chunk is never trained on
+                    opt.zero_grad()
+                    nll.mean().backward()
+                    opt.step()
+            slot_a[slot] = {k: v.detach().clone() for k, v in a.items()}
+            scored.append(d)
+        while boundaries and boundaries[0] <= len(scored):  # [T8]
+            chosen = phase_documents(docs, scored, boundaries.pop(0))
+            global_phase(model, tokens, docs, chosen, cfg, torch.device("cpu"))
+    return finish(loss_sum, count, nbytes)
+
+
+# 2. the way upstream runs it ------------------------------------------------------------------
+
+
+def upstream_style_ttt(model, tokens, luts=None, counts=None, *, device="cpu", **kwargs):
+    """reference_ttt's numbers, computed as upstream computes them: a batch's documents advance
+    chunk by chunk together, each slot its own LoRA (bmm); per chunk step a Python loop over the
+    documents fills padded CPU tensors copied with .to(device); per batch .item() reads."""
+    cfg, tokens, model = prepare(model, tokens, kwargs)
+    device = torch.device(device)
+    model = model.to(device)
+    docs = documents(tokens)
+    boundaries = phase_boundaries(len(docs), cfg)
+    shapes, r, S = adapter_shapes(model), cfg.ttt_lora_rank, cfg.ttt_batch_size
+    slot_a = {key: torch.zeros((S, r, fan_in), device=device) for key, fan_in, _ in shapes}
+    drawn = [False] * S
+    b1, b2, lr, wd = cfg.ttt_beta1, cfg.ttt_beta2, cfg.ttt_lora_lr, cfg.ttt_weight_decay
+    cpu_tokens = torch.from_numpy(tokens)  # pageable
+    loss_sum, count, nbytes = 0.0, 0, 0
+    scored: list[int] = []
+    for batch in batches(docs, S):
+        n = len(batch)
+        for slot, d in enumerate(batch):
+            if not drawn[slot]:
+                for key, value in draw_a(model, cfg.seed, d, r).items():
+                    slot_a[key][slot] = value.to(device)
+                drawn[slot] = True
+        a = {k: v[:n].clone().requires_grad_(True) for k, v in slot_a.items()}
+        b = {k: torch.zeros((n, o, r), device=device, requires_grad=True) for k, _, o in shapes}
+        params = [*a.values(), *b.values()]
+        m1 = [torch.zeros_like(p) for p in params]
+        m2 = [torch.zeros_like(p) for p in params]
+
+        def lora(key, h, a=a, b=b):
+            return cfg.scale * torch.bmm(
+                torch.bmm(h, a[key].transpose(1, 2)), b[key].transpose(1, 2)
+            )
+
+        spans = [chunk_spans(docs[d][1], cfg) for d in batch]
+        batch_loss = torch.zeros((), dtype=torch.float64, device=device)
+        batch_count = torch.zeros((), dtype=torch.int64, device=device)
+        for c in range(max(len(sp) for sp in spans)):
+            width = max(sp[c][2] - sp[c][0] for sp in spans if c < len(sp))
+            x = torch.zeros((n, width), dtype=torch.int64)
+            y = torch.zeros((n, width), dtype=torch.int64)
+            mask = torch.zeros((n, width))
+            train = torch.zeros(n)
+            for j, d in enumerate(batch):  # the per-document Python loop
+                if c >= len(spans[j]):
+                    continue  # done: masked
+                w, s, e = spans[j][c]
+                start = docs[d][0]
+                x[j, : e - w] = cpu_tokens[start + w : start + e]
+                y[j, : e - w] = cpu_tokens[start + w + 1 : start + e + 1]
+                mask[j, s - w : e - w] = 1.0
+                train[j] = float(c < len(spans[j]) - 1)
+                nbytes += sum(
+                    target_bytes(tokens, i, luts, counts)
+                    for i in range(start + s + 1, start + e + 1)
+                )
+            x, y, mask, train = (t.to(device) for t in (x, y, mask, train))  # pageable copies
+            logits = lora_logits(model, x, lora)
+            nll = F.cross_entropy(
+                logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none"
+            ).view(n, width)
+            batch_loss += (nll.double() * mask.double()).sum()
+            batch_count += mask.sum().long()
+            means = (nll * mask).sum(1) / mask.sum(1).clamp(min=1)
+            loss = (means * train).sum()
+            if not bool(train.any()):
+                continue
+            grads = torch.autograd.grad(loss, params)
+            step = c + 1  # every slot that trains at chunk c has trained at chunks 0..c-1
+            keep = train.bool()[:, None, None]
+            with torch.no_grad():  # AdamW per slot, only where the slot trains
+                for p, g, m, v in zip(params, grads, m1, m2, strict=True):
+                    m_new = b1 * m + (1 - b1) * g
+                    v_new = b2 * v + (1 - b2) * g * g
+                    denom = (v_new.sqrt() / math.sqrt(1 - b2**step)).add_(ADAM_EPS)
+                    p_new = p * (1 - lr * wd) - (lr / (1 - b1**step)) * m_new / denom
+                    p.copy_(torch.where(keep, p_new, p))
+                    m.copy_(torch.where(keep, m_new, m))
+                    v.copy_(torch.where(keep, v_new, v))
+        loss_sum += batch_loss.item()  # per batch reads
+        count += int(batch_count.item())
+        for key in slot_a:  # warm start: A kept; B and the moments start again at zero
+            slot_a[key][:n] = a[key].detach()
+        scored += batch
+        while boundaries and boundaries[0] <= len(scored):
+            chosen = phase_documents(docs, scored, boundaries.pop(0))
+            global_phase(model, tokens, docs, chosen, cfg, device, all_reduce=True)
+    return finish(loss_sum, count, nbytes)
