@@ -1968,13 +1968,15 @@ class RunLog:
         self.pending.clear()
 
 
+LAUNCHER_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")  # torchrun's
+
+
 def misspelt_variables(env) -> list[str]:
     """A warning per variable that looks like one of ours but is not (NUM_LAYER, TRAIN_SEQLEN)."""
-    known = {name.upper() for name in DEFAULTS} | {"WORLD_SIZE", "RANK", "LOCAL_RANK"}
-    known.add("LOCAL_WORLD_SIZE")
+    known = {name.upper() for name in DEFAULTS} | set(LAUNCHER_VARIABLES)
     warnings = []
     for name in sorted(set(env) - known):
-        near = [k for k in known if k[0] == name[0] and abs(len(k) - len(name)) <= 2]
+        near = [k for k in sorted(known) if k[0] == name[0] and abs(len(k) - len(name)) <= 2]
         close = min(near, key=lambda k: edit_distance(name, k), default=None)
         typo = len(name) >= 6 and close is not None and edit_distance(name, close) <= 2
         if typo or name.startswith(("TRAIN_", "VAL_", "EVAL_", "MUON_", "CHECKPOINT_")):
@@ -1997,8 +1999,9 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     the sliding windows if EVAL_STRIDE. An evaluation-only run needs no training shards."""
     if not Path(cfg.data_path).is_dir():
         raise DataError(f"DATA_PATH={cfg.data_path}: no such folder (build or download the data)")
-    try:  # the output folder now, not once the model has trained
-        Path(cfg.pipeline_trace or ".").mkdir(parents=True, exist_ok=True)
+    try:  # the trace folder now, not once the model has trained
+        if cfg.pipeline_trace:
+            Path(cfg.pipeline_trace).mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise DataError(f"PIPELINE_TRACE={cfg.pipeline_trace}: cannot create it ({e})") from None
     if cfg.eval_only_path and not Path(cfg.eval_only_path).is_file():
