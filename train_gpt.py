@@ -124,6 +124,23 @@ class Hyperparameters:
     eval_seq_len: int = knob(0, 0)  # window length; 0 = TRAIN_SEQ_LEN
     eval_batch_seqs: int = knob(32, 1)  # windows per batch and rank
     eval_include_tail: bool = False  # 1 = every target, also past the last whole sequence (both)
+    # the records' score-first phased test-time training (EVAL_TTT=1), after the other final lines
+    eval_ttt: bool = False
+    ttt_batch_size: int = knob(64, 1)  # documents advancing together, each its own LoRA slot
+    ttt_chunk_size: int = knob(48, 1)  # predictions scored per chunk, then trained on
+    ttt_eval_seq_len: int = knob(2048, 1)  # a chunk's columns at most, its document's context
+    ttt_lora_rank: int = knob(80, 1)
+    ttt_lora_alpha: float = knob(144.0, above=0)
+    ttt_lora_lr: float = knob(1e-4, 0)
+    ttt_beta1: float = knob(0.0, 0, 1)
+    ttt_beta2: float = knob(0.99, 0, 1)
+    ttt_weight_decay: float = knob(0.5, 0)
+    phased_ttt_prefix_docs: int = knob(2500, 0)  # phases train on the first this many documents
+    phased_ttt_num_phases: int = knob(3, 0)  # 0 = per-document TTT only
+    global_ttt_lr: float = knob(1e-3, 0)
+    global_ttt_momentum: float = knob(0.9, 0, 1)
+    global_ttt_chunk_tokens: int = knob(32768, 1)
+    global_ttt_grad_clip: float = knob(1.0, 0)  # 0 = none
     # observability (changes no number either)
     training_timing_breakdown: bool = False
     training_timing_every: int = knob(200, 1)
@@ -175,6 +192,9 @@ class Hyperparameters:
             (self.eval_stride > self.window,
              f"EVAL_STRIDE={self.eval_stride}: expected at most EVAL_SEQ_LEN={self.window} (a "
              f"window scores its last EVAL_STRIDE targets)"),
+            (self.ttt_chunk_size > self.ttt_eval_seq_len,
+             f"TTT_CHUNK_SIZE={self.ttt_chunk_size}: expected at most "
+             f"TTT_EVAL_SEQ_LEN={self.ttt_eval_seq_len}"),
             (self.eval_stride and self.val_doc_attention,
              "EVAL_STRIDE with VAL_DOC_ATTENTION=1: not supported; sliding windows attend "
              "across documents, as the records' evaluation does"),
@@ -1303,6 +1323,11 @@ def select_attention(requested: str, device: torch.device) -> Attention:
     return Attention("sdpa documents:sdpa_per_segment", sdpa_attention, keep)
 
 
+def adapted(out: Tensor, lora, site: str, h: Tensor) -> Tensor:
+    """out, plus the EVAL_TTT adapter's delta of its input h at this site when there is one."""
+    return out if lora is None else out + lora(site, h)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: Hyperparameters, attend: Callable):
         super().__init__()
@@ -1319,11 +1344,11 @@ class CausalSelfAttention(nn.Module):
         self.rotary = Rotary(self.head_dim, base=cfg.rope_base)
         self.attend = attend
 
-    def forward(self, x: Tensor, docs=None) -> Tensor:
+    def forward(self, x: Tensor, docs=None, lora=None) -> Tensor:
         bsz, seqlen, dim = x.shape
-        q = self.c_q(x).reshape(bsz, seqlen, self.num_heads, self.head_dim)
-        k = self.c_k(x).reshape(bsz, seqlen, self.num_kv_heads, self.head_dim)
-        v = self.c_v(x).reshape(bsz, seqlen, self.num_kv_heads, self.head_dim)
+        q = adapted(self.c_q(x), lora, "q", x).reshape(bsz, seqlen, self.num_heads, self.head_dim)
+        k = adapted(self.c_k(x), lora, "k", x).reshape(bsz, seqlen, self.num_kv_heads, -1)
+        v = adapted(self.c_v(x), lora, "v", x).reshape(bsz, seqlen, self.num_kv_heads, -1)
         q, k = F.rms_norm(q, (q.size(-1),)), F.rms_norm(k, (k.size(-1),))
         cos, sin = self.rotary(seqlen, x.device, q.dtype, packed=docs is not None)
         q, k = apply_rotary_emb(q, cos, sin), apply_rotary_emb(k, cos, sin)
@@ -1353,12 +1378,15 @@ class Block(nn.Module):
         self.mlp_scale = nn.Parameter(torch.ones(dim, dtype=torch.float32))
         self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))).float())
 
-    def forward(self, x: Tensor, x0: Tensor, docs=None) -> Tensor:
+    def forward(self, x: Tensor, x0: Tensor, docs=None, lora=None) -> Tensor:
         mix = self.resid_mix.to(dtype=x.dtype)
         x = mix[0][None, None, :] * x + mix[1][None, None, :] * x0
-        attn = self.attn(self.attn_norm(x), docs)
+        h = self.attn_norm(x)
+        attn = adapted(self.attn(h, docs, lora), lora, "o", h)
         x = x + self.attn_scale.to(dtype=x.dtype)[None, None, :] * attn
-        return x + self.mlp_scale.to(dtype=x.dtype)[None, None, :] * self.mlp(self.mlp_norm(x))
+        h = self.mlp_norm(x)
+        mlp = adapted(self.mlp(h), lora, "mlp", h)
+        return x + self.mlp_scale.to(dtype=x.dtype)[None, None, :] * mlp
 
 
 class GPT(nn.Module):
@@ -1386,23 +1414,29 @@ class GPT(nn.Module):
             if isinstance(module, nn.Linear) and getattr(module, "_zero_init", False):
                 nn.init.zeros_(module.weight)
 
-    def forward(self, input_ids, target_ids, reduction="mean", cu_seqlens=None, max_seqlen=0):
+    def forward(
+        self, input_ids, target_ids, reduction="mean", cu_seqlens=None, max_seqlen=0, lora=None
+    ):
         """With cu_seqlens (one packed row), attention stays within each segment [cu[i], cu[i+1]);
-        RoPE positions stay the row's (attention only sees relative ones)."""
+        RoPE positions stay the row's (attention only sees relative ones). lora: EVAL_TTT's
+        adapters, one row per slot."""
         n = input_ids.size(1)  # the segments in the backend's form, once per forward:
         docs = None if cu_seqlens is None else self.documents(cu_seqlens, max_seqlen, n)
         x = self.tok_emb(input_ids)
         x0 = x = F.rms_norm(x, (x.size(-1),))
         skips = []
-        for i in range(self.num_encoder_layers):
-            x = self.blocks[i](x, x0, docs)
-            skips.append(x)
-        for i in range(self.num_decoder_layers):
-            if skips:
-                x = x + self.skip_weights[i].to(dtype=x.dtype)[None, None, :] * skips.pop()
-            x = self.blocks[self.num_encoder_layers + i](x, x0, docs)
-        x = self.final_norm(x).reshape(-1, x.size(-1))
+        for i, block in enumerate(self.blocks):
+            if i >= self.num_encoder_layers and skips:
+                weight = self.skip_weights[i - self.num_encoder_layers].to(dtype=x.dtype)
+                x = x + weight[None, None, :] * skips.pop()
+            x = block(x, x0, docs, lora and lora.at(i))
+            if i < self.num_encoder_layers:
+                skips.append(x)
+        h = self.final_norm(x)
+        x = h.reshape(-1, h.size(-1))
         logits = F.linear(x, self.tok_emb.weight) if self.lm_head is None else self.lm_head(x)
+        if lora is not None:
+            logits = logits + lora.at(None)("head", h).reshape(logits.shape)
         logits = self.logit_softcap * torch.tanh(logits / self.logit_softcap)
         return F.cross_entropy(logits.float(), target_ids.reshape(-1), reduction=reduction)
 
@@ -1532,6 +1566,271 @@ def score(rt: Runtime, loss_sum: Tensor, tokens: int, target_bytes: int) -> tupl
         dist.all_reduce(loss_sum)
     val_loss = loss_sum.item() / tokens
     return val_loss, val_loss / math.log(2.0) * (tokens / target_bytes)
+
+
+# -----------------------------
+# TEST-TIME TRAINING (EVAL_TTT): THE RECORDS' SCORE-FIRST PHASED EVALUATION
+# -----------------------------
+
+LORA_SITES = ("q", "k", "v", "o", "mlp")  # per block, in the order A is drawn; then the logits
+LORA_SEED_STRIDE = 1_000_003  # a slot's A comes from a generator seeded SEED * this + document
+
+
+class LoRA:
+    """Per-slot adapters: delta(h) = alpha/rank * h A^T B^T for Q, K, V, O and the MLP of every
+    block and for the logits. All A of a slot are one row of A_all (B: of B_all), so the whole
+    optimizer is a few elementwise operations on two tensors."""
+
+    def __init__(self, model: GPT, slots: int, rank: int, alpha: float):
+        vocab, dim = model.tok_emb.weight.shape
+        kv = model.blocks[0].attn.c_k.weight.size(0)
+        outs = dict(zip(LORA_SITES, (dim, kv, kv, dim, dim), strict=True))
+        keys = [(i, site) for i in range(len(model.blocks)) for site in LORA_SITES]
+        self.shapes = {key: outs[key[1]] for key in keys} | {(None, "head"): vocab}
+        self.offsets, a, b = {}, 0, 0
+        for key, out in self.shapes.items():
+            self.offsets[key] = (a, b)
+            a, b = a + rank * dim, b + out * rank
+        device = model.tok_emb.weight.device
+        self.A_all = torch.zeros(slots, a, device=device, requires_grad=True)
+        self.B_all = torch.zeros(slots, b, device=device, requires_grad=True)
+        self.moments = [
+            (torch.zeros_like(t), torch.zeros_like(t)) for t in (self.A_all, self.B_all)
+        ]
+        self.rank, self.dim, self.scale = rank, dim, alpha / rank
+
+    def select(self, lo: int, hi: int) -> tuple[Tensor, Tensor]:
+        """Slots lo..hi-1 (the rows of the next forward): their A and B, to differentiate."""
+        self.A, self.B = self.A_all[lo:hi], self.B_all[lo:hi]
+        return self.A, self.B
+
+    def at(self, block: int | None) -> Callable:
+        return lambda site, h: self.delta((block, site), h)
+
+    def delta(self, key: tuple, h: Tensor) -> Tensor:
+        (a, b), out, r = self.offsets[key], self.shapes[key], self.rank
+        A = self.A[:, a : a + r * self.dim].view(-1, r, self.dim)
+        B = self.B[:, b : b + out * r].view(-1, out, r)
+        return self.scale * torch.bmm(torch.bmm(h, A.mT), B.mT)
+
+    def reset(self) -> None:  # a new batch: B and the moments start again at zero, A is kept
+        torch._foreach_zero_([self.B_all, *itertools.chain(*self.moments)])
+
+
+def draw_lora_a(cfg: Hyperparameters, document: int) -> Tensor:
+    """Every A of a slot whose first document is `document` (one row of LoRA.A_all, on the
+    CPU): uniform in +-1/sqrt(MODEL_DIM) from a generator seeded by SEED and the document."""
+    generator = torch.Generator().manual_seed(cfg.seed * LORA_SEED_STRIDE + document)
+    size = cfg.ttt_lora_rank * cfg.model_dim * (cfg.num_layers * len(LORA_SITES) + 1)
+    u = torch.rand(size, generator=generator, dtype=torch.float32)
+    return (2 * u - 1) / math.sqrt(cfg.model_dim)
+
+
+class TTTPlan:
+    """EVAL_TTT's work, fixed on the CPU before the clock. Documents: each BOS starts one, which
+    runs to the next BOS inclusive (the last: to the split's end). Sorted by length (then index)
+    into batches of TTT_BATCH_SIZE, longest batch first; a document's slot is its place in its
+    batch. Per chunk step of a batch: every slot's window (its document's preceding tokens, at
+    most TTT_EVAL_SEQ_LEN columns), scored columns and whether it trains. The phases: after which
+    batch, on which documents, as packed rows cut for the ranks at document boundaries. Batches
+    go to ranks statically: between two phases, the costliest first to the least loaded rank."""
+
+    def __init__(self, cfg: Hyperparameters, rt: Runtime, val: ValidationSet):
+        total = val.scored_targets(cfg, cfg.window, "EVAL_SEQ_LEN")
+        split = val.split[: total + 1].astype(np.int64)
+        starts = np.union1d([0], np.flatnonzero(split[:total] == BOS_ID))
+        preds = np.diff(np.append(starts, total))
+        order = np.lexsort((np.arange(starts.size), preds))
+        S, device = cfg.ttt_batch_size, rt.device
+        batches = [order[i : i + S] for i in range(0, order.size, S)][::-1]
+        self.phases = []  # (after batch j, this rank's packed rows); none after the last batch
+        n, done = cfg.phased_ttt_num_phases, np.cumsum([b.size for b in batches])
+        prefix = min(cfg.phased_ttt_prefix_docs, starts.size)
+        for bound in sorted({prefix * k // n for k in range(1, n + 1)} - {0}) if n else []:
+            j = int(np.searchsorted(done, bound))  # the batch after which `bound` are scored
+            scored = np.concatenate(batches[: j + 1])
+            chosen = scored[np.lexsort((scored, preds[scored]))][:bound]  # the shortest
+            if j < len(batches) - 1:
+                rows = self.phase_rows(cfg, rt, split, starts[chosen], preds[chosen])
+                self.phases.append((j, rows))
+        steps = [self.chunk_steps(cfg, starts[b], preds[b]) for b in batches]
+        cost = [
+            sum(width * (b.size - lo) for width, _, lo in s)
+            for b, (s, _) in zip(batches, steps, strict=True)
+        ]
+        stretches = [0, *sorted({j + 1 for j, _ in self.phases}), len(batches)]
+        mine = []
+        for lo, hi in itertools.pairwise(stretches):
+            load = [0] * rt.world_size
+            for j in sorted(range(lo, hi), key=lambda j: (-cost[j], j)):
+                owner = min(range(rt.world_size), key=lambda r: (load[r], r))
+                load[owner] += cost[j]
+                mine += [j] * (owner == rt.rank)
+        self.work, filled = [], set()  # (batch, steps, chunk table, slots that get their A)
+        for j in sorted(mine):
+            fresh = [(k, int(d)) for k, d in enumerate(batches[j]) if k not in filled]
+            filled |= {k for k, _ in fresh}
+            draws = [(k, draw_lora_a(cfg, d)) for k, d in fresh]
+            widths, table = steps[j]
+            self.work.append((j, widths, torch.from_numpy(table).to(device), draws))
+        self.last = len(batches) - 1
+        tail = np.zeros(cfg.ttt_eval_seq_len + 1, dtype=np.int64)  # room for padded windows
+        self.split = torch.from_numpy(np.append(split, tail)).to(device)
+        first, last = (0, total) if rt.rank == 0 else (0, 0)
+        self.target_tokens, self.target_bytes = val.totals(rt, first, last)
+
+    @staticmethod
+    def chunk_steps(cfg: Hyperparameters, starts: np.ndarray, preds: np.ndarray) -> tuple:
+        """Per step (width, any slot trains, first row), and a (steps, slots, 4) table: window
+        start in the split, its columns, the scored ones (its last), 1 if the slot trains.
+        Slots hold documents shortest first, so the live ones are the last rows: a step runs only
+        the last rows and columns, a power of two of each (a fixed set of shapes)."""
+        K, W = cfg.ttt_chunk_size, cfg.ttt_eval_seq_len
+        chunks = -(-preds // K)
+        c = np.arange(chunks.max())[:, None]
+        end = np.minimum(K * (c + 1), preds)
+        first = np.maximum(end - W, 0)
+        live = c < chunks
+        fields = (starts + first, end - first, end - K * c, c < chunks - 1)
+        table = np.stack(fields, -1) * live[..., None]
+        n = preds.size
+        steps = [
+            (pow2_at_least(cols.max(), 64, W), bool(trains.any()), n - pow2_at_least(k, 1, n))
+            for cols, trains, k in zip(table[..., 1], table[..., 3], live.sum(1), strict=True)
+        ]
+        return steps, table
+
+    @staticmethod
+    def phase_rows(cfg, rt, split: np.ndarray, starts: np.ndarray, preds: np.ndarray) -> list:
+        """The documents concatenated, in rows of GLOBAL_TTT_CHUNK_TOKENS predictions, each cut
+        for the ranks at document boundaries (attention never crosses one, so the ranks' parts
+        add up to the row's gradient): this rank's (inputs, targets, cu_seqlens, row tokens)."""
+        positions = np.concatenate(
+            [np.arange(s, s + p) for s, p in zip(starts, preds, strict=True)]
+        )
+        bounds, n = np.cumsum(preds)[:-1], positions.size
+        rows = []
+        for a in range(0, n, cfg.global_ttt_chunk_tokens):
+            b = min(a + cfg.global_ttt_chunk_tokens, n)
+            cuts = np.union1d([a, b], bounds[(bounds > a) & (bounds < b)])
+            ideal = a + (b - a) * np.arange(rt.world_size + 1) // rt.world_size
+            lo, hi = cuts[np.abs(cuts[None, :] - ideal[:, None]).argmin(1)][rt.rank : rt.rank + 2]
+            pieces = cuts[(cuts >= lo) & (cuts < hi)] - lo
+            cu = np.full(pad_to_64(pieces.size + 1), hi - lo, dtype=np.int32)
+            cu[: pieces.size] = pieces
+            x, y = (torch.from_numpy(split[positions[lo:hi] + k]) for k in (0, 1))
+            on = functools.partial(torch.Tensor.to, device=rt.device)
+            rows.append((on(x[None]), on(y[None]), on(torch.from_numpy(cu)), b - a))
+        return rows
+
+
+def pow2_at_least(n: int, low: int, high: int) -> int:
+    """The smallest power of two >= n, within [low, high]: few shapes, little padding."""
+    return min(high, max(low, 1 << (int(n) - 1).bit_length()))
+
+
+def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, float]:
+    """EVAL_TTT: each chunk is scored, then its document's adapters train on it (never on its
+    last); between batches, phases train the base weights on documents already scored. Per
+    chunk step: windows by index arithmetic on resident tokens, no host sync. Trains `model`."""
+    base = getattr(model, "_orig_mod", model)  # compiled: its GPT
+    lora = LoRA(base, cfg.ttt_batch_size, cfg.ttt_lora_rank, cfg.ttt_lora_alpha)
+    columns = torch.arange(cfg.ttt_eval_seq_len, device=rt.device)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
+    phases, timeline, mark = list(plan.phases), [], time.perf_counter()
+
+    def barrier_and_phase(rows) -> None:  # every rank: the critical path ends here
+        nonlocal mark
+        rt.synchronize()
+        arrived = time.perf_counter()
+        barrier(rt)
+        timeline.append((arrived - mark, time.perf_counter() - arrived))
+        mark = time.perf_counter()
+        if rows is not None:
+            train_phase(cfg, rt, model, list(base.parameters()), rows)
+
+    model.eval()
+    for j, widths, table, draws in plan.work:
+        while phases and phases[0][0] < j:
+            barrier_and_phase(phases.pop(0)[1])
+        with torch.no_grad():
+            lora.reset()
+            for slot, a in draws:
+                lora.A_all[slot].copy_(a)
+        for c, (width, trains, lo) in enumerate(widths):
+            start, cols, scored, train = table[c, lo:].unbind(1)
+            at = columns[:width]
+            idx = start[:, None] + at
+            keep = (at >= (cols - scored)[:, None]) & (at < cols[:, None])
+            adapters = lora.select(lo, table.size(1))
+            with torch.set_grad_enabled(trains), rt.autocast():
+                nll = model(plan.split[idx], plan.split[idx + 1], "none", lora=lora)
+            nll = nll.view(-1, width) * keep
+            loss_sum += nll.detach().sum(dtype=torch.float64)  # scored before any update
+            if trains:
+                means = nll.sum(1) / scored.clamp(min=1)
+                grads = torch.autograd.grad((means * train).sum(), adapters)
+                adamw_step(cfg, lora, grads, train, c + 1, lo)
+    while phases:
+        barrier_and_phase(phases.pop(0)[1])
+    barrier_and_phase(None)
+    model.train()
+    log_timeline(rt, timeline, log0)
+    return score(rt, loss_sum, plan.target_tokens, plan.target_bytes)
+
+
+def adamw_step(cfg, lora: LoRA, grads: tuple, train: Tensor, step: int, lo: int) -> None:
+    """torch.optim.AdamW's update of the slots from `lo` on that train at this step."""
+    lr, b1, b2 = cfg.ttt_lora_lr, cfg.ttt_beta1, cfg.ttt_beta2
+    keep, hi = train.to(torch.float32)[:, None], lo + train.numel()
+    rows = [(lora.A_all[lo:hi], *(t[lo:hi] for t in lora.moments[0]))]
+    rows += [(lora.B_all[lo:hi], *(t[lo:hi] for t in lora.moments[1]))]
+    with torch.no_grad():
+        for (p, m, v), g in zip(rows, grads, strict=True):
+            m.lerp_(g, 1 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            denom = (v.sqrt() / math.sqrt(1 - b2**step)).add_(1e-10)
+            update = (m / denom).mul_(lr / (1 - b1**step)).add_(p, alpha=lr * cfg.ttt_weight_decay)
+            p.sub_(update * keep)
+
+
+def train_phase(cfg, rt, model, params: list, rows: list) -> None:
+    """One phase: SGD (momentum, cosine lr, clipped) on the base weights, a step per packed row;
+    each rank its part of the row, the gradients summed in one flat all-reduce."""
+    opt = torch.optim.SGD(params, lr=cfg.global_ttt_lr, momentum=cfg.global_ttt_momentum)
+    for k, (x, y, cu, row_tokens) in enumerate(rows):
+        for group in opt.param_groups:
+            group["lr"] = cfg.global_ttt_lr * 0.5 * (1 + math.cos(math.pi * k / len(rows)))
+        if x.numel():
+            torch._dynamo.maybe_mark_dynamic(x, 1)
+            torch._dynamo.maybe_mark_dynamic(cu, 0)
+            with rt.autocast():
+                kwargs = {"cu_seqlens": cu, "max_seqlen": cfg.global_ttt_chunk_tokens}
+                loss = model(x, y, "sum", **kwargs)
+            (loss / row_tokens).backward()
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+        if rt.distributed:
+            flat = torch._utils._flatten_dense_tensors(grads)
+            dist.all_reduce(flat)
+            torch._foreach_copy_(grads, torch._utils._unflatten_dense_tensors(flat, grads))
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g
+        if cfg.global_ttt_grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, cfg.global_ttt_grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def log_timeline(rt: Runtime, timeline: list, log0: Callable) -> None:
+    """Each rank's busy and waiting seconds up to every phase barrier and the end."""
+    every = [timeline] * rt.world_size
+    if rt.distributed:
+        dist.all_gather_object(every, timeline)
+    for k in range(len(timeline)):
+        busy = ",".join(f"{t[k][0]:.2f}" for t in every)
+        wait = ",".join(f"{t[k][1]:.2f}" for t in every)
+        where = f"phase:{k + 1}" if k < len(timeline) - 1 else "end"
+        log0(f"ttt_barrier {where} busy_s:{busy} wait_s:{wait}")
 
 
 # -----------------------------
@@ -2020,6 +2319,7 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
         shards.check_order(cfg.train_loader, rt.world_size)  # now, not once the model is compiled
     val = ValidationSet(cfg, rt, luts)  # every val shard loaded: header, size, token ids checked
     windows = SlidingWindows(cfg, rt, val) if cfg.eval_stride else None
+    plan = TTTPlan(cfg, rt, val) if cfg.eval_ttt else None
     device_luts = None
     if cfg.val_bytecount_device == "cuda":
         device_luts = tuple(torch.from_numpy(t).to(rt.device) for t in luts)
@@ -2050,7 +2350,13 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
         f"val_prefetch:{int(cfg.val_prefetch)} queue:{cfg.val_prefetch_queue} "
         f"copy_stream:{copy_streams[1]} val_bytecount_device:{cfg.val_bytecount_device}"
     )
-    return val, device_luts, windows
+    if plan is not None:
+        log0(
+            f"ttt:batches:{plan.last + 1} phases_after_batch:{[j for j, _ in plan.phases]} "
+            f"this_rank_batches:{len(plan.work)} tokens:{plan.target_tokens} "
+            f"bytes:{plan.target_bytes}"
+        )
+    return val, device_luts, windows, plan
 
 
 def log_network(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable) -> None:
@@ -2149,7 +2455,7 @@ def main() -> None:
     code = Path(__file__).read_bytes().decode("utf-8")  # as counted: no newline translation
     log0 = RunLog(cfg, rt, code)
     checkpoint = read_checkpoint(cfg, rt)
-    val, device_luts, windows = load_data(cfg, rt, log0)
+    val, device_luts, windows, plan = load_data(cfg, rt, log0)
     log0.keep()  # the checks passed: the log file from here on
     net = build_network(cfg, rt)
     log_network(cfg, rt, net, log0)
@@ -2170,6 +2476,9 @@ def main() -> None:
     if windows is not None:  # the records' scored number, on the same round-tripped weights
         sliding = functools.partial(eval_sliding, cfg, rt, net.compiled, windows)
         log_score("final_sliding_window_eval", f"stride:{cfg.eval_stride} ", rt, sliding, log0)
+    if plan is not None:  # the frontier's score; last, as its phases train the weights
+        ttt = functools.partial(eval_ttt, cfg, rt, net.compiled, plan, log0)
+        log_score("quantized_ttt_phased", "", rt, ttt, log0)
     if rt.distributed:  # ordered: loaders are closed, every rank is done, then the group goes
         dist.barrier()
         dist.destroy_process_group()

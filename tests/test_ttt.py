@@ -1,0 +1,217 @@
+"""EVAL_TTT, the records' score-first phased test-time training, as train_gpt.py runs it (TTTPlan
+and eval_ttt), against the specification in benchmarks/upstream_ttt.py:
+
+1. the same numbers as the one-document-at-a-time reference (same LoRA init, same phases), the
+   same token and byte totals as the plain evaluation;
+2. score-first: documents with nothing to learn score no better than without TTT, documents that
+   repeat a passage clearly better;
+3. reproducible: the same run twice gives the same numbers; another SEED, others;
+4. the plan: every batch on exactly one rank, the costliest first within each stretch between
+   phases, each rank's batches in order, the phases' rows cut for the ranks at document bounds;
+5. the cost: a chunk step's work does not grow with the documents in its batch.
+End to end under torchrun (2 ranks): tests/test_e2e.py-style runs at the end.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import numpy as np
+import pytest
+import torch
+from test_ttt_reference import OFF, SMALL, SPLIT, config, luts, sampled_documents
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import train_gpt as tg
+from benchmarks import upstream_ttt as ut
+from conftest import run_train
+from data.shard_io import shard_name, write_shard
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def model() -> tg.GPT:
+    torch.manual_seed(0)
+    net = tg.build_model(config(), CPU)
+    for p in net.parameters():  # zero-initialised projections would make every position alike
+        torch.nn.init.normal_(p, std=0.1)
+    return net
+
+
+def runtime(rank: int = 0, world_size: int = 1) -> tg.Runtime:
+    return tg.Runtime(rank, rank, world_size, tg.grad_accum_steps_for(world_size), CPU, False)
+
+
+def plan_for(folder, split, rank=0, world_size=1, **kw) -> tuple[tg.Hyperparameters, tg.TTTPlan]:
+    write_shard(folder / shard_name("val", 0), split)
+    cfg = config(folder, eval_include_tail=True, eval_ttt=True, **kw)
+    rt = runtime(rank, world_size)
+    return cfg, tg.TTTPlan(cfg, rt, tg.ValidationSet(cfg, rt, luts()))
+
+
+def ours(model, folder, split, **kw) -> tuple:
+    cfg, plan = plan_for(folder, split, **kw)
+    val_loss, val_bpb = tg.eval_ttt(cfg, runtime(), copy.deepcopy(model), plan, lambda m: None)
+    return val_loss, val_bpb, plan.target_tokens, plan.target_bytes
+
+
+# 1. the reference's numbers ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # batches of 3, chunks of 8, windows of 24, 2 phases
+        dict(ttt_batch_size=4, phased_ttt_num_phases=3, global_ttt_chunk_tokens=40),
+        dict(ttt_batch_size=1, phased_ttt_num_phases=0),  # plain per-document TTT
+        dict(ttt_chunk_size=24, ttt_eval_seq_len=24, ttt_beta1=0.9),
+    ],
+)
+def test_the_numbers_are_the_references(tmp_path, model, overrides):
+    kw = SMALL | dict(ttt_lora_lr=1e-3) | overrides  # (a large lr turns rounding into noise)
+    want = ut.reference_ttt(model, SPLIT, luts(), **kw)
+    got = ours(model, tmp_path, SPLIT, **kw)
+    assert got[2:] == want[2:]
+    assert got[:2] == pytest.approx(want[:2], rel=1e-6)
+    assert got[0] != pytest.approx(ours(model, tmp_path, SPLIT, **(kw | OFF))[0], rel=1e-6)
+
+
+def test_every_target_counts_once_as_in_the_plain_evaluation(tmp_path, model):
+    cfg, plan = plan_for(tmp_path, SPLIT, **SMALL)
+    val = tg.ValidationSet(cfg, runtime(), luts())
+    assert (plan.target_tokens, plan.target_bytes) == (val.target_tokens, val.target_bytes)
+    assert plan.target_tokens == SPLIT.size - 1
+    scored = sum(int(table[:, :, 2].sum()) for _, _, table, _ in plan.work)
+    assert scored == plan.target_tokens  # the chunk tables score each target once
+
+
+# 2. score-first ---------------------------------------------------------------------------------
+
+
+def test_documents_with_nothing_to_learn_score_no_better(tmp_path, model):
+    split = sampled_documents(model, 8, 32, seed=0)
+    kw = SMALL | dict(ttt_eval_seq_len=32, ttt_batch_size=2)
+    assert (
+        ours(model, tmp_path, split, **kw)[0] > ours(model, tmp_path, split, **(kw | OFF))[0] * 0.99
+    )
+
+
+def test_documents_that_repeat_a_passage_score_clearly_better(tmp_path, model):
+    rng = np.random.default_rng(4)
+    docs = [[tg.BOS_ID, *(list(rng.integers(2, 64, 12)) * 3)] for _ in range(4)]
+    split = np.array([t for doc in docs for t in doc] + [tg.BOS_ID], dtype=np.int64)
+    kw = SMALL | dict(ttt_eval_seq_len=40, ttt_batch_size=2)
+    assert (
+        ours(model, tmp_path, split, **kw)[0] < ours(model, tmp_path, split, **(kw | OFF))[0] * 0.95
+    )
+
+
+# 3. reproducible --------------------------------------------------------------------------------
+
+
+def test_the_same_run_twice_gives_the_same_numbers_and_another_seed_others(tmp_path, model):
+    first = ours(model, tmp_path, SPLIT, **SMALL)
+    assert ours(model, tmp_path, SPLIT, **SMALL) == first
+    assert ours(model, tmp_path, SPLIT, **(SMALL | dict(seed=7)))[0] != first[0]
+
+
+# 4. the plan ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_every_batch_runs_on_one_rank_costliest_first_between_phases(tmp_path, world_size):
+    lengths = np.random.default_rng(5).integers(1, 90, 40)
+    split = np.concatenate([[tg.BOS_ID, *np.full(n - 1, 7)] for n in lengths] + [[tg.BOS_ID]])
+    kw = SMALL | dict(phased_ttt_prefix_docs=30, phased_ttt_num_phases=3)
+    plans = [plan_for(tmp_path, split, r, world_size, **kw)[1] for r in range(world_size)]
+    owned = [[j for j, *_ in p.work] for p in plans]
+    assert sorted(j for js in owned for j in js) == list(range(plans[0].last + 1))
+    assert all(js == sorted(js) for js in owned)
+    after = [j for j, _ in plans[0].phases]
+    assert after == sorted(after) and all(j < plans[0].last for j in after)
+    for p in plans:  # each rank's part of every phase row, cut at a document boundary
+        for _, rows in p.phases:
+            for x, y, cu, row_tokens in rows:
+                assert x.shape == y.shape and x.size(1) <= row_tokens
+                assert int(cu[0]) == 0 or x.numel() == 0
+    totals = [sum(x.numel() for x, *_ in rows) for p in plans for _, rows in p.phases]
+    whole = [sum(x.numel() for x, *_ in rows) for _, rows in plans_whole(tmp_path, split, kw)]
+    assert sum(totals) == sum(whole)  # the ranks' parts add up to the rows
+
+
+def plans_whole(folder, split, kw):
+    return plan_for(folder, split, **kw)[1].phases
+
+
+# 5. the cost ------------------------------------------------------------------------------------
+
+
+class OpCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_chunk_steps_work_does_not_grow_with_its_documents(tmp_path, model):
+    """Documents of 32 predictions (4 chunk steps each, 3 of them training), 6 more of them in
+    batches of 1 or in one more batch of 6: the same operations per added chunk step, the
+    forward and the batch's reset included."""
+    per_step = []
+    for batch in (1, 6):
+        ops, steps = [], []
+        for docs in (6, 12):
+            split = np.concatenate([[tg.BOS_ID, *np.arange(2, 34)]] * docs + [[tg.BOS_ID]])
+            kw = SMALL | dict(ttt_batch_size=batch, phased_ttt_num_phases=0)
+            cfg, plan = plan_for(tmp_path, split, **kw)
+            copied, counter = copy.deepcopy(model), OpCounter()
+            with counter:
+                tg.eval_ttt(cfg, runtime(), copied, plan, lambda m: None)
+            ops.append(counter.ops)
+            steps.append(sum(len(widths) for _, widths, _, _ in plan.work))
+        per_step.append((ops[1] - ops[0]) / (steps[1] - steps[0]))
+    assert per_step[1] == pytest.approx(per_step[0], abs=0.5)  # no loop over the documents
+
+
+# end to end ------------------------------------------------------------------------------------
+
+
+def ttt_lines(run) -> list[str]:
+    return [re.sub(r" eval_time:\d+ms", "", line) for line in run.lines("quantized_ttt_phased")]
+
+
+TINY_TTT = dict(
+    EVAL_TTT=1, TTT_BATCH_SIZE=4, TTT_CHUNK_SIZE=16, TTT_EVAL_SEQ_LEN=64, TTT_LORA_RANK=4,
+    PHASED_TTT_PREFIX_DOCS=12, GLOBAL_TTT_CHUNK_TOKENS=2048, MAX_VAL_TOKENS=6000,
+)  # fmt: skip
+
+
+def test_an_evaluation_only_run_scores_with_ttt_reproducibly(tmp_path, tiny_run, tiny_dataset):
+    artifact = tiny_run.workdir / "final_model.int8.ptz"
+    runs = [run_train(tmp_path / f"r{i}", tiny_dataset, EVAL_ONLY_PATH=artifact, **TINY_TTT)
+            for i in range(2)]  # fmt: skip
+    for run in runs:
+        assert run.returncode == 0, run.why()
+        assert re.fullmatch(
+            r"quantized_ttt_phased val_loss:\d+\.\d{4} val_bpb:\d+\.\d{4} eval_time:\d+ms",
+            run.lines("quantized_ttt_phased ")[0],
+        )
+        assert run.lines("ttt_barrier end busy_s:")
+    assert ttt_lines(runs[0]) == ttt_lines(runs[1])
+
+
+def test_without_lora_training_the_phases_give_the_same_score_on_1_and_2_ranks(
+    tmp_path, tiny_run, tiny_dataset
+):
+    artifact = tiny_run.workdir / "final_model.int8.ptz"
+    env = TINY_TTT | dict(EVAL_ONLY_PATH=artifact, TTT_LORA_LR=0)
+    one, two = (run_train(tmp_path / f"n{n}", tiny_dataset, nproc=n, **env) for n in (1, 2))
+    for run in (one, two):
+        assert run.returncode == 0, run.why()
+    scores = [float(re.search(r"val_loss:(\S+)", ttt_lines(r)[-1])[1]) for r in (one, two)]
+    assert scores[0] == pytest.approx(scores[1], rel=1e-6)
