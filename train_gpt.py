@@ -1735,6 +1735,9 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
     chunk step: windows by index arithmetic on resident tokens, no host sync. Trains `model`."""
     base = getattr(model, "_orig_mod", model)  # compiled: its GPT
     lora = LoRA(base, cfg.ttt_batch_size, cfg.ttt_lora_rank, cfg.ttt_lora_alpha)
+    for limit in ("recompile_limit", "cache_size_limit"):  # a graph per (rows, columns) bucket
+        if hasattr(torch._dynamo.config, limit):
+            setattr(torch._dynamo.config, limit, 128)
     columns = torch.arange(cfg.ttt_eval_seq_len, device=rt.device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
     phases, timeline, mark = list(plan.phases), [], time.perf_counter()
