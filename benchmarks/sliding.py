@@ -36,6 +36,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from benchmarks.loader import HelpFormatter  # noqa: E402
 from data.setup_hint import setup_hint  # noqa: E402
 
 ROWS = ("records", "ours", "resident")
@@ -47,14 +48,7 @@ LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaM
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        description=__doc__,
-        formatter_class=type(
-            "Formatter",
-            (argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter),
-            {},
-        ),
-    )
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--val-tokens", type=int, default=2_000_000, help="tokens in the split")
     ap.add_argument("--seq-len", type=int, default=1024, help="EVAL_SEQ_LEN: window length")
     ap.add_argument("--stride", type=int, default=64, help="EVAL_STRIDE")

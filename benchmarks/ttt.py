@@ -56,6 +56,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from benchmarks.loader import HelpFormatter  # noqa: E402
 from data.setup_hint import setup_hint  # noqa: E402
 
 MODELS = {
@@ -68,14 +69,7 @@ VOCAB = 1024
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        description=__doc__,
-        formatter_class=type(
-            "Formatter",
-            (argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter),
-            {},
-        ),
-    )
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--docs", type=int, default=512, help="documents in the split")
     ap.add_argument("--median-len", type=int, default=96, help="median document length")
     ap.add_argument("--sigma", type=float, default=1.0, help="lognormal sigma of the lengths")

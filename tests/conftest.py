@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from torch.utils._python_dispatch import TorchDispatchMode
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -139,3 +140,15 @@ def tiny_train_logs(tmp_path_factory, tiny_dataset, tiny_run) -> list[Path]:
     other = run_train(tmp_path_factory.mktemp("seed42"), tiny_dataset, SEED=42)
     assert other.returncode == 0, other.why()
     return [tiny_run.log_path, other.log_path]
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten operations run inside it (`with counter:`): the cost of a loop, per pass."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))

@@ -22,11 +22,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import train_gpt as tg
 from benchmarks.upstream_eval import records_sliding_sums, records_split
-from conftest import run_train
+from conftest import OpCounter, run_train
 from data.shard_io import shard_name, write_shard
 from records.golf.logs import parse_log
 
@@ -215,16 +214,6 @@ def test_the_tail_is_scored_by_the_non_overlapping_evaluation_too(tmp_path, pref
 
 
 # 4. the cost ---------------------------------------------------------------------------------
-
-
-class OpCounter(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
 
 
 class ShapeRecorder(torch.nn.Module):

@@ -20,24 +20,17 @@ import re
 import numpy as np
 import pytest
 import torch
-from test_ttt_reference import OFF, SMALL, SPLIT, config, luts, sampled_documents
-from torch.utils._python_dispatch import TorchDispatchMode
+from test_ttt_reference import OFF, SMALL, SPLIT, config, luts, random_gpt, sampled_documents
 
 import train_gpt as tg
 from benchmarks import upstream_ttt as ut
-from conftest import run_train
+from conftest import OpCounter, run_train
 from data.shard_io import shard_name, write_shard
 
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(scope="module")
-def model() -> tg.GPT:
-    torch.manual_seed(0)
-    net = tg.build_model(config(), CPU)
-    for p in net.parameters():  # zero-initialised projections would make every position alike
-        torch.nn.init.normal_(p, std=0.1)
-    return net
+model = pytest.fixture(random_gpt, scope="module", name="model")
 
 
 def runtime(rank: int = 0, world_size: int = 1) -> tg.Runtime:
@@ -146,16 +139,6 @@ def plans_whole(folder, split, kw):
 
 
 # 5. the cost ------------------------------------------------------------------------------------
-
-
-class OpCounter(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
 
 
 def test_a_chunk_steps_work_does_not_grow_with_its_documents(tmp_path, model):

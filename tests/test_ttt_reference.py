@@ -52,13 +52,16 @@ def luts() -> tg.ByteLuts:
     return tg.ByteLuts(ids % 5, ids % 3 == 0, ids < 2)  # some spaces, some 0-byte boundaries
 
 
-@pytest.fixture(scope="module")
-def model() -> tg.GPT:
+def random_gpt() -> tg.GPT:
+    """The tiny GPT with every weight drawn at random (seed 0)."""
     torch.manual_seed(0)
     net = tg.build_model(config(), CPU)
     for p in net.parameters():  # zero-initialised projections would make every position alike
         torch.nn.init.normal_(p, std=0.1)
     return net
+
+
+model = pytest.fixture(random_gpt, scope="module", name="model")
 
 
 def split_of(lengths: list[int], seed: int, lead: int = 0) -> np.ndarray:
