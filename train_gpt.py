@@ -1760,6 +1760,7 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
             lora.reset()
             for slot, a in draws:
                 lora.A_all[slot].copy_(a)
+            draws.clear()  # each drawn once: not kept for the whole evaluation
         for c, (width, trains, lo) in enumerate(widths):
             start, cols, scored, train = table[c, lo:].unbind(1)
             at = columns[:width]

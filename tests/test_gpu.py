@@ -273,3 +273,54 @@ def test_sliding_evaluation_never_waits_on_the_gpu_and_compiles_one_graph(tmp_pa
     assert counters["stats"]["unique_graphs"] == graphs == 1
     assert loss_sum.item() / windows.target_tokens == pytest.approx(got[0], rel=1e-9)
     assert got[0] == pytest.approx(want[0], rel=1e-3)  # bf16 kernels compiled or not
+
+
+def test_ttt_chunk_steps_never_wait_on_the_gpu_and_compile_a_fixed_set_of_graphs(tmp_path):
+    """EVAL_TTT with the compiled model: the second run (same shapes) compiles nothing new, and
+    syncs only where the design says (each slot's A copied in once, the phase barriers, the
+    score), never per chunk step; the number equals the uncompiled model's to bf16 rounding."""
+    import copy
+    import warnings
+
+    from torch._dynamo.utils import counters
+
+    from data.shard_io import write_shard
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(2, 400, 48)
+    write_shard(
+        tmp_path / "fineweb_val_000000.bin",
+        np.concatenate([[tg.BOS_ID, *rng.integers(2, 1024, n - 1)] for n in lengths] + [[1]]),
+    )
+    cfg = tg.Hyperparameters(
+        data_path=str(tmp_path), num_layers=2, model_dim=128, num_heads=4, num_kv_heads=2,
+        train_seq_len=128, val_batch_size=8 * 128, eval_include_tail=True, eval_ttt=True,
+        ttt_batch_size=8, ttt_chunk_size=32, ttt_eval_seq_len=128, ttt_lora_rank=8,
+        phased_ttt_prefix_docs=24, phased_ttt_num_phases=2, global_ttt_chunk_tokens=2048,
+    )  # fmt: skip
+    rt = tg.Runtime(0, 0, 1, 8, torch.device("cuda", torch.cuda.current_device()), False)
+    luts = tg.ByteLuts(np.ones(1024, np.int64), np.zeros(1024, bool), np.zeros(1024, bool))
+    val = tg.ValidationSet(cfg, rt, luts)
+    torch.manual_seed(0)
+    model = tg.build_model(cfg, rt.device)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.02)
+    quiet = lambda msg: None  # noqa: E731
+    eager = tg.eval_ttt(cfg, rt, copy.deepcopy(model), tg.TTTPlan(cfg, rt, val), quiet)
+    torch._dynamo.reset()
+    compiled = torch.compile(copy.deepcopy(model), dynamic=False, fullgraph=True)
+    first = tg.eval_ttt(cfg, rt, compiled, tg.TTTPlan(cfg, rt, val), quiet)
+    graphs = counters["stats"]["unique_graphs"]
+    plan = tg.TTTPlan(cfg, rt, val)
+    draws = sum(len(d) for *_, d in plan.work)
+    torch.cuda.set_sync_debug_mode("warn")  # the same compiled model again (trained: no matter)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tg.eval_ttt(cfg, rt, compiled, plan, quiet)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    assert len(syncs) <= draws + 2 * len(plan.phases) + 4, [str(w.message) for w in syncs][:5]
+    assert counters["stats"]["unique_graphs"] == graphs  # the same shapes: nothing new
+    assert first[0] == pytest.approx(eager[0], rel=2e-2)  # bf16 kernels compiled or not
