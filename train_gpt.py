@@ -1673,7 +1673,7 @@ class TTTPlan:
             draws = [(k, draw_lora_a(cfg, d)) for k, d in fresh]
             widths, table = steps[j]
             self.work.append((j, widths, torch.from_numpy(table).to(device), draws))
-        self.last = len(batches) - 1
+        self.batch_count = len(batches)
         tail = np.zeros(cfg.ttt_eval_seq_len + 1, dtype=np.int64)  # room for padded windows
         self.split = torch.from_numpy(np.append(split, tail)).to(device)
         first, last = (0, total) if rt.rank == 0 else (0, 0)
@@ -1735,9 +1735,6 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
     chunk step: windows by index arithmetic on resident tokens, no host sync. Trains `model`."""
     base = getattr(model, "_orig_mod", model)  # compiled: its GPT
     lora = LoRA(base, cfg.ttt_batch_size, cfg.ttt_lora_rank, cfg.ttt_lora_alpha)
-    for limit in ("recompile_limit", "cache_size_limit"):  # a graph per (rows, columns) bucket
-        if hasattr(torch._dynamo.config, limit):
-            setattr(torch._dynamo.config, limit, 128)
     columns = torch.arange(cfg.ttt_eval_seq_len, device=rt.device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
     phases, timeline, mark = list(plan.phases), [], time.perf_counter()
@@ -1857,6 +1854,9 @@ def build_network(cfg: Hyperparameters, rt: Runtime) -> Network:
     torch.manual_seed(cfg.seed)  # every device's generator too
     attention = select_attention(cfg.attention_backend, rt.device)
     base = build_model(cfg, rt.device, attention)
+    for limit in ("recompile_limit", "cache_size_limit"):  # EVAL_TTT: a graph per TTT shape
+        if cfg.eval_ttt and hasattr(torch._dynamo.config, limit):
+            setattr(torch._dynamo.config, limit, 128)
     compiled = torch.compile(base, dynamic=False, fullgraph=True) if rt.cuda else base
     model = compiled
     if rt.distributed:
@@ -2356,7 +2356,7 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     )
     if plan is not None:
         log0(
-            f"ttt:batches:{plan.last + 1} phases_after_batch:{[j for j, _ in plan.phases]} "
+            f"ttt:batches:{plan.batch_count} phases_after_batch:{[j for j, _ in plan.phases]} "
             f"this_rank_batches:{len(plan.work)} tokens:{plan.target_tokens} "
             f"bytes:{plan.target_bytes}"
         )

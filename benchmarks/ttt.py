@@ -290,7 +290,7 @@ def main(argv=None) -> int:
     print(
         f"device:{device} torch:{torch.__version__} model:{args.model} documents:{args.docs} "
         f"tokens:{tokens.size} (lengths {lengths.min()}..{lengths.max()}, median "
-        f"{int(np.median(lengths))}) batches:{plan.last + 1} chunk_steps:{steps} "
+        f"{int(np.median(lengths))}) batches:{plan.batch_count} chunk_steps:{steps} "
         f"phases_after_batch:{[j for j, _ in plan.phases]} plan_s:{plan_s:.3f}"
     )
     results = {}
@@ -333,7 +333,7 @@ def main(argv=None) -> int:
     print(f"host time per chunk step, ours / upstream: {host_ratio:.3f}")
     print(f"wall, ours / upstream: {ours['wall_s'] / up['wall_s']:.3f}")
 
-    stretches = [0, *sorted({j + 1 for j, _ in plan.phases}), plan.last + 1]
+    stretches = [0, *sorted({j + 1 for j, _ in plan.phases}), plan.batch_count]
     ranks = []
     for rt, rank_plan in rank_plans:
         clock = Clock(device)
@@ -390,7 +390,7 @@ def main(argv=None) -> int:
             r["batch_s"] = {str(j): s for j, s in r["batch_s"].items()}
         report = {
             "meta": meta, "device": str(device), "documents": args.docs,
-            "tokens": int(tokens.size), "batches": plan.last + 1, "plan_s": plan_s,
+            "tokens": int(tokens.size), "batches": plan.batch_count, "plan_s": plan_s,
             "phases_after_batch": [j for j, _ in plan.phases], "rows": results,
             "val_loss_rel_diff": rel, "agree": agree, "world_size": W, "slowest_rank": slowest,
         }  # fmt: skip

@@ -120,10 +120,10 @@ def test_every_batch_runs_on_one_rank_costliest_first_between_phases(tmp_path, w
     kw = SMALL | dict(phased_ttt_prefix_docs=30, phased_ttt_num_phases=3)
     plans = [plan_for(tmp_path, split, r, world_size, **kw)[1] for r in range(world_size)]
     owned = [[j for j, *_ in p.work] for p in plans]
-    assert sorted(j for js in owned for j in js) == list(range(plans[0].last + 1))
+    assert sorted(j for js in owned for j in js) == list(range(plans[0].batch_count))
     assert all(js == sorted(js) for js in owned)
     after = [j for j, _ in plans[0].phases]
-    assert after == sorted(after) and all(j < plans[0].last for j in after)
+    assert after == sorted(after) and all(j < plans[0].batch_count - 1 for j in after)
     for p in plans:  # each rank's part of every phase row, cut at a document boundary
         for _, rows in p.phases:
             for x, y, cu, row_tokens in rows:
