@@ -2243,8 +2243,11 @@ class RunLog:
         for header in (code, "=" * 100, *versions, smi, "=" * 100):
             self(header, console=False)
         self(f"hyperparameters:{json.dumps(dataclasses.asdict(cfg), sort_keys=True)}", False)
-        changed = [f"{k.upper()}={v}" for k, v in dataclasses.asdict(cfg).items()
-                   if k != "run_id" and v != DEFAULTS.get(k)]  # fmt: skip
+        changed = [
+            f"{k.upper()}={int(v) if isinstance(v, bool) else v}"
+            for k, v in dataclasses.asdict(cfg).items()
+            if k != "run_id" and v != DEFAULTS.get(k)
+        ]  # fmt: skip  (as the env says it)
         self(f"settings: {' '.join(changed) or 'the defaults'} (all of them: {self.path})")
         for warning in misspelt_variables(os.environ):
             self(warning)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 import train_gpt as tg
 
@@ -125,3 +126,14 @@ def test_no_variable_of_torchrun_or_a_usual_shell_is_taken_for_a_misspelt_one():
         "WARNING: MODEL_DIMS is not a variable of this script; did you mean MODEL_DIM?",
         "WARNING: VAL_PREFETCHING is not a variable of this script; see the Hyperparameters class",
     ]
+
+
+def test_the_settings_line_can_be_pasted_back_as_the_environment(capsys, monkeypatch, tmp_path):
+    env = {"TRAINING_TIMING_BREAKDOWN": "1", "TIE_EMBEDDINGS": "0", "NUM_LAYERS": "4"}
+    rank0 = tg.Runtime(0, 0, 1, 8, torch.device("cpu"), False)
+    monkeypatch.chdir(tmp_path)
+    tg.RunLog(cfg(RUN_ID="r", **env), rank0, code="")
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("settings: ")]
+    pasted = dict(kv.split("=", 1) for kv in line.split(" (all of them")[0].split()[1:])
+    assert pasted == env and cfg(RUN_ID="r", **pasted) == cfg(RUN_ID="r", **env)
+    assert not list(tmp_path.iterdir())  # nothing written before keep()

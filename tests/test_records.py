@@ -531,6 +531,22 @@ def test_eval_over_600_seconds_fails(tmp_path):
     ) in lines
 
 
+def test_a_run_scored_on_a_slice_of_the_validation_split_fails(tmp_path):
+    folder = copy_record(BASELINE, tmp_path)
+    warning = (  # what train_gpt.py prints under MAX_VAL_TOKENS
+        "WARNING: MAX_VAL_TOKENS=8192 evaluates 8192 of the split's 62021632 tokens: "
+        "val_loss/val_bpb are NOT comparable to the challenge's score"
+    )
+    replace_in(folder / "train_seed42.log", "\nstep:0/", f"\n{warning}\nstep:0/")
+    ok, lines = check(folder)
+    assert not ok
+    assert (
+        "FAIL val_split: train_seed42.log scores 8192 of 62021632 tokens of the validation split "
+        "(MAX_VAL_TOKENS); fix: run again without MAX_VAL_TOKENS"
+    ) in lines
+    assert "PASS val_split: every log scores the whole validation split" in check(BASELINE)[1]
+
+
 def test_json_that_does_not_parse_fails(tmp_path):
     folder = copy_record(LATER, tmp_path)
     (folder / "submission.json").write_text('{"author": "x",')

@@ -306,6 +306,15 @@ def check_logs(ctx: Context) -> Checks:
         yield bad("log_files", f"the logs end on different evaluations: {', '.join(groups)}")
 
 
+def check_val_split(ctx: Context) -> Checks:
+    sliced = [lg for lg in ctx.logs if lg.val_slice]
+    for lg in sliced:
+        what = f"{lg.name} scores {lg.val_slice} of the validation split (MAX_VAL_TOKENS)"
+        yield bad("val_split", what, "run again without MAX_VAL_TOKENS")
+    if ctx.logs and not sliced:
+        yield good("val_split", "every log scores the whole validation split")
+
+
 def check_seeds(ctx: Context) -> Checks:
     runs = ctx.runs
     if runs.missing_seeds:
@@ -602,6 +611,7 @@ CHECKS = (
     check_track,
     check_code,
     check_logs,
+    check_val_split,
     check_seeds,
     check_score,
     check_val_loss,

@@ -45,6 +45,7 @@ _STEP_AVG = re.compile(r"(?<![\w])step_avg:\s*" + NUMBER + r"\s*ms")
 _STOP = re.compile(
     r"^stopping_early:.*?train_time:\s*" + NUMBER + _UNIT + r".*?step:\s*(\d+)/(\d+)"
 )
+_PART_OF_VAL = re.compile(r"MAX_VAL_TOKENS=(\d+) evaluates (\d+) of the split's (\d+) tokens")
 _SEED = re.compile(r"^seed\s*[:=]\s*(\d+)$", re.IGNORECASE)
 _WORLD = re.compile(r"(?<![\w])world_size:\s*(\d+)")
 _PACKED = re.compile(
@@ -130,6 +131,7 @@ class TrainLog:
     gpus: list[str] = field(default_factory=list)  # names from the nvidia-smi table
     no_gpu: bool = False  # "nvidia-smi: unavailable"
     seed_line: int | None = None  # from a `seed:N` line
+    val_slice: str | None = None  # "N of M tokens": the run scored a MAX_VAL_TOKENS slice
     seed_assigned: int | None = None  # the JSON's seed for a log that prints another one
     rescored: Path | None = None  # the log whose evaluations these are (see `rescored_by`)
     world_size: int | None = None
@@ -392,6 +394,8 @@ def _parse_header(log: TrainLog, line: str) -> bool:
             log.gpus.append(m.group(2).strip())
     elif m := _SEED.match(line):
         log.seed_line = int(m.group(1))
+    elif m := _PART_OF_VAL.search(line):
+        log.val_slice = f"{m.group(2)} of {m.group(3)} tokens"
     else:
         return False
     return True

@@ -98,6 +98,12 @@ _TABLE = (
     ),
     Rule("logs", True, "at least one train log with a scored evaluation (val_loss and val_bpb)"),
     Rule(
+        "val_split",
+        True,
+        "every log scores the whole validation split (no MAX_VAL_TOKENS slice: its numbers are "
+        "not the challenge's score)",
+    ),
+    Rule(
         "score",
         True,
         f"the claimed val_bpb ({JSON_NAME} under any of {', '.join(SCORE_KEYS)}; else the "
