@@ -60,9 +60,9 @@ class ConfigError(ValueError):
     """A bad environment variable; the message names it, its value and what was expected."""
 
 
-def knob(default, low=None, high=None, *, above=None, choices=None):
-    """A config field and its bounds: low <= value <= high, value > above, value in choices."""
-    bounds = {"low": low, "high": high, "above": above, "choices": choices}
+def knob(default, low=None, high=None, *, above=None, below=None, choices=None):
+    """A config field and its bounds: low <= value <= high, above < value < below, in choices."""
+    bounds = {"low": low, "high": high, "above": above, "below": below, "choices": choices}
     return dataclasses.field(default=default, metadata=bounds)
 
 
@@ -105,8 +105,8 @@ class Hyperparameters:
     muon_backend_steps: int = knob(5, 1)
     muon_momentum_warmup_start: float = knob(0.85, 0, 1)
     muon_momentum_warmup_steps: int = knob(500, 0)
-    beta1: float = knob(0.9, 0, 1)
-    beta2: float = knob(0.95, 0, 1)
+    beta1: float = knob(0.9, 0, below=1)  # < 1: bias correction divides by 1 - beta**t
+    beta2: float = knob(0.95, 0, below=1)
     adam_eps: float = knob(1e-8, above=0)
     grad_clip_norm: float = knob(0.0, 0)
     # input pipeline: the data order, then what changes no token or number
@@ -132,8 +132,8 @@ class Hyperparameters:
     ttt_lora_rank: int = knob(80, 1)
     ttt_lora_alpha: float = knob(144.0, above=0)
     ttt_lora_lr: float = knob(1e-4, 0)
-    ttt_beta1: float = knob(0.0, 0, 1)
-    ttt_beta2: float = knob(0.99, 0, 1)
+    ttt_beta1: float = knob(0.0, 0, below=1)
+    ttt_beta2: float = knob(0.99, 0, below=1)
     ttt_weight_decay: float = knob(0.5, 0)
     phased_ttt_prefix_docs: int = knob(2500, 0)  # phases train on the first this many documents
     phased_ttt_num_phases: int = knob(3, 0)  # 0 = per-document TTT only
@@ -206,11 +206,13 @@ class Hyperparameters:
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(Hyperparameters)}
 
 
-def check_bounds(name: str, value, low=None, high=None, above=None, choices=None) -> None:
+def check_bounds(name: str, value, low=None, high=None, above=None, below=None, choices=None):
     if choices is not None and value not in choices:
         raise ConfigError(f"{name}={value!r}: expected one of {', '.join(choices)}")
     if above is not None and not value > above:
         raise ConfigError(f"{name}={value}: expected a value > {above}")
+    if below is not None and not value < below:
+        raise ConfigError(f"{name}={value}: expected a value < {below}")
     if (low is not None and value < low) or (high is not None and value > high):
         want = [f">= {low}"] * (low is not None) + [f"<= {high}"] * (high is not None)
         raise ConfigError(f"{name}={value}: expected a value {' and '.join(want)}")
@@ -543,6 +545,14 @@ class TrainShards:
         if order == "docpack" and self.bos is None:
             self.bos = [self.first_bos(i) for i in range(len(self.files))]
 
+    def check_room(self, global_span: int) -> None:
+        """docpack reads a micro-step of every rank from one shard, after its first BOS."""
+        if all(size - bos < global_span for size, bos in zip(self.sizes, self.bos, strict=True)):
+            raise DataError(
+                f"TRAIN_LOADER=docpack: no train shard holds {global_span} tokens (one micro-step "
+                f"of every rank) after its first BOS"
+            )
+
     def first_bos(self, idx: int, chunk: int = 1 << 16) -> int:
         tokens = self.mapped(idx)
         for start in range(0, tokens.size, chunk):
@@ -657,10 +667,7 @@ class DocPackOrder:
                 return
             self.idx = (self.idx + 1) % len(self.shards.files)
             self.tokens, self.cursor = self.shards.load(self.idx), self.shards.bos[self.idx]
-        raise DataError(
-            f"TRAIN_LOADER=docpack: no train shard holds {global_span} tokens (one micro-step of "
-            f"every rank) after its first BOS"
-        )
+        self.shards.check_room(global_span)  # no shard has room: it says so
 
     def state(self) -> tuple[int, int]:
         return self.idx, self.cursor
@@ -2073,7 +2080,10 @@ class Trainer(ClosedOnExit):
         net, meta, mine = self.net, checkpoint["meta"], checkpoint["mine"]
         net.base.load_state_dict(checkpoint["model"])
         for opt, state in zip(net.optimizers, mine["optimizers"], strict=True):
-            opt.load_state_dict(state)
+            settings = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+            opt.load_state_dict(state)  # its moments, under this run's LRs and betas (the env's)
+            for group, ours in zip(opt.param_groups, settings, strict=True):
+                group.update(ours)
         random.setstate(mine["rng"]["python"])
         np.random.set_state(mine["rng"]["numpy"])
         torch.set_rng_state(mine["rng"]["torch"])
@@ -2109,8 +2119,13 @@ RESUME_KEYS = ("train_loader", "train_batch_tokens", "train_seq_len", "vocab_siz
 
 
 def resume_identity(cfg: Hyperparameters, rt: Runtime) -> dict:
-    """What a checkpoint must share with the run resuming it, by variable name."""
-    return {"WORLD_SIZE": rt.world_size} | {k.upper(): getattr(cfg, k) for k in RESUME_KEYS}
+    """What a checkpoint must share with the run resuming it, by variable name; and the train
+    shards, which its loader positions point into (their names and sizes: headers only)."""
+    sizes = {f.name: read_shard_header(f) for f in list_shards(cfg.train_files)}
+    crc = zlib.crc32(json.dumps(sizes).encode())
+    shards = f"{len(sizes)} files of {sum(sizes.values())} tokens (crc32 {crc:08x})"
+    config = {k.upper(): getattr(cfg, k) for k in RESUME_KEYS}
+    return {"WORLD_SIZE": rt.world_size} | config | {"train shards": shards}
 
 
 def save_checkpoint(trainer: Trainer) -> None:
@@ -2127,16 +2142,29 @@ def save_checkpoint(trainer: Trainer) -> None:
            "torch": torch.get_rng_state(), "cuda": cuda_rng}  # fmt: skip
     mine = {"optimizers": [opt.state_dict() for opt in net.optimizers], "rng": rng}
     torch.save(mine | {"loader": trainer.loader.state()}, tmp / f"rank_{rt.rank:03d}.pt")
+    fsync(tmp / f"rank_{rt.rank:03d}.pt")
     if rt.rank == 0:
         torch.save(net.base.state_dict(), tmp / "model.pt")  # whole once the folder is renamed
         meta = {"step": trainer.step, "training_time_ms": trainer.training_time_ms,
                 "stopping": trainer.stopping, "config": resume_identity(cfg, rt)}  # fmt: skip
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        for path in (tmp / "model.pt", tmp / "meta.json", tmp):
+            fsync(path)
     barrier(rt)
     if rt.rank == 0:
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
+        fsync(final.parent)
     trainer.log0(f"checkpoint:{final} step:{trainer.step}")
+
+
+def fsync(path: Path) -> None:
+    """On the disk, not only in the page cache: a machine that dies keeps a whole step_* folder."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def load_checkpoint_file(path: Path):
@@ -2201,6 +2229,14 @@ def configure() -> tuple[Hyperparameters, Runtime]:
     world_size = env_int("WORLD_SIZE", 1)
     cfg = Hyperparameters.from_env(os.environ, world_size)
     rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
+    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if not distributed and ("RANK" in os.environ or world_size != 1):  # one process, 1/N of it
+        raise ConfigError(
+            f"RANK={os.environ.get('RANK')} WORLD_SIZE={os.environ.get('WORLD_SIZE')}: expected "
+            f"both (as torchrun sets them) or neither"
+        )
+    if not 0 <= rank < world_size:
+        raise ConfigError(f"RANK={rank}: expected 0 <= RANK < WORLD_SIZE={world_size}")
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":  # this rank's GPU, with the baseline's TF32 and SDPA flash only
         local_world = env_int("LOCAL_WORLD_SIZE", 1)  # the same on every rank: each one says it
@@ -2215,7 +2251,6 @@ def configure() -> tuple[Hyperparameters, Runtime]:
         torch.backends.cuda.enable_flash_sdp(True)
         torch.backends.cuda.enable_mem_efficient_sdp(False)
         torch.backends.cuda.enable_math_sdp(False)
-    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if distributed:
         cuda = device.type == "cuda"
         dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
@@ -2324,6 +2359,9 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     if not cfg.eval_only_path:
         shards = TrainShards(cfg.train_files, cfg.vocab_size)
         shards.check_order(cfg.train_loader, rt.world_size)  # now, not once the model is compiled
+        if cfg.train_loader == "docpack":
+            args = cfg.train_batch_tokens, cfg.train_seq_len, rt.grad_accum_steps, rt.world_size
+            shards.check_room(rt.world_size * DocPackOrder.layout(*args).tokens)
     val = ValidationSet(cfg, rt, luts)  # every val shard loaded: header, size, token ids checked
     windows = SlidingWindows(cfg, rt, val) if cfg.eval_stride else None
     plan = TTTPlan(cfg, rt, val) if cfg.eval_ttt else None
@@ -2499,11 +2537,15 @@ if __name__ == "__main__":
     exit_code = 0
     try:
         main()
-    except (ConfigError, DataError) as e:  # user mistakes: one clear line, not a traceback per rank
+    except Exception as e:  # user mistakes: one clear line, not a traceback per rank
+        error = e.__cause__ if isinstance(e, WorkerError) else e  # a loader thread's: a bad shard
+        if not isinstance(error, (ConfigError, DataError)):
+            raise
         rank = os.environ.get("RANK", "0")
         if rank not in ("0", ""):  # rank 0 says it and torchrun stops us, unless it is ours alone
             time.sleep(5)
-        print(f"error: {e}" if rank in ("0", "") else f"[rank {rank}] error: {e}", file=sys.stderr)
+        where = "" if rank in ("0", "") else f"[rank {rank}] "
+        print(f"{where}error: {error}", file=sys.stderr)
         exit_code = 2
     # Threads are joined and files closed. Skip the teardown of torch's C++ state: with gloo it
     # aborts ("terminate called without an active exception") in about 1 of 25 DDP runs.

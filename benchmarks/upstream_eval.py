@@ -1,6 +1,6 @@
-"""The April records' sliding-window evaluation, written from the facts in CHALLENGE.md ("The
-records' sliding-window evaluation"), independently of train_gpt.py and the way upstream runs it:
-window by window.
+"""The April records' sliding-window evaluation, written from a description of the records' code
+(not from the code itself), independently of train_gpt.py and the way upstream runs it: window by
+window.
 
   records_split(tokens, seq_len, include_tail)   the split the function scores ([W1])
   records_sliding_sums(model, tokens, ...)        one rank's (loss, tokens, bytes) sums ([W2]-[W5])

@@ -1,5 +1,5 @@
-"""Reference statements of the April records' two loader orders, written straight from the facts
-in CHALLENGE.md ("The April records' loaders"), independently of train_gpt.py.
+"""Reference statements of the April records' two loader orders, written from a description
+of the records' code (not from the code itself), independently of train_gpt.py.
 
   UpstreamDocPacking   the `docpack` order (DocumentPackingLoader): contiguous spans of the shard
                        stream, cut into documents at BOS tokens; returns (x, y, cu_seqlens,

@@ -1,5 +1,5 @@
-"""The records' phased score-first test-time-training (TTT) evaluation, written from the facts in
-CHALLENGE.md ("The records' phased test-time-training evaluation"), against train_gpt.GPT, in two
+"""The records' phased score-first test-time-training (TTT) evaluation, written from a
+description of the records' code (not from the code itself), against train_gpt.GPT, in two
 forms that must give the same numbers (within float tolerance):
 
   reference_ttt(model, tokens, ...)        the specification: one document at a time, plain loops,

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -94,6 +96,15 @@ def train_command(nproc: int, script: Path | None = None) -> list[str]:
         return [sys.executable, script]
     run = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     return [sys.executable, *run, script]
+
+
+def copy_dataset(dataset, tmp_path: Path):
+    """A copy of `dataset` (its shards) in tmp_path/dataset, to break or change."""
+    target = tmp_path / "dataset"
+    shutil.copytree(dataset.dataset_dir, target)
+    return SimpleNamespace(
+        dataset_dir=target, tokenizer_path=dataset.tokenizer_path, vocab_size=dataset.vocab_size
+    )
 
 
 def run_train(

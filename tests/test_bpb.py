@@ -13,7 +13,10 @@ import sentencepiece as spm
 
 import train_gpt as tg
 
-REAL_TOKENIZER = Path(__file__).resolve().parents[2] / "shared" / "data" / "fineweb_1024_bpe.model"
+# where data/download_fineweb.py puts the challenge tokenizer
+REAL_TOKENIZER = (
+    Path(__file__).resolve().parents[1] / "data" / "tokenizers" / "fineweb_1024_bpe.model"
+)
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +161,7 @@ def test_per_rank_byte_counts_add_up_to_the_whole(tiny_dataset):
 
 @pytest.mark.skipif(
     not REAL_TOKENIZER.is_file(),
-    reason="the challenge tokenizer lives in ../shared, outside the repo",
+    reason="no data/tokenizers/fineweb_1024_bpe.model (data/download_fineweb.py fetches it)",
 )
 def test_real_challenge_tokenizer_bytes_match_an_independent_count(tmp_path, tiny_dataset):
     from data.shard_io import write_shard

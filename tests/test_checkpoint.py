@@ -1,4 +1,4 @@
-"""Checkpoints, exact resume and evaluation-only runs (issue 15): specifications.
+"""Checkpoints, exact resume and evaluation-only runs: specifications.
 
 1. A loader's state() is where its data order stands after the last batch it returned: a loader of
    either kind (synchronous or prefetching) built with that state returns exactly the batches the
@@ -32,7 +32,7 @@ import pytest
 import torch
 
 import train_gpt as tg
-from conftest import REPO, Run, run_train, train_command, train_env
+from conftest import REPO, Run, copy_dataset, run_train, train_command, train_env
 from data.shard_io import write_shard
 
 # -----------------------------
@@ -340,6 +340,33 @@ def test_a_checkpoint_that_does_not_fit_this_run_is_refused(
     assert run.returncode != 0 and not run.lines("step:")
     assert error_lines(run) == [f"error: RESUME_FROM={folder}: saved with {saved_and_now}"]
     assert not our_traceback(run), run.stderr
+
+
+def test_a_checkpoint_of_other_train_shards_is_refused(tmp_path, tiny_dataset, stream_run):
+    """Its loader positions point into the shards it was saved with (names and sizes)."""
+    folder = stream_run.workdir / "checkpoints" / "step_000002"
+    dataset = copy_dataset(tiny_dataset, tmp_path)
+    sorted(dataset.dataset_dir.glob("fineweb_train_*.bin"))[-1].unlink()
+    run = run_train(tmp_path / "run", dataset, TRAIN_LOADER="stream", RESUME_FROM=folder)
+    assert run.returncode != 0 and not run.lines("step:")
+    (error,) = error_lines(run)
+    saved, now = re.search(r"saved with train shards=(.+), this run has (.+)", error).groups()
+    assert re.fullmatch(r"\d+ files of \d+ tokens \(crc32 [0-9a-f]{8}\)", now) and saved != now
+    assert not our_traceback(run), run.stderr
+
+
+def test_a_resumed_run_trains_with_its_own_learning_rates(tmp_path, tiny_dataset, stream_run):
+    """The checkpoint gives the optimizers' moments; the LRs and betas are this run's, as its log
+    says: with every LR 0 the weights stay those of the checkpoint."""
+    folder = stream_run.workdir / "checkpoints" / "step_000002"
+    frozen = dict(MATRIX_LR=0, SCALAR_LR=0, TIED_EMBED_LR=0)
+    env = dict(TRAIN_LOADER="stream", RESUME_FROM=folder, **frozen)
+    resumed = run_train(tmp_path / "resumed", tiny_dataset, **env)
+    scored = run_train(tmp_path / "scored", tiny_dataset, EVAL_ONLY_PATH=folder / "model.pt")
+    for run in (resumed, scored):
+        assert run.returncode == 0, run.why()
+    assert train_steps(resumed) == [3, 4, 5, 6]
+    assert final_line(resumed) == final_line(scored)
 
 
 @pytest.fixture(scope="module")

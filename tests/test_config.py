@@ -72,6 +72,8 @@ def test_values_are_parsed_with_their_types():
         ),
         ({"VOCAB_SIZE": "70000"}, "VOCAB_SIZE=70000: expected a value >= 2 and <= 65536"),
         ({"MUON_MOMENTUM": "1.5"}, "MUON_MOMENTUM=1.5: expected a value >= 0 and <= 1"),
+        ({"BETA2": "1"}, "BETA2=1.0: expected a value < 1"),
+        ({"TTT_BETA1": "1"}, "TTT_BETA1=1.0: expected a value < 1"),
         (
             {"TRAIN_SEQ_LEN": "1000"},
             "TRAIN_BATCH_TOKENS=524288 with TRAIN_SEQ_LEN=1000: expected a multiple of",

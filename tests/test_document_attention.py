@@ -1,4 +1,4 @@
-"""Document-masked attention and the data of the April records (issue 17), on the CPU in fp32.
+"""Document-masked attention and the data of the April records, on the CPU in fp32.
 
 * A packed row with cu_seqlens gives every token exactly the loss, and every weight the gradient,
   it gets when its segment runs through the model alone; plain causal attention over the same row

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TINY_ENV, run_train
+from conftest import REPO, TINY_ENV, copy_dataset, run_train
 from records.golf.pack import pack_source
 
 FORMATS = {  # the baseline's lines, byte for byte (people grep them)
@@ -177,7 +177,8 @@ def test_token_out_of_range_fails_naming_the_file(tmp_path, tiny_dataset):
     write_shard(bad, [1, 5, 5000, 7])
     run = run_train(tmp_path / "run", dataset, ITERATIONS=300, VAL_LOSS_EVERY=0, TRAIN_LOG_EVERY=0)
     assert run.returncode != 0
-    assert f"{bad}: token 5000 at position 2 >= vocab 1024" in run.stderr
+    assert f"error: {bad}: token 5000 at position 2 >= vocab 1024" in run.stderr
+    assert not our_traceback(run)  # found by the loader thread, said in one line all the same
 
 
 def test_val_token_out_of_range_fails_at_startup(tmp_path, tiny_dataset):
@@ -214,6 +215,10 @@ def test_val_token_out_of_range_fails_at_startup(tmp_path, tiny_dataset):
         ),
         ({"EVAL_STRIDE": "65"}, "error: EVAL_STRIDE=65: expected at most EVAL_SEQ_LEN=64"),
         ({"PIPELINE_TRACE": "/proc/none"}, "error: PIPELINE_TRACE=/proc/none: cannot create it"),
+        (
+            {"TRAIN_LOADER": "docpack", "TRAIN_BATCH_TOKENS": "1048576"},
+            "error: TRAIN_LOADER=docpack: no train shard holds 262146 tokens (one micro-step",
+        ),
     ],
 )
 def test_bad_input_ends_the_run_with_one_message(tmp_path, tiny_dataset, env, message):
@@ -227,9 +232,22 @@ def test_bad_input_ends_the_run_with_one_message(tmp_path, tiny_dataset, env, me
     )
 
 
-def test_bad_input_exits_2_from_plain_python(tmp_path, tiny_dataset):
-    run = run_train(tmp_path / "run", tiny_dataset, nproc=0, ITERATIONS="abc")
-    assert run.returncode == 2 and run.stderr == "error: ITERATIONS='abc': expected an integer\n"
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"ITERATIONS": "abc"}, "ITERATIONS='abc': expected an integer"),
+        ({"WORLD_SIZE": "8"}, "RANK=None WORLD_SIZE=8: expected both (as torchrun sets them)"),
+        ({"RANK": "1"}, "RANK=1 WORLD_SIZE=None: expected both (as torchrun sets them)"),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2: expected 0 <= RANK < WORLD_SIZE=2"),
+    ],
+)
+def test_bad_input_exits_2_from_plain_python(tmp_path, tiny_dataset, env, message):
+    """WORLD_SIZE=8 alone would train one process on 1/8 of each batch and score 1/8 of the split"""
+    run = run_train(tmp_path / "run", tiny_dataset, nproc=0, **env)
+    assert run.returncode == 2 and re.match(
+        rf"(\[rank \d\] )?error: {re.escape(message)}", run.stderr
+    )
+    assert run.stderr.count("\n") == 1
 
 
 def test_a_misspelt_variable_is_named_with_the_likely_one_and_the_run_goes_on(
@@ -512,17 +530,6 @@ def test_script_stays_within_2600_lines_of_at_most_100_characters():
 def our_traceback(run) -> bool:
     """A traceback through train_gpt.py (torchrun's own failure summary does not count)."""
     return f'File "{REPO / "train_gpt.py"}"' in run.stderr
-
-
-def copy_dataset(dataset, tmp_path: Path):
-    import shutil
-    from types import SimpleNamespace
-
-    target = tmp_path / "dataset"
-    shutil.copytree(dataset.dataset_dir, target)
-    return SimpleNamespace(
-        dataset_dir=target, tokenizer_path=dataset.tokenizer_path, vocab_size=dataset.vocab_size
-    )
 
 
 def child_ranks(parent: int) -> dict[int, int]:

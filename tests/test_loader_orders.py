@@ -1,7 +1,7 @@
-"""The `docpack` and `shuffled` train orders of train_gpt.py's loaders (issue 13): specifications.
+"""The `docpack` and `shuffled` train orders of train_gpt.py's loaders: specifications.
 
 The expected batches come from benchmarks/upstream_loaders.py, a synchronous statement of the April
-records' DocumentPackingLoader and ShuffledSequenceLoader written from the facts in CHALLENGE.md.
+records' DocumentPackingLoader and ShuffledSequenceLoader, written from a description of their code.
 The first two sections pin that reference down with batches computed by hand, so every later
 comparison rests on numbers a reader can check.
 

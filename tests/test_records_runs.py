@@ -1,4 +1,4 @@
-"""Which runs a record rests on (issue 24): folders the challenge merged that `check` and `stats`
+"""Which runs a record rests on: folders the challenge merged that `check` and `stats`
 once miscounted. Each folder is built in tmp_path from the corpus of tests/test_records_quirks.py.
 
 - logs that re-score the seeds of the training logs (`ttt_pr1767/seed_42.log`): one run per seed;
