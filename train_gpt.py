@@ -1239,11 +1239,24 @@ class Rotary(nn.Module):
         inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def forward(self, seq_len: int, device: torch.device, dtype: torch.dtype, packed: bool):
-        # the baseline's positions (in bf16 on the GPU), exact in packed rows; no cache: recompiles
-        kind = torch.float32 if packed else self.inv_freq.dtype
-        freqs = torch.outer(torch.arange(seq_len, device=device, dtype=kind), self.inv_freq)
+    def forward(self, seq_len: int, device: torch.device, dtype: torch.dtype, positions=None):
+        """The baseline's table: positions counted in inv_freq's dtype (bf16 on the GPU, where 257
+        becomes 256). In a packed row, each document's own positions (see document_positions).
+        No cache (it cost a recompile)."""
+        kind = self.inv_freq.dtype
+        if positions is None:
+            positions = torch.arange(seq_len, device=device, dtype=kind)
+        freqs = torch.outer(positions.to(kind), self.inv_freq)
         return freqs.cos()[None, :, None, :].to(dtype), freqs.sin()[None, :, None, :].to(dtype)
+
+
+def document_positions(cu_seqlens: Tensor, n: int) -> Tensor:
+    """Each token's position in its own document (segment) of a packed row: RoPE only sees
+    relative positions, and counted from each document's start they stay as small as a plain
+    row's, so bf16 rounds them as it does there (a document's numbers do not depend on where it
+    sits, and a model trained packed is scored plain with the positions it learned)."""
+    tokens = torch.arange(n, dtype=cu_seqlens.dtype, device=cu_seqlens.device)
+    return tokens - cu_seqlens[torch.searchsorted(cu_seqlens, tokens, right=True) - 1]
 
 
 def apply_rotary_emb(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -1351,13 +1364,13 @@ class CausalSelfAttention(nn.Module):
         self.rotary = Rotary(self.head_dim, base=cfg.rope_base)
         self.attend = attend
 
-    def forward(self, x: Tensor, docs=None, lora=None) -> Tensor:
+    def forward(self, x: Tensor, docs=None, positions=None, lora=None) -> Tensor:
         bsz, seqlen, dim = x.shape
         q = adapted(self.c_q(x), lora, "q", x).reshape(bsz, seqlen, self.num_heads, self.head_dim)
         k = adapted(self.c_k(x), lora, "k", x).reshape(bsz, seqlen, self.num_kv_heads, -1)
         v = adapted(self.c_v(x), lora, "v", x).reshape(bsz, seqlen, self.num_kv_heads, -1)
         q, k = F.rms_norm(q, (q.size(-1),)), F.rms_norm(k, (k.size(-1),))
-        cos, sin = self.rotary(seqlen, x.device, q.dtype, packed=docs is not None)
+        cos, sin = self.rotary(seqlen, x.device, q.dtype, positions)
         q, k = apply_rotary_emb(q, cos, sin), apply_rotary_emb(k, cos, sin)
         q = q * self.q_gain.to(dtype=q.dtype)[None, None, :, None]
         return self.proj(self.attend(q, k, v, docs).reshape(bsz, seqlen, dim))
@@ -1385,11 +1398,11 @@ class Block(nn.Module):
         self.mlp_scale = nn.Parameter(torch.ones(dim, dtype=torch.float32))
         self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))).float())
 
-    def forward(self, x: Tensor, x0: Tensor, docs=None, lora=None) -> Tensor:
+    def forward(self, x: Tensor, x0: Tensor, docs=None, positions=None, lora=None) -> Tensor:
         mix = self.resid_mix.to(dtype=x.dtype)
         x = mix[0][None, None, :] * x + mix[1][None, None, :] * x0
         h = self.attn_norm(x)
-        attn = adapted(self.attn(h, docs, lora), lora, "o", h)
+        attn = adapted(self.attn(h, docs, positions, lora), lora, "o", h)
         x = x + self.attn_scale.to(dtype=x.dtype)[None, None, :] * attn
         h = self.mlp_norm(x)
         mlp = adapted(self.mlp(h), lora, "mlp", h)
@@ -1424,11 +1437,13 @@ class GPT(nn.Module):
     def forward(
         self, input_ids, target_ids, reduction="mean", cu_seqlens=None, max_seqlen=0, lora=None
     ):
-        """With cu_seqlens (one packed row), attention stays within each segment [cu[i], cu[i+1]);
-        RoPE positions stay the row's (attention only sees relative ones). lora: EVAL_TTT's
-        adapters, one row per slot."""
-        n = input_ids.size(1)  # the segments in the backend's form, once per forward:
-        docs = None if cu_seqlens is None else self.documents(cu_seqlens, max_seqlen, n)
+        """With cu_seqlens (one packed row), attention stays within each segment [cu[i], cu[i+1]),
+        and RoPE counts positions from each segment's start. lora: EVAL_TTT's adapters, one row
+        per slot."""
+        n, docs, positions = input_ids.size(1), None, None  # the segments, once per forward:
+        if cu_seqlens is not None:
+            docs = self.documents(cu_seqlens, max_seqlen, n)
+            positions = document_positions(cu_seqlens, n)
         x = self.tok_emb(input_ids)
         x0 = x = F.rms_norm(x, (x.size(-1),))
         skips = []
@@ -1436,7 +1451,7 @@ class GPT(nn.Module):
             if i >= self.num_encoder_layers and skips:
                 weight = self.skip_weights[i - self.num_encoder_layers].to(dtype=x.dtype)
                 x = x + weight[None, None, :] * skips.pop()
-            x = block(x, x0, docs, lora and lora.at(i))
+            x = block(x, x0, docs, positions, lora and lora.at(i))
             if i < self.num_encoder_layers:
                 skips.append(x)
         h = self.final_norm(x)
@@ -1680,7 +1695,7 @@ class TTTPlan:
             draws = [(k, draw_lora_a(cfg, d)) for k, d in fresh]
             widths, table = steps[j]
             self.work.append((j, widths, torch.from_numpy(table).to(device), draws))
-        self.batch_count = len(batches)
+        self.batch_count, self.used = len(batches), False
         tail = np.zeros(cfg.ttt_eval_seq_len + 1, dtype=np.int64)  # room for padded windows
         self.split = torch.from_numpy(np.append(split, tail)).to(device)
         first, last = (0, total) if rt.rank == 0 else (0, 0)
@@ -1740,6 +1755,9 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
     """EVAL_TTT: each chunk is scored, then its document's adapters train on it (never on its
     last); between batches, phases train the base weights on documents already scored. Per
     chunk step: windows by index arithmetic on resident tokens, no host sync. Trains `model`."""
+    if plan.used:  # its drawn A were copied in and freed: a second run would have A = 0
+        raise RuntimeError("a TTTPlan scores once: build another")
+    plan.used = True
     base = getattr(model, "_orig_mod", model)  # compiled: its GPT
     lora = LoRA(base, cfg.ttt_batch_size, cfg.ttt_lora_rank, cfg.ttt_lora_alpha)
     columns = torch.arange(cfg.ttt_eval_seq_len, device=rt.device)
@@ -1754,9 +1772,12 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
         timeline.append((arrived - mark, time.perf_counter() - arrived))
         mark = time.perf_counter()
         if rows is not None:
+            base.requires_grad_(True)
             train_phase(cfg, rt, model, list(base.parameters()), rows)
+            base.requires_grad_(False)
 
     model.eval()
+    base.requires_grad_(False)  # chunk steps differentiate the adapters only, compiled ones too
     for j, widths, table, draws in plan.work:
         while phases and phases[0][0] < j:
             barrier_and_phase(phases.pop(0)[1])
@@ -1783,6 +1804,7 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
         barrier_and_phase(phases.pop(0)[1])
     barrier_and_phase(None)
     model.train()
+    base.requires_grad_(True)
     log_timeline(rt, timeline, log0)
     return score(rt, loss_sum, plan.target_tokens, plan.target_bytes)
 

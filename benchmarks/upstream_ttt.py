@@ -220,7 +220,7 @@ def lora_logits(model: tg.GPT, x: torch.Tensor, lora: Lora | None) -> torch.Tens
         k = add(attn.c_k(h), (i, "k"), h).reshape(bsz, seqlen, attn.num_kv_heads, attn.head_dim)
         v = add(attn.c_v(h), (i, "v"), h).reshape(bsz, seqlen, attn.num_kv_heads, attn.head_dim)
         q, k = F.rms_norm(q, (q.size(-1),)), F.rms_norm(k, (k.size(-1),))
-        cos, sin = attn.rotary(seqlen, h.device, q.dtype, packed=False)
+        cos, sin = attn.rotary(seqlen, h.device, q.dtype)
         q, k = tg.apply_rotary_emb(q, cos, sin), tg.apply_rotary_emb(k, cos, sin)
         q = q * attn.q_gain.to(dtype=q.dtype)[None, None, :, None]
         return attn.proj(attn.attend(q, k, v, None).reshape(bsz, seqlen, dim))

@@ -118,16 +118,27 @@ def test_cpu_backend_is_sdpa_with_one_call_per_segment():
     assert torch.equal(got, torch.cat(want, 1))
 
 
-def test_rope_positions_are_the_baselines_but_exact_in_a_packed_row():
-    """The baseline counts positions in bf16 on the GPU (257 becomes 256); a packed row of 65,536
-    tokens would shift a document's relative positions by where it sits, so its are exact."""
+def test_rope_counts_a_packed_documents_positions_from_its_start_rounded_as_the_baseline():
+    """The baseline counts positions in bf16 on the GPU (257 becomes 256). A document in a packed
+    row gets the positions it would have at the start of a plain row, rounded alike: the same
+    numbers wherever it sits, and a model trained packed is scored plain with what it learned."""
     rotary = tg.Rotary(16, 10000.0).bfloat16()  # as build_model leaves it on the GPU
-    plain, _ = rotary(300, CPU, torch.float32, packed=False)
-    packed, _ = rotary(300, CPU, torch.float32, packed=True)
-    assert torch.equal(plain[:, 257], plain[:, 256])
-    assert not torch.equal(packed[:, 257], packed[:, 256])
+    plain, _ = rotary(300, CPU, torch.float32)
     baseline = torch.outer(torch.arange(300, dtype=torch.bfloat16), rotary.inv_freq).cos()
     assert torch.equal(plain[0, :, 0], baseline.float())  # the baseline's table, bf16 throughout
+    assert torch.equal(plain[:, 257], plain[:, 256])
+    positions = tg.document_positions(padded_cu([0, 1000], 1300), 1300)
+    assert positions.tolist() == [*range(1000), *range(300)]
+    packed, _ = rotary(1300, CPU, torch.float32, positions)
+    assert torch.equal(packed[:, 1000:], plain)
+
+    model = tiny_model()
+    for rope in (m for m in model.modules() if isinstance(m, tg.Rotary)):
+        rope.inv_freq = rope.inv_freq.bfloat16()  # only the positions' rounding of the GPU
+    x, y, cu, _ = packed_row([100, 300])
+    in_a_row = model(x, y, "none", cu_seqlens=cu, max_seqlen=300)[100:]
+    alone = model(x[:, 100:], y[:, 100:], "none")  # plain: as an evaluation scores it
+    assert (in_a_row - alone).abs().max() < 1e-5
 
 
 def test_document_kwargs_pass_the_bound_and_mark_the_length_dynamic():

@@ -111,6 +111,14 @@ def test_the_same_run_twice_gives_the_same_numbers_and_another_seed_others(tmp_p
     assert ours(model, tmp_path, SPLIT, **(SMALL | dict(seed=7)))[0] != first[0]
 
 
+def test_a_plan_scores_once(tmp_path, model):
+    """Its drawn A are freed once copied in: a second run would score with A = 0, silently."""
+    cfg, plan = plan_for(tmp_path, SPLIT, **SMALL)
+    tg.eval_ttt(cfg, runtime(), copy.deepcopy(model), plan, lambda m: None)
+    with pytest.raises(RuntimeError, match="a TTTPlan scores once"):
+        tg.eval_ttt(cfg, runtime(), copy.deepcopy(model), plan, lambda m: None)
+
+
 # 4. the plan ------------------------------------------------------------------------------------
 
 
@@ -160,6 +168,34 @@ def test_a_chunk_steps_work_does_not_grow_with_its_documents(tmp_path, model):
             steps.append(sum(len(widths) for _, widths, _, _ in plan.work))
         per_step.append((ops[1] - ops[0]) / (steps[1] - steps[0]))
     assert per_step[1] == pytest.approx(per_step[0], abs=0.5)  # no loop over the documents
+
+
+def test_a_compiled_chunk_step_computes_the_adapters_gradients_only(tmp_path, model):
+    """AOTAutograd's backward returns a gradient for every input that requires one, whatever
+    autograd.grad asks for: the base weights must not require one while chunks are scored (the
+    weight-gradient matmuls would be a third more work per step). The phases still train them."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    grads_out = []
+
+    def backward(graph, example_inputs):
+        (outputs,) = next(n for n in graph.graph.nodes if n.op == "output").args
+        grads_out.append(sum(o is not None for o in outputs))
+        return make_boxed_func(graph.forward)
+
+    forward = lambda graph, example_inputs: make_boxed_func(graph.forward)  # noqa: E731
+    backend = aot_autograd(fw_compiler=forward, bw_compiler=backward)
+    cfg, plan = plan_for(tmp_path, SPLIT, **(SMALL | dict(phased_ttt_num_phases=0)))
+    copied = copy.deepcopy(model)
+    compiled = torch.compile(copied, backend=backend, dynamic=False, fullgraph=True)
+    torch._dynamo.reset()
+    try:
+        tg.eval_ttt(cfg, runtime(), compiled, plan, lambda m: None)
+    finally:
+        torch._dynamo.reset()
+    assert grads_out and set(grads_out) == {2}  # A and B of the slots run: nothing else
+    assert all(p.requires_grad for p in copied.parameters())  # as it was, for what follows
 
 
 # end to end ------------------------------------------------------------------------------------
