@@ -872,7 +872,8 @@ class StagingPipeline:
         for _ in range(depth + 2):  # `depth` waiting, one being filled, one whose copy may run
             tokens = torch.empty(sizes[0], dtype=torch.int16, pin_memory=self.cuda)
             cu = torch.empty(sizes[1], dtype=torch.int32, pin_memory=self.cuda)  # cu_seqlens
-            self.free.put((tokens, cu, None))
+            copied = torch.cuda.Event() if self.cuda else None  # recorded by each copy out of it
+            self.free.put((tokens, cu, copied))
         self.copy_stream = torch.cuda.Stream(device) if self.cuda and copy_stream else None
         self.copy_probe: Callable = contextlib.nullcontext
         self.ahead: DeviceBatch | None = None  # the next batch, its copy already queued
@@ -886,13 +887,13 @@ class StagingPipeline:
                 torch.cuda.set_device(self.device)
             while (slot := self.free.get()) is not None:
                 tokens, cu, copied = slot
-                if copied is not None:
+                if copied is not None:  # (returns at once if never recorded)
                     copied.synchronize()  # the copy out of this buffer is done: safe to refill
                 with torch.profiler.record_function("stage_batch"):  # PIPELINE_TRACE's lane
                     filled = fill(tokens.numpy().view(np.uint16), cu.numpy())
                 if filled is None:
                     return self.ready.close()  # the items staged so far are still delivered
-                staged = (tokens, cu, filled)
+                staged = (tokens, cu, copied, filled)
                 if not self.cuda:  # no copy to issue: the batch is made here, off the main thread
                     n, n_cu, max_seqlen, tag = filled
                     ids = torch.from_numpy(tokens.numpy().view(np.uint16)[:n].astype(np.int64))
@@ -926,15 +927,14 @@ class StagingPipeline:
     def upload(self, staged) -> DeviceBatch:
         if not self.cuda:
             return staged  # the worker built it: nothing to copy
-        tokens_buf, cu_buf, (n, n_cu, max_seqlen, tag) = staged
+        tokens_buf, cu_buf, copied, (n, n_cu, max_seqlen, tag) = staged
         stream = self.copy_stream or torch.cuda.current_stream(self.device)
         with torch.cuda.stream(stream), self.copy_probe(stream):
             tokens = tokens_buf[:n].to(self.device, non_blocking=True)
             tokens = tokens.to(torch.int64).bitwise_and_(0xFFFF)  # uint16 ids above 32767
             cu = cu_buf[:n_cu].to(self.device, non_blocking=True) if n_cu else None
             owners = (tokens,) if cu is None else (tokens, cu)
-            copied = torch.cuda.Event()
-            copied.record(stream)
+            copied.record(stream)  # the buffer's own event: no allocation per batch
         self.free.put((tokens_buf, cu_buf, copied))
         ready = copied if self.copy_stream is not None else None
         return DeviceBatch(self.assemble(tokens, cu, max_seqlen), owners, ready, tag)
@@ -2300,11 +2300,9 @@ class RunLog:
         for header in (code, "=" * 100, *versions, smi, "=" * 100):
             self(header, console=False)
         self(f"hyperparameters:{json.dumps(dataclasses.asdict(cfg), sort_keys=True)}", False)
-        changed = [
-            f"{k.upper()}={int(v) if isinstance(v, bool) else v}"
-            for k, v in dataclasses.asdict(cfg).items()
-            if k != "run_id" and v != DEFAULTS.get(k)
-        ]  # fmt: skip  (as the env says it)
+        changed = [f"{k.upper()}={int(v) if isinstance(v, bool) else v}"  # as the env says it
+                   for k, v in dataclasses.asdict(cfg).items()
+                   if k != "run_id" and v != DEFAULTS.get(k)]  # fmt: skip
         self(f"settings: {' '.join(changed) or 'the defaults'} (all of them: {self.path})")
         for warning in misspelt_variables(os.environ):
             self(warning)
