@@ -29,6 +29,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -160,6 +161,10 @@ class Hyperparameters:
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
         fields = {f.name.upper(): f for f in dataclasses.fields(cls)}
         values = {f.name: parse_value(n, env[n], f.type) for n, f in fields.items() if n in env}
+        for name in BUILT_IN_VARIABLES:  # the baseline reads them; here they are constants
+            if env.get(name, BASELINE_PATTERNS) != BASELINE_PATTERNS:
+                what = "not read here: the baseline's default patterns are built in; unset it"
+                raise ConfigError(f"{name}={env[name]!r}: {what}")
         cfg = cls(**values)
         cfg.validate(world_size)
         return cfg
@@ -358,6 +363,9 @@ def count_target_bytes(tokens: np.ndarray, luts: ByteLuts, chunk: int = 1 << 22)
 
 # substrings of the names of the small control tensors (attn_scale matches attn_scales, ...)
 CONTROL_TENSOR_NAME_PATTERNS = ("attn_scale", "mlp_scale", "resid_mix", "q_gain", "skip_weight")
+BUILT_IN_VARIABLES = ("CONTROL_TENSOR_NAME_PATTERNS", "INT8_KEEP_FLOAT_FP32_NAME_PATTERNS")
+BASELINE_PATTERNS = "attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
+BASELINE_PATTERNS += "skip_weight,skip_weights"  # the baseline's default of both variables
 INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
 INT8_CLIP_Q = 99.99984 / 100.0
 
@@ -445,6 +453,25 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def fsync(path: Path) -> None:
+    """On the disk, not only in the page cache: what survives a machine that dies."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_torch_save(obj, path: Path) -> None:
+    """torch.save names the zip's records after the file (final_model/...; `archive/` for a
+    buffer), so the baseline's sizes need that name: staged in a hidden folder, then renamed."""
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as folder:
+        staged = Path(folder) / path.name
+        torch.save(obj, staged)
+        fsync(staged)
+        os.replace(staged, path)
 
 
 # -----------------------------
@@ -2180,15 +2207,6 @@ def save_checkpoint(trainer: Trainer) -> None:
     trainer.log0(f"checkpoint:{final} step:{trainer.step}")
 
 
-def fsync(path: Path) -> None:
-    """On the disk, not only in the page cache: a machine that dies keeps a whole step_* folder."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def load_checkpoint_file(path: Path):
     """Trusted files of ours (numpy state: weights_only=False), on the CPU as RNG states must."""
     try:
@@ -2450,9 +2468,7 @@ def save_artifacts(rt: Runtime, net: Network, code: str, log0: Callable) -> byte
     quant_raw, stats = quantize_model(net)
     if rt.rank == 0:
         code_bytes = len(code.encode("utf-8"))
-        buf = io.BytesIO()
-        torch.save(net.base.state_dict(), buf)
-        atomic_write_bytes("final_model.pt", buf.getvalue())
+        atomic_torch_save(net.base.state_dict(), Path("final_model.pt"))
         model_bytes = os.path.getsize("final_model.pt")
         log0(f"Serialized model: {model_bytes} bytes")
         log0(f"Code size: {code_bytes} bytes")

@@ -73,6 +73,10 @@ def test_values_are_parsed_with_their_types():
         ({"VOCAB_SIZE": "70000"}, "VOCAB_SIZE=70000: expected a value >= 2 and <= 65536"),
         ({"MUON_MOMENTUM": "1.5"}, "MUON_MOMENTUM=1.5: expected a value >= 0 and <= 1"),
         ({"BETA2": "1"}, "BETA2=1.0: expected a value < 1"),
+        (
+            {"CONTROL_TENSOR_NAME_PATTERNS": "q_gain"},
+            "CONTROL_TENSOR_NAME_PATTERNS='q_gain': not read here: the baseline's default",
+        ),
         ({"TTT_BETA1": "1"}, "TTT_BETA1=1.0: expected a value < 1"),
         (
             {"TRAIN_SEQ_LEN": "1000"},
@@ -139,3 +143,10 @@ def test_the_settings_line_can_be_pasted_back_as_the_environment(capsys, monkeyp
     pasted = dict(kv.split("=", 1) for kv in line.split(" (all of them")[0].split()[1:])
     assert pasted == env and cfg(RUN_ID="r", **pasted) == cfg(RUN_ID="r", **env)
     assert not list(tmp_path.iterdir())  # nothing written before keep()
+
+
+def test_the_baselines_pattern_variables_at_their_default_change_nothing():
+    default = tg.BASELINE_PATTERNS
+    assert cfg(INT8_KEEP_FLOAT_FP32_NAME_PATTERNS=default, RUN_ID="r") == cfg(RUN_ID="r")
+    names = default.split(",")  # what they match, ours matches
+    assert all(tg.is_control_tensor(f"blocks.0.{n}") for n in names)
