@@ -230,8 +230,9 @@ def train_tokenizer(docs: list[str], vocab_size: int) -> bytes:
         )
     except RuntimeError as exc:
         raise BuildError(
-            f"SentencePiece training failed ({exc}); with little text, raise "
-            f"--max-text-bytes or lower --vocab-size"
+            f"SentencePiece training failed ({exc}): with too little text, raise "
+            f"--max-text-bytes or lower --vocab-size; a vocabulary too small for the byte pieces "
+            f"and the characters needs a larger --vocab-size"
         ) from exc
     got = spm.SentencePieceProcessor(model_proto=model.getvalue()).get_piece_size()
     if got != vocab_size:
@@ -505,6 +506,7 @@ def build(
         }
         (staging / BUILD_INFO).write_text(json.dumps(info, indent=1) + "\n")
         verify_shards(staging, shards)
+        os.chmod(staging, 0o755)  # mkdtemp's 0700 would keep the shared dataset to its builder
         # Tokenizer first: if we die between the two renames, the old build_info's tokenizer
         # hash no longer matches, so the next run sees an invalid build and redoes it.
         write_file_atomically(tokenizer_path, model)

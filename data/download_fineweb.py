@@ -596,8 +596,9 @@ def summary(result: DownloadResult) -> str:
             f"val bytes: {len(result.val_bytes)} sidecar file(s) "
             f"({result.val_bytes[0].name}, ...): train_gpt.py reads them for exact BPB"
         )
-    torchrun = shown(_REPO_ROOT / ".venv" / "bin" / "torchrun")  # what scripts/setup.sh made
-    launch = f"{torchrun} --standalone --nproc_per_node=8 {shown(_REPO_ROOT / 'train_gpt.py')}"
+    torchrun = shlex.quote(shown(_REPO_ROOT / ".venv" / "bin" / "torchrun"))  # setup.sh's
+    script = shlex.quote(shown(_REPO_ROOT / "train_gpt.py"))
+    launch = f"{torchrun} --standalone --nproc_per_node=8 {script}"
     lines.append(f"use:       {result.env()} {launch}")
     lines.append("           (--nproc_per_node: the number of GPUs, 1, 2, 4 or 8)")
     return "\n".join(lines)

@@ -90,8 +90,9 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
 fi
 "${pip[@]}" -r "$requirements"
 if [ ! -e .venv/bin/torchrun ]; then  # a kept system torch has its torchrun outside the venv
-  printf '#!%s\nimport sys\n\nfrom torch.distributed.run import main\n\nsys.exit(main())\n' \
-    "$PWD/.venv/bin/python" >.venv/bin/torchrun
+  # sh, not a python shebang: a shebang cannot hold a path with a space
+  printf '#!/bin/sh\nexec "%s" -m torch.distributed.run "$@"\n' "$PWD/.venv/bin/python" \
+    >.venv/bin/torchrun
   chmod +x .venv/bin/torchrun
 fi
 echo "setup: done. Run the commands with .venv/bin/python and .venv/bin/torchrun, or first" \

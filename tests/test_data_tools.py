@@ -161,6 +161,11 @@ def test_builder_writes_challenge_layout(tiny):
     assert tiny.tokenizer_path.parent == tiny.dataset_dir.parent.parent / "tokenizers"
 
 
+def test_builder_publishes_a_folder_others_can_read(tiny):
+    """Shards are 0644 to be shared: their folder is not mkdtemp's 0700."""
+    assert tiny.dataset_dir.stat().st_mode & 0o777 == 0o755
+
+
 def test_builder_shards_pass_the_trainer_header_and_size_check(tiny):
     shards = shard_files(tiny.dataset_dir, "val") + shard_files(tiny.dataset_dir, "train")
     assert len(shards) == tiny.num_val_shards + tiny.num_train_shards
