@@ -29,7 +29,7 @@ from records.golf.check import accepted, check_folder
 from records.golf.cli import main
 from records.golf.errors import SubmissionError
 from records.golf.numbers import half_ulp
-from records.golf.rules import COMPLIANCE_KEYS, RULES
+from records.golf.rules import COMPLIANCE_KEYS, JSON_TYPES, RULES
 from records.golf.scaffold import collect_runs, create_record
 from records.golf.stats import one_sample_test, val_losses_from, welch_test
 
@@ -189,14 +189,6 @@ def test_later_format_train_time_in_minutes_without_stopping_line():
         ),
         (
             [
-                "step:0/10 val_loss:6.9 val_bpb:4.1 train_time:0ms step_avg:0.01ms",
-                "step:10/10 val_loss:5.0 val_bpb:3.0 train_time:9ms step_avg:0.90ms",
-            ],
-            "step:10",
-            3.0,
-        ),
-        (
-            [
                 "[default0]:final_int8_zlib_roundtrip val_loss:2.0 val_bpb:1.2 eval_time:10ms",
                 "[default0]:DIAGNOSTIC post_ema val_loss:1.9 val_bpb:1.1 eval_time:10ms",
             ],
@@ -258,6 +250,42 @@ def test_split_embedded_source_is_exact_and_checked_against_header():
     bare = b"print('a')\n\n" + sep.encode() + b"\nlogs\n"
     assert logmod.split_embedded_source(bare)[0] == b"print('a')\n"
     assert logmod.split_embedded_source(b"step:1/2 train_loss:1.0\n")[0] is None
+
+
+def test_embedded_source_is_recovered_from_a_log_with_crlf_line_endings(tmp_path):
+    crlf = (BASELINE / "train_seed1337.log").read_bytes().replace(b"\n", b"\r\n")
+    script = (BASELINE / "train_gpt.py").read_bytes().replace(b"\n", b"\r\n")
+    source, rest = logmod.split_embedded_source(crlf)
+    assert source == script  # byte for byte, as the log holds it
+    assert rest.startswith(b"Running Python")
+    log = logmod.parse_log(crlf)
+    assert log.source == script and log.pytorch_version == "2.8.0+cu128"
+    assert log.scored.label == "final_int8_zlib_roundtrip_exact"
+    folder = copy_record(BASELINE, tmp_path)
+    for path in [folder / "train_gpt.py", *folder.glob("*.log")]:
+        path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    _, lines = check(folder)
+    assert "PASS source: train_gpt.py runs the source embedded in 2 log(s)" in lines
+
+
+def test_a_log_with_only_step_validations_has_no_score():
+    log = logmod.parse_log(
+        "step:0/10 val_loss:6.9 val_bpb:4.1 train_time:0ms step_avg:0.01ms\n"
+        "step:10/10 val_loss:5.0 val_bpb:3.0 train_time:9ms step_avg:0.90ms\n"
+    )
+    assert [e.label for e in log.step_evals] == ["step:0", "step:10"]
+    assert log.is_train_log and log.scored is None  # the pre-quantization model is no score
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400"])
+def test_an_evaluation_that_is_not_finite_is_no_score(value):
+    log = logmod.parse_log(
+        f"step:10/10 val_loss:{value} val_bpb:{value} train_time:9ms step_avg:0.90ms\n"
+        f"final_int8_zlib_roundtrip val_loss:{value} val_bpb:{value} eval_time:{value}ms\n"
+        f"final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:{value}\n"
+    )
+    assert log.scored is None and log.step_evals == [] and log.evaluations == []
+    assert log.not_finite == ["final_int8_zlib_roundtrip", "final_int8_zlib_roundtrip_exact"]
 
 
 @pytest.mark.parametrize("between", ["", "=" * 100 + "\n"], ids=["dump-then-source", "separated"])
@@ -563,6 +591,100 @@ def test_json_that_is_not_an_object_fails(tmp_path):
     assert any(x.startswith("FAIL json: submission.json is not a JSON object") for x in lines)
 
 
+def logs_in_per_seed_folders(folder: Path) -> None:
+    """Each seed's log moved to `run_{seed}/train.log`: three logs of one file name."""
+    replace_in(
+        folder / "train_seed2024.log", "grad_accum_steps:1\n", "grad_accum_steps:1\nseed:2024\n"
+    )
+    for seed in (42, 1337, 2024):
+        (folder / f"run_{seed}").mkdir()
+        (folder / f"train_seed{seed}.log").rename(folder / f"run_{seed}" / "train.log")
+
+
+def test_logs_of_one_file_name_in_per_seed_folders_are_each_held_to_the_limit(tmp_path):
+    folder = copy_record(BASELINE, tmp_path)
+    logs_in_per_seed_folders(folder)
+    replace_in(
+        folder / "run_42" / "train.log",
+        "Total submission size int8+zlib: 15812504 bytes",
+        "Total submission size int8+zlib: 16000001 bytes",
+    )
+    ok, lines = check(folder)
+    assert not ok
+    assert with_status(lines, "FAIL") == [
+        "FAIL artifact: largest artifact 16,000,001 bytes (run_42/train.log) > 16,000,000; "
+        "fix: shrink the model or pack the code"
+    ]
+    assert (
+        "WARN seed_results: seed 42: artifact_bytes 15812504 but run_42/train.log says 16000001; "
+        "fix: set seed_results[42].artifact_bytes to 16000001"
+    ) in lines
+    assert any(x.startswith("PASS train_time: run_1337/train.log: 600.038 s") for x in lines)
+
+
+def test_a_run_that_died_before_its_final_evaluation_is_not_scored_on_a_step_validation(
+    tmp_path, capsys
+):
+    folder = copy_record(BASELINE, tmp_path)
+    for log in folder.glob("*.log"):  # no quantization, no final evaluation: only step lines
+        kept = [
+            x
+            for x in log.read_text().splitlines()
+            if not x.startswith(("final_", "Serialized model", "Total submission size"))
+        ]
+        log.write_text("\n".join(kept) + "\n")
+    # 1.2205: the mean of the last step validations (1.2212, 1.2204, 1.2199), before quantization
+    edit_json(
+        folder,
+        val_bpb=1.2205,
+        val_loss=None,
+        val_bpb_std=None,
+        val_loss_std=None,
+        seed_results=None,
+    )
+    ok, lines = check(folder)
+    assert not ok
+    assert [x.split(";")[0] for x in with_status(lines, "FAIL")] == [
+        "FAIL logs: no train log with a final evaluation",
+        "FAIL score: submission.json val_bpb 1.2205: no train log backs it",
+    ]
+    assert (
+        "WARN log_files: train_seed42.log has no final evaluation, only step validations "
+        "(step:13791, before quantization: not a score); not counted"
+    ) in lines
+    assert main(new_args(tmp_path, folder / "train_seed42.log")) == 2  # new refuses it too
+    assert "no val_bpb result of a final evaluation (only step validations" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(SubmissionError, match="no val_loss result of a final evaluation"):
+        val_losses_from(str(folder / "train_seed42.log"))
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400"])
+def test_a_diverged_run_is_reported_unscored_without_a_traceback(tmp_path, capsys, value):
+    folder = copy_record(BASELINE, tmp_path)
+    log = folder / "train_seed42.log"
+    replace_in(log, "val_loss:2.0741 val_bpb:1.2252", f"val_loss:{value} val_bpb:{value}")
+    replace_in(log, "val_loss:2.07409201 val_bpb:1.22518841", f"val_loss:{value} val_bpb:{value}")
+    ok, lines = check(folder)
+    assert not ok
+    assert (
+        "WARN log_files: train_seed42.log diverged: final_int8_zlib_roundtrip, "
+        "final_int8_zlib_roundtrip_exact printed a non-finite score; not counted"
+    ) in lines
+    assert any(
+        x.startswith("FAIL score: submission.json val_bpb 1.22435133 is in no") for x in lines
+    )
+    assert val_losses_from(str(folder))[0] == [2.07269931, 2.07123356]  # the two other seeds
+    assert main(["stats", "--new", str(folder), "--old", "2.2", "2.21", "2.22"]) == 0
+    assert main(["check", str(folder)]) == 1
+    capsys.readouterr()
+    assert main(new_args(tmp_path, *sorted(folder.glob("*.log")))) == 2
+    assert "train_seed42.log has no val_bpb result of a final evaluation (its " in (
+        capsys.readouterr().err
+    )
+
+
 def test_nonexistent_folder_fails_without_crashing(tmp_path):
     ok, lines = check(tmp_path / "no such folder")
     assert not ok and lines[0].startswith("FAIL folder:")
@@ -782,6 +904,86 @@ def test_extra_log_of_a_seed_the_json_does_not_list_warns_and_is_not_scored(tmp_
     )
 
 
+@pytest.mark.parametrize(
+    "changes, expected",
+    [
+        (
+            {"track": ["10min_16mb"]},
+            [
+                "WARN json_keys: track is the list ['10min_16mb'], not a JSON string; "
+                "fix: write track as a string",
+                "WARN track: track ['10min_16mb'] is not one of 10min_16mb, non_record_16mb",
+            ],
+        ),
+        (
+            {"bytes_code": [159]},
+            [
+                "WARN json_keys: bytes_code is the list [159], not a JSON integer; "
+                "fix: write bytes_code as a integer",
+                "WARN bytes_code: bytes_code [159] is not a number of bytes; fix: write 159",
+            ],
+        ),
+    ],
+)
+def test_a_list_where_the_json_has_a_string_or_number_warns(tmp_path, changes, expected):
+    folder = copy_record(BASELINE, tmp_path)
+    edit_json(folder, **changes)
+    ok, lines = check(folder)
+    assert ok, "\n".join(lines)
+    assert with_status(lines, "WARN") == expected
+
+
+@pytest.mark.parametrize("kind", ["list", "object", "nested"])
+def test_a_value_of_any_json_kind_under_any_key_does_not_crash_check(tmp_path, kind):
+    folder = copy_record(BASELINE, tmp_path)
+    original = json.loads((folder / "submission.json").read_text())
+    for key in [*JSON_TYPES, "seed_results.42", "compliance.three_seeds"]:
+        value = {"list": [1.2], "object": {"a": "1"}, "nested": [{"a": [None]}]}[kind]
+        sub = json.loads(json.dumps(original))
+        if "." in key:
+            outer, inner = key.split(".")
+            sub[outer][inner] = value
+        else:
+            sub[key] = value
+        (folder / "submission.json").write_text(json.dumps(sub))
+        findings = check_folder(folder)
+        assert {f.rule for f in findings} <= set(RULES), key
+    (folder / "submission.json").write_text(json.dumps({key: [[]] for key in original}))
+    assert {f.rule for f in check_folder(folder)} <= set(RULES)
+
+
+def test_seed_results_and_val_loss_report_the_evaluation_the_claim_is_the_mean_of(tmp_path):
+    folder = copy_record(LATER, tmp_path)
+    finals = {s: logmod.read_log(LATER / f"train_seed{s}.log").final_groups() for s in (1, 2, 3)}
+    ttt = {s: g["quantized_ttt_phased"] for s, g in finals.items()}
+    sliding = {s: g["quantized_sliding_window"] for s, g in finals.items()}
+
+    def results(evs):
+        return {str(s): {"val_bpb": e.val_bpb, "val_loss": e.val_loss} for s, e in evs.items()}
+
+    mean_loss = round(sum(e.val_loss for e in sliding.values()) / 3, 8)
+    edit_json(folder, val_bpb=1.06863, val_loss=mean_loss, seed_results=results(sliding))
+    ok, lines = check(folder)  # the claim: the mean of quantized_sliding_window, not of TTT
+    assert ok and "PASS seed_results: 3 per-seed entries agree with their logs" in lines
+    assert any(
+        x.startswith(f"PASS val_loss: val_loss {mean_loss} = the mean of quantized_sl")
+        for x in lines
+    )
+    ttt_loss = round(sum(e.val_loss for e in ttt.values()) / 3, 8)
+    edit_json(folder, val_loss=ttt_loss, seed_results=results(ttt))
+    ok, lines = check(folder)
+    assert ok
+    assert (
+        "WARN seed_results: seed 1: val_bpb 1.06125678 but train_seed1.log says 1.06856789; "
+        "fix: set seed_results[1].val_bpb to 1.06856789"
+    ) in lines
+    assert (
+        f"WARN val_loss: val_loss {ttt_loss}: the mean of quantized_ttt_phased over 3 log(s) "
+        f"({ttt_loss}), not of quantized_sliding_window, the evaluation the claim reports; "
+        f"fix: set val_loss to {mean_loss}"
+    ) in lines
+
+
 def test_source_that_differs_from_the_embedded_one_warns(tmp_path):
     folder = copy_record(BASELINE, tmp_path)
     (folder / "train_gpt.py").write_text("print('not what ran')\n")
@@ -945,6 +1147,24 @@ def test_new_on_the_non_record_track_and_bad_inputs(tmp_path, capsys):
     assert main(new_args(tmp_path, BASELINE / "train_seed1337.log", extra=("--date", "May 1"))) == 2
 
 
+def test_new_gives_each_seed_its_own_artifact_when_logs_share_a_file_name(tmp_path):
+    runs = copy_record(BASELINE, tmp_path, name="runs")
+    logs_in_per_seed_folders(runs)
+    replace_in(
+        runs / "run_42" / "train.log",
+        "Total submission size int8+zlib: 15812504 bytes",
+        "Total submission size int8+zlib: 16000001 bytes",
+    )
+    logs = [runs / f"run_{seed}" / "train.log" for seed in (42, 1337, 2024)]
+    assert main(new_args(tmp_path, *logs)) == 1  # written, and rejected: seed 42 is over
+    folder = tmp_path / "records" / "track_10min_16mb" / "2026-05-01_My_Record"
+    data = json.loads((folder / "submission.json").read_text())
+    sizes = {seed: r["artifact_bytes"] for seed, r in data["seed_results"].items()}
+    assert sizes == {"42": 16000001, "1337": 15816006, "2024": 15820035}
+    assert data["bytes_total"] == 16000001
+    assert data["compliance"]["artifact_under_16mb"] is False
+
+
 def test_new_from_our_own_train_logs_passes_check(tiny_train_logs, tmp_path):
     """Logs from tiny real CPU runs of our train_gpt.py (`tiny_train_logs` in tests/conftest.py)."""
     logs = [Path(p) for p in tiny_train_logs]
@@ -1049,6 +1269,19 @@ def test_stats_counts_the_runs_check_counts(tmp_path):
     values, source = val_losses_from(str(folder))
     assert values == [2.07409201, 2.07269931, 2.07123356]
     assert "2 set aside as in `check`" in source
+
+
+def test_stats_reads_the_evaluation_the_claim_is_the_mean_of(tmp_path):
+    folder = copy_record(LATER, tmp_path)  # each log ends on quantized_ttt_phased
+    ttt = [2.74123456, 2.74301234, 2.73987654]
+    assert val_losses_from(str(folder))[0] == ttt  # the claim is the TTT mean
+    edit_json(folder, val_bpb=1.06863)  # the mean of quantized_sliding_window
+    values, source = val_losses_from(str(folder))
+    assert values == [2.76012345, 2.76198765, 2.75876543]
+    assert source.endswith("(3 runs, quantized_sliding_window as claimed)")
+    edit_json(folder, val_bpb=None)
+    (folder / "README.md").write_text("# No score here\n")
+    assert val_losses_from(str(folder))[0] == ttt  # no claim: each log's last final evaluation
 
 
 def test_stats_without_scipy_says_how_to_install_it(monkeypatch, capsys):

@@ -247,3 +247,18 @@ def test_help_and_readme_say_a_record_is_a_pull_request_to_the_challenge_reposit
     for text in (top, readme):
         assert "pull request" in text and "openai/parameter-golf" in text
     assert "this repository's records/" in top
+
+
+@pytest.mark.parametrize(
+    "track, folder",
+    [("10min_16mb", "track_10min_16mb"), ("non_record_16mb", "track_non_record_16mb")],
+)
+def test_new_with_out_names_the_tracks_folder_to_copy_into(tmp_path, capsys, track, folder):
+    logs = sorted((FIXTURES / "2026-03-17_Fixture Baseline").glob("train_seed*.log"))
+    args = ["new", *map(str, logs), "--name", "N", "--author", "A", "--github-id", "a"]
+    out = tmp_path / "anywhere" / "My folder"
+    main([*args, "--track", track, "--out", str(out)])
+    assert capsys.readouterr().out.splitlines()[1] == (
+        f"to submit: copy My folder/ into records/{folder}/ of your clone of "
+        "https://github.com/openai/parameter-golf and open a pull request there"
+    )

@@ -98,7 +98,7 @@ class Context:
         return self.record.json_path.name if self.record.json_path else JSON_NAME
 
     @property
-    def sizes(self) -> dict[str, int]:
+    def sizes(self) -> dict[TrainLog, int]:
         """Each run's artifact with the script as shipped (see evidence.shipped_artifact)."""
         return ev.shipped_sizes(self.logs, self.record.script_bytes)
 
@@ -169,9 +169,9 @@ def resolve_track(record: Record, override: str | None) -> tuple[str, list[Findi
     """The track to check against: --track, else the parent folder, else the JSON."""
     folder_track = _track_of_folder(record.path)
     named = record.sub.get("track")
-    json_track = named if named in TRACKS else None
+    json_track = named if isinstance(named, str) and named in TRACKS else None
     out = []
-    if isinstance(named, str) and json_track is None:
+    if named is not None and json_track is None:  # a list or object too: json_keys says so
         out.append(bad("track", f"track {named!r} is not one of {', '.join(TRACKS)}"))
     if folder_track and json_track and folder_track != json_track:
         where = f"the folder is under {TRACKS[folder_track]}/"
@@ -284,7 +284,7 @@ def check_logs(ctx: Context) -> Checks:
     for note in ctx.record.log_notes:
         yield bad("log_files", note)
     for lg in runs.unscored:
-        yield bad("log_files", f"{lg.name} has training lines but no val_bpb; not counted")
+        yield bad("log_files", f"{lg.name} {_why_unscored(lg)}; not counted")
     for copy, kept in runs.duplicates:
         what = f"{copy.name} repeats the run in {kept.name}; counted once"
         yield bad("log_files", what, f"delete {copy.name}")
@@ -297,13 +297,27 @@ def check_logs(ctx: Context) -> Checks:
         what = f"{lg.name} is not behind the claim ({why}): set aside, not held to the caps"
         yield bad("log_files", what, "move it out of the record folder")
     if not ctx.logs:
-        yield bad("logs", "no train log with a val_bpb" if ctx.record.logs else "no train log")
+        yield bad(
+            "logs", "no train log with a final evaluation" if ctx.record.logs else "no train log"
+        )
         return
     runs_text = ", ".join(f"{lg.name} (seed {lg.seed}, {lg.scored.label})" for lg in ctx.logs)
     yield good("logs", f"{len(ctx.logs)} train log(s): {runs_text}")
     groups = sorted({lg.scored.group for lg in ctx.logs})
     if len(groups) > 1:
         yield bad("log_files", f"the logs end on different evaluations: {', '.join(groups)}")
+
+
+def _why_unscored(lg: TrainLog) -> str:
+    if lg.not_finite:
+        return f"diverged: {', '.join(dict.fromkeys(lg.not_finite))} printed a non-finite score"
+    if lg.step_evals:
+        last = lg.step_evals[-1]
+        return (
+            f"has no final evaluation, only step validations ({last.label}, before "
+            "quantization: not a score)"
+        )
+    return "has training lines but no val_bpb"
 
 
 def check_val_split(ctx: Context) -> Checks:
@@ -355,7 +369,7 @@ def check_score(ctx: Context) -> Checks:
         yield bad("score", f"{claim.where} {claim.value}: no train log backs it")
         return
     usual = ev.means(ctx.logs, "val_bpb")[0]
-    backed = ev.backing(claim.value, ctx.logs, "val_bpb")
+    backed = ctx.runs.backing  # ev.backing of the claim on these logs: stats reads it too
     if backed is None:
         what = f"{claim.where} {claim.value} is in no log: {usual.desc} is {fmt(usual.value)}"
         yield bad("score", what, "claim the score the logs show")
@@ -370,10 +384,13 @@ def check_val_loss(ctx: Context) -> Checks:
     if key is None or not ctx.logs:
         return
     value = as_number(ctx.sub[key])
-    usual = ev.means(ctx.logs, "val_loss")[0]
+    usual = ev.group_mean(ctx.logs, "val_loss", ctx.runs.group)  # val_bpb's evaluation
     backed = ev.backing(value, ctx.logs, "val_loss")
-    if backed is None or backed.advice:
+    other = backed is not None and ctx.runs.group not in (None, backed.group)
+    if backed is None or backed.advice or other:
         why = backed.advice if backed else f"{usual.desc} is {fmt(usual.value)}"
+        if other:
+            why = f"{backed.desc}, not of {ctx.runs.group}, the evaluation the claim reports"
         yield bad("val_loss", f"{key} {value}: {why}", f"set {key} to {fmt(usual.value)}")
     else:
         yield good("val_loss", f"{key} {value} = {backed.desc}")
@@ -398,13 +415,16 @@ def check_stds(ctx: Context) -> Checks:
 # -----------------------------
 
 
-def _score_problems(entry: dict, lg: TrainLog) -> Iterator[tuple[str, str]]:
-    finals = [*lg.final_groups().values(), lg.scored]
+def _score_problems(entry: dict, lg: TrainLog, group: str | None) -> Iterator[tuple[str, str]]:
+    """An entry reports the evaluation the claim is the mean of (`group`); any final evaluation
+    of the log when the claim names none."""
+    truth = ev.score_of(lg, group)
+    finals = [truth] if group is not None else [*lg.final_groups().values(), truth]
     for metric in ("val_bpb", "val_loss"):
         v = entry.get(metric)
         tied = (agrees(v, getattr(e, metric), e.tol(metric), SCORE_DECIMALS_TOL) for e in finals)
         if v is not None and not any(tied):
-            yield f"{metric} {v}", fmt(getattr(lg.scored, metric))
+            yield f"{metric} {v}", fmt(getattr(truth, metric))
 
 
 def _timing_problems(entry: dict, lg: TrainLog) -> Iterator[tuple[str, str]]:
@@ -426,9 +446,9 @@ def _timing_problems(entry: dict, lg: TrainLog) -> Iterator[tuple[str, str]]:
             yield f"eval_time_s {v}", fmt((lg.eval_time[0] or times[-1][0]) / 1e3, 3)
 
 
-def _entry_problems(entry: dict, lg: TrainLog, shipped: int | None):
+def _entry_problems(entry: dict, lg: TrainLog, shipped: int | None, group: str | None):
     """(what disagrees, what the log says) for one seed_results entry."""
-    yield from _score_problems(entry, lg)
+    yield from _score_problems(entry, lg, group)
     v = entry.get("artifact_bytes")
     if v is not None and lg.artifact_bytes is not None and v not in (lg.artifact_bytes, shipped):
         yield f"artifact_bytes {v}", str(shipped or lg.artifact_bytes)
@@ -445,7 +465,7 @@ def check_seed_results(ctx: Context) -> Checks:
             problems += 1
             yield bad("seed_results", f"seed {key} has no train log or is not an object")
             continue
-        for what, truth in _entry_problems(entry, lg, sizes.get(lg.name)):
+        for what, truth in _entry_problems(entry, lg, sizes.get(lg), ctx.runs.group):
             problems += 1
             fix = f"set seed_results[{key}].{what.split()[0]} to {truth}"
             yield bad("seed_results", f"seed {key}: {what} but {lg.name} says {truth}", fix)
@@ -462,10 +482,10 @@ def check_artifact(ctx: Context) -> Checks:
     sizes, limit = ctx.sizes, ARTIFACT_LIMIT_BYTES
     if sizes:
         worst = max(sizes, key=sizes.get)
-        ok = sizes[worst] <= limit
-        what = f"largest artifact {sizes[worst]:,} bytes ({worst}) {'<=' if ok else '>'} {limit:,}"
+        ok, size = sizes[worst] <= limit, sizes[worst]
+        what = f"largest artifact {size:,} bytes ({worst.name}) {'<=' if ok else '>'} {limit:,}"
         yield Finding("artifact", ok, what, "shrink the model or pack the code")
-        missing = [lg.name for lg in ctx.logs if lg.name not in sizes]
+        missing = [lg.name for lg in ctx.logs if lg not in sizes]
         if missing:
             yield bad("sizes", f"no submission size in {', '.join(missing)}", "log it")
         return
@@ -502,6 +522,10 @@ def check_bytes_code(ctx: Context) -> Checks:
     other = {s for lg in ctx.logs for s in (lg.packed_code_bytes, lg.compressed_code_bytes)}
     logged = ctx.record.code_sizes | other - {None}
     script = {len(data), len(pack_source(data))} if data else set()
+    if not is_number(value):  # a list or an object: not a size at all (json_keys says so too)
+        known = len(data) if data else ", ".join(map(str, sorted(logged))) or "the script's size"
+        yield bad("bytes_code", f"bytes_code {value!r} is not a number of bytes", f"write {known}")
+        return
     if value in logged | script:
         yield good("bytes_code", f"bytes_code {value} matches the script or the logs")
         return

@@ -87,7 +87,7 @@ def cmd_new(args) -> int:
     )
     print(f"created {dest}")
     print(
-        f"to submit: copy {dest.name}/ into records/{dest.parent.name}/ of your clone of "
+        f"to submit: copy {dest.name}/ into records/{TRACKS[args.track]}/ of your clone of "
         f"{CHALLENGE_REPO} and open a pull request there"
     )
     return 0 if _print_check(dest, check_folder(dest), quiet=False) else 1

@@ -36,11 +36,22 @@ class Mean:
     value: float
     tol: float  # printed precision of the values
     values: list[float]
+    group: str | None = None  # the final evaluation averaged; None: the logs end on different ones
 
 
 def _mean(desc: str, evs: list[Evaluation], metric: str) -> Mean:
     values = [getattr(e, metric) for e in evs]
-    return Mean(desc, statistics.fmean(values), max(e.tol(metric) for e in evs), values)
+    groups = {e.group for e in evs}
+    group = groups.pop() if len(groups) == 1 else None
+    return Mean(desc, statistics.fmean(values), max(e.tol(metric) for e in evs), values, group)
+
+
+def score_of(log: TrainLog, group: str | None) -> Evaluation | None:
+    """The log's evaluation of `group` (the final evaluation a claim is the mean of, see
+    `Backing.group`); its scored evaluation without a group, or when it does not print it."""
+    if group is None or log.scored is None or log.scored.group == group:
+        return log.scored
+    return log.final_groups().get(group, log.scored)
 
 
 def means(logs: list[TrainLog], metric: str) -> list[Mean]:
@@ -58,6 +69,12 @@ def means(logs: list[TrainLog], metric: str) -> list[Mean]:
     return out
 
 
+def group_mean(logs: list[TrainLog], metric: str, group: str | None) -> Mean | None:
+    """The mean of `group` over the logs (the scored evaluations' mean for None)."""
+    found = means(logs, metric)
+    return next((m for m in found if m.group == group), found[0] if found else None)
+
+
 def _subset_means(logs: list[TrainLog], metric: str):
     """(mean, subset) of the scored values over each proper subset of two or more logs."""
     sizes = range(2, len(logs)) if len(logs) <= 6 else range(0)
@@ -72,6 +89,10 @@ class Backing:
 
     desc: str
     advice: str = ""  # set when the claim is backed but not written the usual way
+    # The final evaluation the claim reports, in every log (`quantized_sliding_window` when the
+    # logs end on TTT); None when it is each log's scored one. `stats` and the per-seed checks
+    # read each run's score from it (`score_of`).
+    group: str | None = None
 
 
 def _strict(claim, m: Mean) -> bool:
@@ -93,20 +114,23 @@ def backing(claim: float, logs: list[TrainLog], metric: str) -> Backing | None:
     candidates = means(logs, metric)
     for m in candidates:
         if _strict(claim, m):
-            return Backing(f"{m.desc} ({fmt(m.value)})")
+            return Backing(f"{m.desc} ({fmt(m.value)})", group=m.group)
+    printed_by_all = {m.group for m in candidates}
     for lg in logs:
         for e in lg.final_groups().values():
             if agrees(claim, getattr(e, metric), e.tol(metric), SCORE_DECIMALS_TOL):
                 why = f"{claim} is {e.label} of {lg.name} alone, not the mean over the seeds"
-                return Backing(f"{e.label} of {lg.name}", why)
+                group = e.group if e.group in printed_by_all else None
+                return Backing(f"{e.label} of {lg.name}", why, group)
     for m, subset in _subset_means(logs, metric):
         if _strict(claim, m):
             names = ", ".join(lg.name for lg in subset)
-            return Backing(f"the mean of {names}", f"{claim} leaves out some of the logs")
+            why = f"{claim} leaves out some of the logs"
+            return Backing(f"the mean of {names}", why, m.group)
     for m in candidates:
         if abs(float(claim) - m.value) <= SCORE_LOOSE_TOL + m.tol:
             why = f"{claim} is {m.desc} ({fmt(m.value)}) rounded loosely"
-            return Backing(f"{m.desc} ({fmt(m.value)}) to 4 decimals", why)
+            return Backing(f"{m.desc} ({fmt(m.value)}) to 4 decimals", why, m.group)
     return None
 
 
@@ -137,9 +161,11 @@ def shipped_artifact(log: TrainLog, script: bytes | None) -> int | None:
     return size
 
 
-def shipped_sizes(logs: list[TrainLog], script: bytes | None) -> dict[str, int]:
-    sizes = {lg.name: shipped_artifact(lg, script) for lg in logs}
-    return {name: size for name, size in sizes.items() if size is not None}
+def shipped_sizes(logs: list[TrainLog], script: bytes | None) -> dict[TrainLog, int]:
+    """Each log's shipped artifact, keyed by the log itself: logs of several runs may share a
+    file name (`run_42/train.log`, `run_1337/train.log`)."""
+    sizes = {lg: shipped_artifact(lg, script) for lg in logs}
+    return {lg: size for lg, size in sizes.items() if size is not None}
 
 
 # -----------------------------
@@ -175,15 +201,13 @@ def _all_of(values) -> bool | None:
     return None if not values or any(v is None for v in values) else True
 
 
-def compliance_of(logs: list[TrainLog], sizes: dict[str, int]) -> dict[str, bool | None]:
+def compliance_of(logs: list[TrainLog], sizes: dict[TrainLog, int]) -> dict[str, bool | None]:
     """The compliance booleans submission.json carries, from the logs (None = unknown)."""
-    under = [
-        None if lg.name not in sizes else sizes[lg.name] <= ARTIFACT_LIMIT_BYTES for lg in logs
-    ]
+    under = [None if lg not in sizes else sizes[lg] <= ARTIFACT_LIMIT_BYTES for lg in logs]
     return {
         "train_under_600s": _all_of(train_time_ok(lg) for lg in logs),
         "artifact_under_16mb": _all_of(under),
         "eval_under_600s": _all_of(eval_time_ok(lg) for lg in logs),
-        "three_seeds": len({lg.seed if lg.seed is not None else lg.name for lg in logs})
+        "three_seeds": len({lg.seed if lg.seed is not None else id(lg) for lg in logs})
         >= MIN_SEEDS,
     }

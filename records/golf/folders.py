@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,7 @@ def find_logs(folder: Path) -> tuple[list[TrainLog], list[str]]:
     """Train logs under any name (train_seed1337.log, log_seed42.txt, logs/x.txt), by seed.
 
     Returns (logs with a train or validation line, notes about files that could not be read).
+    Logs that share a file name are named by their path in the folder (`run_42/train.log`).
     """
     logs, notes = [], []
     for p in filter(_looks_like_log, _files(folder)):
@@ -56,6 +58,10 @@ def find_logs(folder: Path) -> tuple[list[TrainLog], list[str]]:
             continue
         if log.is_train_log:
             logs.append(log)
+    names = Counter(lg.path.name for lg in logs)
+    for lg in logs:  # `run_42/train.log` and `run_1337/train.log`: name each by its path
+        if names[lg.path.name] > 1:
+            lg.shown_as = lg.path.relative_to(folder).as_posix()
     logs.sort(key=lambda lg: (lg.seed is None, lg.seed or 0, lg.name))
     return logs, notes
 

@@ -11,6 +11,7 @@ optionally after a hyperparameter dump.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -73,9 +74,18 @@ def strip_prefix(line: str) -> str:
         line = line[m.end() :]
 
 
-def _ms(num: str, unit: str | None) -> tuple[float, float]:
-    """A printed duration in milliseconds, with half its printed resolution."""
-    return float(num) * _MS_PER_UNIT[unit], half_ulp(num) * _MS_PER_UNIT[unit]
+def _finite(text: str) -> float | None:
+    """The printed number, or None for `nan`, `inf` or one too large for a float (`1e400`)."""
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def _ms(num: str, unit: str | None) -> tuple[float, float] | None:
+    """A printed duration in milliseconds, with half its printed resolution (None: not finite)."""
+    value = _finite(num)
+    if value is None:
+        return None
+    return value * _MS_PER_UNIT[unit], half_ulp(num) * _MS_PER_UNIT[unit]
 
 
 # -----------------------------
@@ -120,11 +130,15 @@ class Evaluation:
         return self.step is None and bool(_ONE_WORD.match(self.label))
 
 
-@dataclass
+@dataclass(eq=False)
 class TrainLog:
-    """What one train log says. Build with `parse_log` / `read_log`."""
+    """What one train log says. Build with `parse_log` / `read_log`.
+
+    A TrainLog is equal only to itself (it keys the per-log sizes: two logs may share a name).
+    """
 
     path: Path | None = None
+    shown_as: str | None = None  # the name messages use when file names collide (`run_42/x.log`)
     source: bytes | None = None  # the script, when the log embeds it (our logs/*.txt do)
     python_version: str | None = None
     pytorch_version: str | None = None
@@ -133,7 +147,7 @@ class TrainLog:
     seed_line: int | None = None  # from a `seed:N` line
     val_slice: str | None = None  # "N of M tokens": the run scored a MAX_VAL_TOKENS slice
     seed_assigned: int | None = None  # the JSON's seed for a log that prints another one
-    rescored: Path | None = None  # the log whose evaluations these are (see `rescored_by`)
+    rescored: str | None = None  # the name of the log whose evaluations these are (`rescored_by`)
     world_size: int | None = None
     iterations: int | None = None
     last_step: int | None = None
@@ -151,11 +165,13 @@ class TrainLog:
     train_lines: int = 0
     step_evals: list[Evaluation] = field(default_factory=list)
     evaluations: list[Evaluation] = field(default_factory=list)
+    not_finite: list[str] = field(default_factory=list)  # evaluations printed as nan/inf: diverged
 
     @property
     def name(self) -> str:
-        name = self.path.name if self.path is not None else "<log>"
-        return f"{self.rescored.name} (re-scoring {name})" if self.rescored else name
+        """The file name, or its path in the record folder when another log has the same name."""
+        name = self.shown_as or (self.path.name if self.path is not None else "<log>")
+        return f"{self.rescored} (re-scoring {name})" if self.rescored else name
 
     @property
     def seed(self) -> int | None:
@@ -174,7 +190,7 @@ class TrainLog:
     def rescored_by(self, other: TrainLog) -> TrainLog:
         """This run with the evaluations of `other`, a log that re-scores its artifact."""
         evals = {"evaluations": other.evaluations, "step_evals": other.step_evals}
-        return replace(self, **evals, rescored=other.path)
+        return replace(self, **evals, not_finite=other.not_finite, rescored=other.name)
 
     @property
     def is_train_log(self) -> bool:
@@ -195,13 +211,17 @@ class TrainLog:
 
     @property
     def scored(self) -> Evaluation | None:
-        """The reported score: the last final evaluation printed, at its most precise (`_exact`)."""
+        """The reported score: the last final evaluation printed, at its most precise (`_exact`).
+
+        None without a final evaluation: a step validation (`step:N/M val_loss:...`) scores the
+        model before quantization, so a run that died before its final evaluation is unscored.
+        """
         finals = [e for e in self.evaluations if e.is_final]
-        if finals:
-            group = finals[-1].group
-            members = [e for e in finals if e.group == group]
-            return min(members, key=lambda e: (e.bpb_tol, -e.line_no))
-        return self.step_evals[-1] if self.step_evals else None
+        if not finals:
+            return None
+        group = finals[-1].group
+        members = [e for e in finals if e.group == group]
+        return min(members, key=lambda e: (e.bpb_tol, -e.line_no))
 
     def finals(self) -> dict[str, Evaluation]:
         """Final evaluations by label, the last one printed for each label."""
@@ -287,6 +307,9 @@ def hardware_from(gpus: list[str], world_size: int | None, no_gpu: bool = False)
 # THE EMBEDDED SOURCE
 # -----------------------------
 
+_SEP_LINE = re.escape(SEPARATOR.encode())
+_BARE_MARKER = re.compile(rb"\r?\n" + _SEP_LINE + rb"\r?\n")  # the newline print() adds, `===`
+_MARKER = re.compile(_BARE_MARKER.pattern + rb"(?=Running Python)")
 _PY_START = re.compile(
     rb"^(?:#|[rRbBuU]{0,2}(?:\"\"\"|''')|import\s|from\s|def\s|class\s|@|if\s|try:|with\s)",
     re.MULTILINE,
@@ -309,7 +332,7 @@ def _source_start(head: bytes) -> int | None:
     printed before the source is skipped that way. When nothing compiles (the script may need a
     newer Python than this one), the source is taken to start after the last separator line.
     """
-    sep_lines = re.finditer(b"^" + re.escape(SEPARATOR.encode()) + b"\n", head, re.MULTILINE)
+    sep_lines = re.finditer(b"^" + _SEP_LINE + rb"\r?\n", head, re.MULTILINE)
     after_seps = [m.end() for m in sep_lines]
     py_starts = [
         m.start() for m in itertools.islice(_PY_START.finditer(head), 8)
@@ -326,21 +349,22 @@ def split_embedded_source(data: bytes) -> tuple[bytes | None, bytes]:
 
     train_gpt.py writes `print(source)` (the source and one newline), then a line of 100 "=",
     then `Running Python ...`. The separator is found with that header when present; a bare
-    separator only counts when the text before it compiles as Python.
+    separator only counts when the text before it compiles as Python. Lines may end in LF or
+    CRLF (a log saved on Windows); the source is returned byte for byte as the log holds it.
     """
-    marker = ("\n" + SEPARATOR + "\n").encode()
-    end = data.find(marker + b"Running Python")
-    with_header = end >= 0
+    marker = _MARKER.search(data)
+    with_header = marker is not None
     if not with_header:
-        end = data.find(marker)
-    if end <= 0:
+        marker = _BARE_MARKER.search(data)
+    if marker is None or marker.start() <= 0:
         return None, data
+    end = marker.start()
     head = data[:end]
     start = _source_start(head) if with_header else 0
     source = head[start:]
     if not source.strip() or (not with_header and not _compiles(source)):
         return None, data
-    return source, data[:start] + data[end + len(marker) :]
+    return source, data[:start] + data[marker.end() :]
 
 
 # -----------------------------
@@ -375,7 +399,7 @@ def _parse_line(log: TrainLog, line: str, line_no: int) -> None:
     m = _WORLD.search(line)
     if m and "train_loss" not in line:
         log.world_size = int(m.group(1))
-    ev = _parse_evaluation(line, line_no)
+    ev = _parse_evaluation(line, line_no, not_finite=log.not_finite)
     if ev is not None:
         log.evaluations.append(ev)
 
@@ -427,7 +451,8 @@ def _parse_stop(log: TrainLog, line: str) -> bool:
     if not m:
         return False
     log.stopped_early = True
-    log.train_time_ms, log.train_time_tol_ms = _ms(m.group(1), m.group(2))
+    if (train_time := _ms(m.group(1), m.group(2))) is not None:
+        log.train_time_ms, log.train_time_tol_ms = train_time
     log.stop_step, log.iterations = int(m.group(3)), int(m.group(4))
     return True
 
@@ -441,25 +466,17 @@ def _parse_step(log: TrainLog, line: str, line_no: int) -> bool:
     log.iterations = int(m.group(2) or m.group(4))
     log.last_step = step if log.last_step is None else max(log.last_step, step)
     t = _TRAIN_TIME.search(line)
-    if t and not log.stopped_early:
-        log.train_time_ms, log.train_time_tol_ms = _ms(t.group(1), t.group(2))
+    train_time = _ms(t.group(1), t.group(2)) if t else None
+    if train_time is not None and not log.stopped_early:
+        log.train_time_ms, log.train_time_tol_ms = train_time
     a = _STEP_AVG.search(line)
-    if a:
+    if a and _finite(a.group(1)) is not None:
         log.step_avg_ms, log.step_avg_text = float(a.group(1)), a.group(1)
     log.train_lines += "train_loss" in line
-    loss, bpb = _VAL_LOSS.search(line), _VAL_BPB.search(line)
-    if loss and bpb:
-        log.step_evals.append(
-            Evaluation(
-                f"step:{step}",
-                float(loss.group(1)),
-                float(bpb.group(1)),
-                loss.group(1),
-                bpb.group(1),
-                line_no=line_no,
-                step=step,
-            )
-        )
+    ev = _parse_evaluation(line, line_no, f"step:{step}")
+    if ev is not None:
+        ev.step, ev.eval_time_ms, ev.eval_time_tol_ms = step, None, 0.0
+        log.step_evals.append(ev)
     return True
 
 
@@ -479,19 +496,24 @@ def _label(line: str, first_metric: int) -> str:
     return line[:first_metric].strip()
 
 
-def _parse_evaluation(line: str, line_no: int) -> Evaluation | None:
+def _parse_evaluation(
+    line: str, line_no: int, label: str | None = None, not_finite: list[str] | None = None
+) -> Evaluation | None:
+    """The line's `val_loss`/`val_bpb` pair; None without one, or when either is not finite
+    (`nan`, `inf`, `1e400`: a diverged run has no score). Such a line's label goes in
+    `not_finite`."""
     loss, bpb = _VAL_LOSS.search(line), _VAL_BPB.search(line)
-    if not (loss and bpb) or "train_loss" in line:
+    if not (loss and bpb) or ("train_loss" in line and label is None):
         return None
-    ev = Evaluation(
-        _label(line, min(loss.start(), bpb.start())),
-        float(loss.group(1)),
-        float(bpb.group(1)),
-        loss.group(1),
-        bpb.group(1),
-        line_no=line_no,
-    )
+    label = label or _label(line, min(loss.start(), bpb.start()))
+    loss_value, bpb_value = _finite(loss.group(1)), _finite(bpb.group(1))
+    if loss_value is None or bpb_value is None:
+        if not_finite is not None:
+            not_finite.append(label)
+        return None
+    ev = Evaluation(label, loss_value, bpb_value, loss.group(1), bpb.group(1), line_no=line_no)
     t = _EVAL_TIME.search(line)
-    if t:
-        ev.eval_time_ms, ev.eval_time_tol_ms = _ms(t.group(1), t.group(2))
+    eval_time = _ms(t.group(1), t.group(2)) if t else None
+    if eval_time is not None:
+        ev.eval_time_ms, ev.eval_time_tol_ms = eval_time
     return ev

@@ -11,7 +11,9 @@ import math
 import re
 from pathlib import Path
 
-NUMBER = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"  # regex group for one number
+# Regex group for one printed number; `nan` and `inf` too, so a diverged run's line is read
+# (and rejected as no score) rather than mistaken for another kind of line.
+NUMBER = r"([-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf))"
 
 
 def half_ulp(text: str) -> float:
@@ -19,7 +21,10 @@ def half_ulp(text: str) -> float:
     m = re.fullmatch(r"[-+]?\d*(?:\.(\d*))?(?:[eE]([-+]?\d+))?", text.strip())
     if not m:
         return 0.0
-    return 0.5 * 10.0 ** (int(m.group(2) or 0) - len(m.group(1) or ""))
+    try:
+        return 0.5 * 10.0 ** (int(m.group(2) or 0) - len(m.group(1) or ""))
+    except OverflowError:  # `1e400`: no float is that coarse
+        return math.inf
 
 
 class JsonFloat(float):

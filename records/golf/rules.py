@@ -96,7 +96,12 @@ _TABLE = (
         f"a non-empty script that compiles: {SCRIPT_NAME}, or any .py whose size is the logs' "
         "`Code size` (a syntax error is only a WARN when the logs ran a newer Python)",
     ),
-    Rule("logs", True, "at least one train log with a scored evaluation (val_loss and val_bpb)"),
+    Rule(
+        "logs",
+        True,
+        "at least one train log with a final evaluation (finite val_loss and val_bpb; a step "
+        "validation scores the model before quantization and is no score)",
+    ),
     Rule(
         "val_split",
         True,

@@ -16,7 +16,7 @@ from itertools import islice, product
 
 from . import evidence as ev
 from .folders import Record, claimed_score
-from .logs import TrainLog
+from .logs import Evaluation, TrainLog
 from .numbers import agrees, is_number
 
 _SELECTIONS = 256  # at most this many ways to pick one log per run when looking for the claim
@@ -55,7 +55,7 @@ class Runs:
     """The runs a record reports, and what was set aside to get them."""
 
     logs: list[TrainLog]  # one per run: the logs the claim rests on
-    unscored: list[TrainLog] = field(default_factory=list)  # training lines but no val_bpb
+    unscored: list[TrainLog] = field(default_factory=list)  # no final evaluation
     duplicates: list[tuple[TrainLog, TrainLog]] = field(default_factory=list)  # (copy, kept)
     conflicts: list[tuple[TrainLog, TrainLog]] = field(default_factory=list)  # one seed, 2 runs
     rescores: list[tuple[TrainLog, TrainLog]] = field(default_factory=list)  # (log, its run)
@@ -63,6 +63,16 @@ class Runs:
     unlisted: list[TrainLog] = field(default_factory=list)  # seeds the JSON does not list
     missing_seeds: list[int] = field(default_factory=list)  # listed seeds without a log
     side: list[tuple[TrainLog, str]] = field(default_factory=list)  # (run, why) not behind it
+    backing: ev.Backing | None = None  # how the logs back the claim; None: no claim, or unbacked
+
+    @property
+    def group(self) -> str | None:
+        """The final evaluation the claim is the mean of; None: each log's scored one."""
+        return self.backing.group if self.backing is not None else None
+
+    def score(self, log: TrainLog) -> Evaluation | None:
+        """The run's score as the claim counts it: its evaluation of `group`."""
+        return ev.score_of(log, self.group)
 
 
 def record_runs(record: Record) -> Runs:
@@ -79,6 +89,7 @@ def select_runs(logs: list[TrainLog], sub: dict, claim: float | None = None) -> 
     log that prints another seed than its file name, whose score one seed_results entry names
     exactly, is that entry's seed. The claim then picks, per run, the training log or one of its
     re-scorings; a run it does not need that ran on other hardware or past the cap is set aside.
+    How the chosen logs back the claim is kept (`backing`): its evaluation scores each run.
     """
     runs = Runs(logs=[], unscored=[lg for lg in logs if lg.scored is None])
     scored = [lg for lg in logs if lg.scored is not None]
@@ -106,6 +117,8 @@ def select_runs(logs: list[TrainLog], sub: dict, claim: float | None = None) -> 
     _rest_claim(runs, options, claim)
     side = {id(lg) for lg, _ in runs.side}
     runs.conflicts = [(a, b) for a, b in runs.conflicts if not {id(a), id(b)} & side]
+    if claim is not None and runs.logs:
+        runs.backing = ev.backing(claim, runs.logs, "val_bpb")
     return runs
 
 

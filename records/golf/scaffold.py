@@ -51,9 +51,13 @@ def _read_scored(path: Path) -> TrainLog:
     except OSError as exc:
         raise SubmissionError(f"cannot read {path}: {exc.strerror or exc}") from None
     if log.scored is None:
-        raise SubmissionError(
-            f"{path} has no val_bpb result (is it a train log of a finished run?)"
-        )
+        if log.not_finite:
+            why = f"its {', '.join(dict.fromkeys(log.not_finite))} is not finite: the run diverged"
+        elif log.step_evals:
+            why = "only step validations, scored before quantization: did the run finish?"
+        else:
+            why = "is it a train log of a finished run?"
+        raise SubmissionError(f"{path} has no val_bpb result of a final evaluation ({why})")
     return log
 
 
@@ -165,8 +169,8 @@ def build_submission(
 ) -> dict:
     """submission.json for the runs, every number computed from the logs. `code` is the script
     as shipped: when it is not the one that ran (--pack), sizes count its bytes instead."""
-    sizes = {lg.name: shipped_artifact(lg, code) for lg in logs}
-    known = {name: size for name, size in sizes.items() if size is not None}
+    sizes = {lg: shipped_artifact(lg, code) for lg in logs}  # by log: names may repeat
+    known = {lg: size for lg, size in sizes.items() if size is not None}
     bpbs = [lg.scored.val_bpb for lg in logs]
     losses = [lg.scored.val_loss for lg in logs]
     versions = sorted({lg.pytorch_version for lg in logs if lg.pytorch_version})
@@ -184,7 +188,7 @@ def build_submission(
         "bytes_total": max(sizes.values()) if None not in sizes.values() else None,
         "bytes_code": len(code),
         "seeds": [lg.seed for lg in logs],
-        "seed_results": {str(lg.seed): _seed_result(lg, sizes[lg.name]) for lg in logs},
+        "seed_results": {str(lg.seed): _seed_result(lg, sizes[lg]) for lg in logs},
         "hardware": hardware
         or next((lg.hardware for lg in logs if lg.hardware), None)
         or "unknown",
@@ -245,7 +249,7 @@ def _readme_results(sub: dict, logs: list[TrainLog]) -> list[str]:
     lines += [
         f"| **mean** | **{sub['val_bpb']:.8f}** | **{sub['val_loss']:.8f}** | | | | | |",
         "",
-        f"Scored line: {labels} (the last evaluation each log prints). Logs: {logs_list}.",
+        f"Scored line: {labels} (the last final evaluation each log prints). Logs: {logs_list}.",
         "",
     ]
     return lines

@@ -94,11 +94,14 @@ def _number(text: str) -> float | None:
 def _from_folder(path: Path) -> tuple[list[float], str]:
     runs = record_runs(load_record(path))
     if runs.logs:
-        vals = [lg.scored.val_loss for lg in runs.logs]
+        scores = [runs.score(lg) for lg in runs.logs]  # the evaluation the claim is the mean of
+        vals = [e.val_loss for e in scores]
         dropped = len(runs.duplicates) + len(runs.unlisted) + len(runs.side)
         again = f", {len(runs.rescores)} re-scoring(s) of them" if runs.rescores else ""
         note = f", {dropped} set aside as in `check`" if dropped else ""
-        return vals, f"{path.name} ({len(vals)} runs{again}{note})"
+        other = any(e is not lg.scored for e, lg in zip(scores, runs.logs, strict=True))
+        claimed = f", {runs.group} as claimed" if other else ""
+        return vals, f"{path.name} ({len(vals)} runs{again}{note}{claimed})"
     json_path, _ = find_json(path)
     if json_path is None:
         raise SubmissionError(f"{path}: no train logs and no submission.json")
@@ -137,7 +140,7 @@ def val_losses_from(item: str) -> tuple[list[float], str]:
     if path.is_file():
         log = read_log(path)
         if log.scored is None:
-            raise SubmissionError(f"{item}: no val_loss result in this log")
+            raise SubmissionError(f"{item}: no val_loss result of a final evaluation in this log")
         return [log.scored.val_loss], path.name
     raise SubmissionError(f"{item!r} is neither a number nor an existing log, folder or JSON file")
 
