@@ -455,12 +455,8 @@ def count_ops(run, device, steps: int, cuda: bool) -> tuple[float, int]:
         run(clock)
     events = [e for e in prof.profiler.kineto_results.events() if e.device_type().name == "CPU"]
     events.sort(key=lambda e: (e.start_thread_id(), e.start_ns(), -e.end_ns()))
-    count, syncs, stack, thread = (
-        0,
-        0,
-        [],
-        None,
-    )  # stack: (end, inside a range left out) of the ancestors
+    count, syncs, thread = 0, 0, None
+    stack = []  # (end, inside a range left out) of the ancestors
     for e in events:
         if e.start_thread_id() != thread:
             stack, thread = [], e.start_thread_id()
