@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -96,6 +98,32 @@ def train_command(nproc: int, script: Path | None = None) -> list[str]:
         return [sys.executable, script]
     run = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     return [sys.executable, *run, script]
+
+
+def children(parent: int) -> dict[int, int | None]:
+    """pid -> RANK (None when it has none) of each process `parent` started, read from /proc."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) != parent:
+                continue
+            environ = (stat.parent / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        ranks = [int(v.split(b"=", 1)[1]) for v in environ if v.startswith(b"RANK=")]
+        found[int(stat.parent.name)] = ranks[0] if ranks else None
+    return found
+
+
+def kill_job(torchrun_pid: int) -> None:
+    """SIGKILL a torchrun job: its workers (torchrun starts each in a session of its own, out of
+    reach of a signal to torchrun's process group), then torchrun (its group, when it leads one)."""
+    for pid in [*children(torchrun_pid), torchrun_pid]:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:  # not a group leader (or gone): the process alone
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def copy_dataset(dataset, tmp_path: Path):

@@ -15,10 +15,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
-import os
 import re
 import shutil
 import signal
@@ -32,7 +30,7 @@ import pytest
 import torch
 
 import train_gpt as tg
-from conftest import REPO, Run, copy_dataset, run_train, train_command, train_env
+from conftest import REPO, Run, copy_dataset, kill_job, run_train, train_command, train_env
 from data.shard_io import write_shard
 
 # -----------------------------
@@ -468,23 +466,3 @@ def error_lines(run: Run) -> list[str]:
 def our_traceback(run: Run) -> bool:
     """A traceback through train_gpt.py (torchrun's own failure summary does not count)."""
     return f'File "{REPO / "train_gpt.py"}"' in run.stderr
-
-
-def kill_job(torchrun_pid: int) -> None:
-    """SIGKILL a torchrun job: its workers (torchrun starts each in a session of its own, out of
-    reach of a signal to torchrun's process group), then torchrun."""
-    for pid in [*children(torchrun_pid), torchrun_pid]:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-
-
-def children(parent: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == parent:
-            found.append(int(stat.parent.name))
-    return found

@@ -257,8 +257,11 @@ def test_builder_rerun_on_valid_outputs_does_nothing(tmp_path):
 
 def test_builder_rerun_with_force_rebuilds(tmp_path):
     small = dict(TINY, max_text_bytes=200_000)
-    builder.build(tmp_path, **small)
+    first = builder.build(tmp_path, **small)
+    shard = shard_files(first.dataset_dir, "train")[0]
+    before = shard.stat().st_ino  # intact: only --force writes it again
     assert builder.build(tmp_path, force=True, **small).built is True
+    assert shard.stat().st_ino != before
 
 
 def test_builder_rebuilds_a_damaged_dataset(tmp_path):

@@ -9,12 +9,13 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TINY_ENV, copy_dataset, run_train
+from conftest import REPO, TINY_ENV, children, copy_dataset, kill_job, run_train
 from records.golf.pack import pack_source
 
 FORMATS = {  # the baseline's lines, byte for byte (people grep them)
@@ -490,11 +491,13 @@ def test_a_dead_rank_ends_the_whole_job_promptly(tmp_path, tiny_dataset):
         stderr=subprocess.STDOUT,
         text=True,
     )
+    watchdog = threading.Timer(180, kill_job, (proc.pid,))  # a hung job fails, never hangs
+    watchdog.start()
     try:
         for line in proc.stdout:
             if line.startswith("step:3/"):
                 break
-        workers = child_ranks(proc.pid)
+        workers = {pid: rank for pid, rank in children(proc.pid).items() if rank is not None}
         assert sorted(workers.values()) == [0, 1]
         victim = next(pid for pid, rank in workers.items() if rank == 1)
         os.kill(victim, signal.SIGKILL)
@@ -504,8 +507,9 @@ def test_a_dead_rank_ends_the_whole_job_promptly(tmp_path, tiny_dataset):
         assert time.monotonic() - start < 60
         assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
     finally:
+        watchdog.cancel()
         if proc.poll() is None:
-            proc.kill()
+            kill_job(proc.pid)
 
 
 def test_import_has_no_side_effects(tmp_path):
@@ -533,20 +537,3 @@ def test_script_stays_within_2600_lines_of_at_most_100_characters():
 def our_traceback(run) -> bool:
     """A traceback through train_gpt.py (torchrun's own failure summary does not count)."""
     return f'File "{REPO / "train_gpt.py"}"' in run.stderr
-
-
-def child_ranks(parent: int) -> dict[int, int]:
-    """pid -> RANK of the worker processes torchrun started."""
-    found = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) != parent:
-                continue
-            environ = (stat.parent / "environ").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
-        ranks = [int(v.split(b"=", 1)[1]) for v in environ if v.startswith(b"RANK=")]
-        if ranks:
-            found[int(stat.parent.name)] = ranks[0]
-    return found

@@ -11,6 +11,7 @@ once miscounted. Each folder is built in tmp_path from the corpus of tests/test_
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -257,7 +258,8 @@ def test_new_with_out_names_the_tracks_folder_to_copy_into(tmp_path, capsys, tra
     logs = sorted((FIXTURES / "2026-03-17_Fixture Baseline").glob("train_seed*.log"))
     args = ["new", *map(str, logs), "--name", "N", "--author", "A", "--github-id", "a"]
     out = tmp_path / "anywhere" / "My folder"
-    main([*args, "--track", track, "--out", str(out)])
+    assert main([*args, "--track", track, "--out", str(out)]) == 0
+    assert json.loads((out / "submission.json").read_text())["name"] == "N"
     assert capsys.readouterr().out.splitlines()[1] == (
         f"to submit: copy My folder/ into records/{folder}/ of your clone of "
         "https://github.com/openai/parameter-golf and open a pull request there"

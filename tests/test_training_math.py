@@ -75,6 +75,9 @@ def test_same_seed_same_weights_and_an_untied_head_starts_at_zero():
         for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
     )
     assert a.lm_head.weight.abs().sum() == 0
+    torch.manual_seed(8)  # the seed decides: another one, other weights
+    c = tg.build_model(tiny_cfg(tie_embeddings=False), torch.device("cpu"))
+    assert not torch.equal(a.tok_emb.weight, c.tok_emb.weight)
 
 
 def test_per_token_losses_average_to_the_mean_loss():
