@@ -31,7 +31,7 @@ DOCUMENTS = [
 
 # Not ours, but a document may name them: variables of the libraries and the launcher, and the
 # challenge repository's downloader, named to map it to ours.
-NOT_OURS_VARIABLES = {"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"}
+NOT_OURS_VARIABLES = {"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "CI"}  # CI: set by CI services
 UPSTREAM_PATHS = {"data/cached_challenge_fineweb.py"}
 
 OUR_FOLDERS = ("scripts", "data", "benchmarks", "records", "tools", "docs", "tests", ".ci")
