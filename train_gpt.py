@@ -444,17 +444,6 @@ PACKED_HEAD = 'import bz2,base64\nexec(bz2.decompress(base64.b85decode("'
 PACKED_TAIL = '")))'
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write to a temp file beside `path` and rename it over: readers never see half a file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def fsync(path: Path) -> None:
     """On the disk, not only in the page cache: what survives a machine that dies."""
     fd = os.open(path, os.O_RDONLY)
@@ -462,6 +451,15 @@ def fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write to a temp file beside `path` and rename it over: readers never see half a file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    fsync(tmp)
+    os.replace(tmp, path)
 
 
 def atomic_torch_save(obj, path: Path) -> None:
