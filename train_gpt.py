@@ -90,7 +90,7 @@ class Hyperparameters:
     num_kv_heads: int = knob(4, 1)
     model_dim: int = knob(512, 2)
     num_heads: int = knob(8, 1)
-    mlp_mult: int = knob(2, 1)
+    mlp_mult: float = knob(2.0, above=0)  # hidden width int(MLP_MULT * MODEL_DIM)
     tie_embeddings: bool = True
     rope_base: float = knob(10000.0, above=0)
     logit_softcap: float = knob(30.0, above=0)
@@ -110,6 +110,36 @@ class Hyperparameters:
     beta2: float = knob(0.95, 0, below=1)
     adam_eps: float = knob(1e-8, above=0)
     grad_clip_norm: float = knob(0.0, 0)
+    # the frontier record's network, optimizer and schedule (docs/frontier.md): all off by default
+    preset: str = knob("", choices=("", "frontier"))  # frontier: the 1.0611 record's settings
+    leaky_relu_slope: float = knob(0.0, 0)  # MLP leaky_relu(x, slope)^2; 0 = the baseline's relu^2
+    xsa_last_n: int = knob(0, 0)  # XSA (value direction removed) on the last N layers
+    rope_dims: int = knob(0, 0)  # RoPE on the first ROPE_DIMS of a head, fp32 positions; 0 = all
+    ln_scale: bool = False  # block i scales its normed inputs by 1/sqrt(i+1)
+    skip_gates_enabled: bool = False  # U-Net skips through a sigmoid gate (lerp)
+    num_loops: int = knob(0, 0)  # layers LOOP_START..LOOP_END run NUM_LOOPS more times
+    loop_start: int = knob(3, 0)
+    loop_end: int = knob(5, 0)
+    enable_looping_at: float = knob(0.35, 0, 1)  # the training fraction that switches loops on
+    parallel_start_layer: int = knob(0, 0)  # layers from this one run two residual lanes; 0 = off
+    parallel_final_lane: str = knob("mean", choices=("mean", "mlp", "attn"))
+    smear_gate_enabled: bool = False  # each token adds a gated share of the previous token's
+    gate_window: int = knob(12, 1)  # input dims the gates read
+    sparse_attn_gate_enabled: bool = False  # per-head sigmoid gate on the attention output
+    sparse_attn_gate_scale: float = 1.0
+    sparse_attn_gate_init_std: float = knob(0.0, 0)
+    orthogonal_init: bool = False  # the record's init: orthogonal Q, K, V, MLP up; its RNG order
+    parameter_banks: bool = False  # matrices as the record's 4 banks: in final_model.pt and Muon
+    muon_polar_express: bool = False  # Polar-Express Newton-Schulz coefficients (5 steps at most)
+    muon_row_normalize: bool = False  # MuonEq-R: each update row to unit norm before Newton-Schulz
+    muon_momentum_bf16: bool = False  # the momentum buffer and gradient in bf16, as the record
+    muon_wd: float = knob(0.0, 0)  # decoupled weight decay (times the scheduled LR)
+    embed_wd: float = knob(0.0, 0)
+    adam_wd: float = knob(0.0, 0)
+    ema_decay: float = knob(0.0, 0, below=1)  # 0 = none; else the EMA weights are saved and scored
+    warmdown_frac: float = knob(0.0, 0, 1)  # > 0: warm-down over this fraction of the time budget
+    min_lr: float = knob(0.0, 0, 1)  # the warm-down's floor (WARMDOWN_FRAC only)
+    gptq_reserve_seconds: float = knob(0.0, 0)  # training stops this much before the cap
     # input pipeline: the data order, then what changes no token or number
     train_loader: str = knob("stream", choices=("stream", "docpack", "shuffled"))
     train_prefetch: bool = True  # 0 = the baseline's synchronous loader
@@ -160,6 +190,7 @@ class Hyperparameters:
     @classmethod
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
         fields = {f.name.upper(): f for f in dataclasses.fields(cls)}
+        env = PRESETS.get(env.get("PRESET", ""), {}) | dict(env)  # a variable beats its preset
         values = {f.name: parse_value(n, env[n], f.type) for n, f in fields.items() if n in env}
         for name in BUILT_IN_VARIABLES:  # the baseline reads them; here they are constants
             if env.get(name, BASELINE_PATTERNS) != BASELINE_PATTERNS:
@@ -200,6 +231,21 @@ class Hyperparameters:
             (self.ttt_chunk_size > self.ttt_eval_seq_len,
              f"TTT_CHUNK_SIZE={self.ttt_chunk_size}: expected at most "
              f"TTT_EVAL_SEQ_LEN={self.ttt_eval_seq_len}"),
+            (self.rope_dims % 2 or self.rope_dims > self.model_dim // self.num_heads,
+             f"ROPE_DIMS={self.rope_dims}: expected an even number of at most the head size "
+             f"MODEL_DIM/NUM_HEADS={self.model_dim // self.num_heads} (0 = all of it)"),
+            (self.num_loops and not self.loop_start <= self.loop_end < self.num_layers,
+             f"LOOP_START={self.loop_start} LOOP_END={self.loop_end}: expected LOOP_START <= "
+             f"LOOP_END < NUM_LAYERS={self.num_layers} (NUM_LOOPS={self.num_loops})"),
+            (self.parallel_start_layer >= self.num_layers,
+             f"PARALLEL_START_LAYER={self.parallel_start_layer}: expected 0 (off) or a layer < "
+             f"NUM_LAYERS={self.num_layers}"),
+            (self.xsa_last_n > self.num_layers,
+             f"XSA_LAST_N={self.xsa_last_n}: expected at most NUM_LAYERS={self.num_layers}"),
+            (self.gate_window > self.model_dim,
+             f"GATE_WINDOW={self.gate_window}: expected at most MODEL_DIM={self.model_dim}"),
+            (int(self.mlp_mult * self.model_dim) < 1,
+             f"MLP_MULT={self.mlp_mult}: expected int(MLP_MULT*MODEL_DIM) >= 1"),
             (self.eval_stride and self.val_doc_attention,
              "EVAL_STRIDE with VAL_DOC_ATTENTION=1: not supported; sliding windows attend "
              "across documents, as the records' evaluation does"),
@@ -209,6 +255,24 @@ class Hyperparameters:
 
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(Hyperparameters)}
+# PRESET=frontier: the 2026-04-27 record's run (PR #1855, 1.0611), as its log's hyperparameter
+# dump gives it, with our names for what it hard-codes. Its data: sp8192 CaseOps (docs/data.md).
+PRESETS = {"frontier": {
+    "NUM_LAYERS": "11", "MLP_MULT": "4.0", "VOCAB_SIZE": "8192", "QK_GAIN_INIT": "5.0",
+    "XSA_LAST_N": "11", "ROPE_DIMS": "16", "LN_SCALE": "1", "SKIP_GATES_ENABLED": "1",
+    "NUM_LOOPS": "2", "LOOP_START": "3", "LOOP_END": "5", "ENABLE_LOOPING_AT": "0.35",
+    "PARALLEL_START_LAYER": "8", "PARALLEL_FINAL_LANE": "mean", "GATE_WINDOW": "12",
+    "SPARSE_ATTN_GATE_ENABLED": "1", "SPARSE_ATTN_GATE_SCALE": "0.5", "SMEAR_GATE_ENABLED": "1",
+    "LEAKY_RELU_SLOPE": "0.5", "ORTHOGONAL_INIT": "1", "PARAMETER_BANKS": "1",
+    "MATRIX_LR": "0.026", "SCALAR_LR": "0.02", "TIED_EMBED_LR": "0.03", "BETA2": "0.99",
+    "MUON_MOMENTUM": "0.97", "MUON_MOMENTUM_WARMUP_START": "0.92",
+    "MUON_MOMENTUM_WARMUP_STEPS": "1500", "MUON_POLAR_EXPRESS": "1", "MUON_ROW_NORMALIZE": "1",
+    "MUON_MOMENTUM_BF16": "1", "MUON_WD": "0.095", "EMBED_WD": "0.085", "ADAM_WD": "0.02",
+    "GRAD_CLIP_NORM": "0.3", "EMA_DECAY": "0.9965", "WARMDOWN_FRAC": "0.85", "MIN_LR": "0.1",
+    "GPTQ_RESERVE_SECONDS": "0.5", "TRAIN_BATCH_TOKENS": "786432", "TRAIN_SEQ_LEN": "2048",
+    "TRAIN_LOADER": "docpack", "VAL_LOSS_EVERY": "0", "TRAIN_LOG_EVERY": "500",
+    "EVAL_SEQ_LEN": "2048", "EVAL_TTT": "1",
+}}  # fmt: skip
 
 
 def check_bounds(name: str, value, low=None, high=None, above=None, below=None, choices=None):
@@ -1402,10 +1466,11 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, dim: int, mlp_mult: int):
+    def __init__(self, dim: int, mlp_mult: float):
         super().__init__()
-        self.fc = CastedLinear(dim, mlp_mult * dim, bias=False)
-        self.proj = CastedLinear(mlp_mult * dim, dim, bias=False)
+        hidden = int(mlp_mult * dim)
+        self.fc = CastedLinear(dim, hidden, bias=False)
+        self.proj = CastedLinear(hidden, dim, bias=False)
         self.proj._zero_init = True
 
     def forward(self, x: Tensor) -> Tensor:
