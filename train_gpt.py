@@ -1514,6 +1514,7 @@ class GPT(nn.Module):
         self.skip_weights = nn.Parameter(torch.ones(num_skips, cfg.model_dim, dtype=torch.float32))
         self.blocks = nn.ModuleList([Block(cfg, attention.attend) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm()
+        self.looping = False  # NUM_LOOPS: training switches it on at ENABLE_LOOPING_AT
         self.lm_head = None
         if cfg.tie_embeddings:
             nn.init.normal_(self.tok_emb.weight, mean=0.0, std=cfg.tied_embed_init_std)
@@ -1523,6 +1524,11 @@ class GPT(nn.Module):
         for module in self.modules():
             if isinstance(module, nn.Linear) and getattr(module, "_zero_init", False):
                 nn.init.zeros_(module.weight)
+
+    def layer_order(self, looping: bool) -> tuple[list[int], list[int]]:
+        """The encoder's and the decoder's layers, in the order they run."""
+        layers = list(range(len(self.blocks)))
+        return layers[: self.num_encoder_layers], layers[self.num_encoder_layers :]
 
     def forward(
         self, input_ids, target_ids, reduction="mean", cu_seqlens=None, max_seqlen=0, lora=None
