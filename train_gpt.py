@@ -1323,19 +1323,20 @@ class CastedLinear(nn.Linear):
 
 
 class Rotary(nn.Module):
-    def __init__(self, dim: int, base: float):
+    def __init__(self, dim: int, base: float, exact_positions: bool = False):
         super().__init__()
         inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.exact_positions = exact_positions
 
     def forward(self, seq_len: int, device: torch.device, dtype: torch.dtype, positions=None):
         """The baseline's table: positions counted in inv_freq's dtype (bf16 on the GPU, where 257
-        becomes 256). In a packed row, each document's own positions (see document_positions).
-        No cache (it cost a recompile)."""
-        kind = self.inv_freq.dtype
+        becomes 256); ROPE_DIMS (the record's) counts them in fp32. In a packed row, each
+        document's own positions (see document_positions). No cache (it cost a recompile)."""
+        kind = torch.float32 if self.exact_positions else self.inv_freq.dtype
         if positions is None:
             positions = torch.arange(seq_len, device=device, dtype=kind)
-        freqs = torch.outer(positions.to(kind), self.inv_freq)
+        freqs = torch.outer(positions.to(kind), self.inv_freq.to(kind))
         return freqs.cos()[None, :, None, :].to(dtype), freqs.sin()[None, :, None, :].to(dtype)
 
 
@@ -1349,9 +1350,10 @@ def document_positions(cu_seqlens: Tensor, n: int) -> Tensor:
 
 
 def apply_rotary_emb(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    half = x.size(-1) // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat((x1 * cos + x2 * sin, x1 * (-sin) + x2 * cos), dim=-1)
+    """Rotates the first 2 * cos.size(-1) dims of each head (all of them by default)."""
+    half, rest = cos.size(-1), x[..., 2 * cos.size(-1) :]
+    x1, x2 = x[..., :half], x[..., half : 2 * half]
+    return torch.cat((x1 * cos + x2 * sin, x1 * (-sin) + x2 * cos, rest), dim=-1)
 
 
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, docs=None) -> Tensor:
@@ -1438,7 +1440,7 @@ def adapted(out: Tensor, lora, site: str, h: Tensor) -> Tensor:
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: Hyperparameters, attend: Callable):
+    def __init__(self, cfg: Hyperparameters, attend: Callable, layer: int):
         super().__init__()
         dim, self.num_heads, self.num_kv_heads = cfg.model_dim, cfg.num_heads, cfg.num_kv_heads
         self.head_dim = dim // cfg.num_heads
@@ -1450,7 +1452,14 @@ class CausalSelfAttention(nn.Module):
         self.proj._zero_init = True
         gains = torch.full((cfg.num_heads,), cfg.qk_gain_init, dtype=torch.float32)
         self.q_gain = nn.Parameter(gains)
-        self.rotary = Rotary(self.head_dim, base=cfg.rope_base)
+        self.gate_window, self.gate_scale = cfg.gate_window, cfg.sparse_attn_gate_scale
+        if cfg.sparse_attn_gate_enabled:  # the record's sparse output gate, 0.5 at a zero init
+            self.attn_gate_w = nn.Parameter(torch.zeros(cfg.num_heads, cfg.gate_window))
+            if cfg.sparse_attn_gate_init_std > 0:
+                nn.init.normal_(self.attn_gate_w, std=cfg.sparse_attn_gate_init_std)
+        self.xsa = layer >= cfg.num_layers - cfg.xsa_last_n
+        rope_dims = cfg.rope_dims or self.head_dim
+        self.rotary = Rotary(rope_dims, cfg.rope_base, exact_positions=cfg.rope_dims > 0)
         self.attend = attend
 
     def forward(self, x: Tensor, docs=None, positions=None, lora=None) -> Tensor:
@@ -1462,57 +1471,109 @@ class CausalSelfAttention(nn.Module):
         cos, sin = self.rotary(seqlen, x.device, q.dtype, positions)
         q, k = apply_rotary_emb(q, cos, sin), apply_rotary_emb(k, cos, sin)
         q = q * self.q_gain.to(dtype=q.dtype)[None, None, :, None]
-        return self.proj(self.attend(q, k, v, docs).reshape(bsz, seqlen, dim))
+        y = self.attend(q, k, v, docs)
+        if self.xsa:  # each head's output without its own value direction (fp32 under autocast)
+            heads = y.unflatten(2, (self.num_kv_heads, -1))
+            unit = F.normalize(v, dim=-1)[:, :, :, None, :]
+            y = (heads - (heads * unit).sum(-1, keepdim=True) * unit).flatten(2, 3)
+        if hasattr(self, "attn_gate_w"):
+            w = self.attn_gate_w.to(x.dtype)
+            y = y * torch.sigmoid(self.gate_scale * (x[..., : self.gate_window] @ w.T))[..., None]
+        return self.proj(y.reshape(bsz, seqlen, dim))
 
 
 class MLP(nn.Module):
-    def __init__(self, dim: int, mlp_mult: float):
+    def __init__(self, dim: int, mlp_mult: float, slope: float = 0.0):
         super().__init__()
         hidden = int(mlp_mult * dim)
         self.fc = CastedLinear(dim, hidden, bias=False)
         self.proj = CastedLinear(hidden, dim, bias=False)
         self.proj._zero_init = True
+        self.slope = slope
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.proj(torch.relu(self.fc(x)).square())
+        h = self.fc(x)
+        h = F.leaky_relu(h, self.slope) if self.slope else torch.relu(h)
+        return self.proj(h.square())
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: Hyperparameters, attend: Callable):
+    def __init__(self, cfg: Hyperparameters, attend: Callable, layer: int):
         super().__init__()
         dim = cfg.model_dim
         self.attn_norm, self.mlp_norm = RMSNorm(), RMSNorm()
-        self.attn = CausalSelfAttention(cfg, attend)
-        self.mlp = MLP(dim, cfg.mlp_mult)
+        self.attn = CausalSelfAttention(cfg, attend, layer)
+        self.mlp = MLP(dim, cfg.mlp_mult, cfg.leaky_relu_slope)
         self.attn_scale = nn.Parameter(torch.ones(dim, dtype=torch.float32))
         self.mlp_scale = nn.Parameter(torch.ones(dim, dtype=torch.float32))
         self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))).float())
+        self.ln_scale = 1 / math.sqrt(layer + 1) if cfg.ln_scale else None  # LN_SCALE
+
+    def norm(self, norm: RMSNorm, x: Tensor) -> Tensor:
+        return norm(x) if self.ln_scale is None else norm(x) * self.ln_scale
+
+    def mixed(self, x: Tensor, x0: Tensor) -> Tensor:
+        mix = self.resid_mix.to(dtype=x.dtype)
+        return mix[0][None, None, :] * x + mix[1][None, None, :] * x0
+
+    def attention(self, x: Tensor, docs, positions, lora) -> Tensor:  # attn_scale * Attn(norm x)
+        h = self.norm(self.attn_norm, x)
+        out = adapted(self.attn(h, docs, positions, lora), lora, "o", h)
+        return self.attn_scale.to(dtype=x.dtype)[None, None, :] * out
+
+    def feed_forward(self, x: Tensor, lora) -> Tensor:  # mlp_scale * MLP(norm x)
+        h = self.norm(self.mlp_norm, x)
+        out = adapted(self.mlp(h), lora, "mlp", h)
+        return self.mlp_scale.to(dtype=x.dtype)[None, None, :] * out
 
     def forward(self, x: Tensor, x0: Tensor, docs=None, positions=None, lora=None) -> Tensor:
-        mix = self.resid_mix.to(dtype=x.dtype)
-        x = mix[0][None, None, :] * x + mix[1][None, None, :] * x0
-        h = self.attn_norm(x)
-        attn = adapted(self.attn(h, docs, positions, lora), lora, "o", h)
-        x = x + self.attn_scale.to(dtype=x.dtype)[None, None, :] * attn
-        h = self.mlp_norm(x)
-        mlp = adapted(self.mlp(h), lora, "mlp", h)
-        return x + self.mlp_scale.to(dtype=x.dtype)[None, None, :] * mlp
+        x = self.mixed(x, x0)
+        x = x + self.attention(x, docs, positions, lora)
+        return x + self.feed_forward(x, lora)
+
+    def lanes(self, lanes: tuple, x0: Tensor, mix: tuple, docs, positions, lora) -> tuple:
+        """PARALLEL_START_LAYER's block: attention reads lane 0, the MLP lane 1 (its input as it
+        came in); each lane keeps its own share (r) and takes its shares of both (P)."""
+        (l0, l1), (r, P) = lanes, (m.to(dtype=x0.dtype) for m in mix)
+        a = self.attention(self.mixed(l0, x0), docs, positions, lora)
+        f = self.feed_forward(l1, lora)
+        return r[0] * l0 + P[0, 0] * a + P[1, 0] * f, r[1] * l1 + P[0, 1] * a + P[1, 1] * f
+
+
+def layer_order(cfg: Hyperparameters, looping: bool) -> tuple[list[int], list[int]]:
+    """The encoder's and the decoder's layers, in the order they run: with NUM_LOOPS (once
+    looping), layers LOOP_START..LOOP_END run 1 + NUM_LOOPS times in a row."""
+    layers = list(range(cfg.num_layers))
+    if looping and cfg.num_loops:
+        a, b = cfg.loop_start, cfg.loop_end + 1
+        layers = layers[:a] + layers[a:b] * (cfg.num_loops + 1) + layers[b:]
+    return layers[: len(layers) // 2], layers[len(layers) // 2 :]
 
 
 class GPT(nn.Module):
-    """U-Net-style stack: the encoder half's outputs come back as weighted skips in the decoder."""
+    """U-Net-style stack: the encoder half's outputs come back as weighted skips in the decoder.
+    The record's options: layers that loop, two residual lanes at the top, a SmearGate."""
 
     def __init__(self, cfg: Hyperparameters, attention: Attention | None = None):
         super().__init__()
         attention = attention or select_attention("sdpa", torch.device("cpu"))
-        self.documents = attention.documents
+        self.cfg, self.documents = cfg, attention.documents
         self.logit_softcap = cfg.logit_softcap
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.model_dim)
-        self.num_encoder_layers = cfg.num_layers // 2
-        self.num_decoder_layers = cfg.num_layers - self.num_encoder_layers
-        num_skips = min(self.num_encoder_layers, self.num_decoder_layers)
+        if cfg.smear_gate_enabled:  # built here: its init draws come right after the embedding's
+            self.smear_gate = CastedLinear(cfg.gate_window, 1, bias=False)
+            self.smear_gate._zero_init = True
+            self.smear_lambda = nn.Parameter(torch.zeros(1))
+        encoder, decoder = layer_order(cfg, looping=True)  # the most skips either order pairs
+        num_skips = min(len(encoder), len(decoder))
         self.skip_weights = nn.Parameter(torch.ones(num_skips, cfg.model_dim, dtype=torch.float32))
-        self.blocks = nn.ModuleList([Block(cfg, attention.attend) for _ in range(cfg.num_layers)])
+        if cfg.skip_gates_enabled:
+            self.skip_gates = nn.Parameter(torch.zeros(num_skips, cfg.model_dim))
+        if cfg.parallel_start_layer:
+            self.parallel_post_lambdas = nn.Parameter(torch.ones(cfg.num_layers, 2, 2))
+            self.parallel_resid_lambdas = nn.Parameter(torch.full((cfg.num_layers, 2), 1.1))
+        blocks = [Block(cfg, attention.attend, i) for i in range(cfg.num_layers)]
+        self.blocks = nn.ModuleList(blocks)
         self.final_norm = RMSNorm()
         self.looping = False  # NUM_LOOPS: training switches it on at ENABLE_LOOPING_AT
         self.lm_head = None
@@ -1521,35 +1582,72 @@ class GPT(nn.Module):
         else:
             self.lm_head = CastedLinear(cfg.model_dim, cfg.vocab_size, bias=False)
             self.lm_head._zero_init = True
+        if cfg.orthogonal_init:
+            self.draw_records_init(cfg)
         for module in self.modules():
             if isinstance(module, nn.Linear) and getattr(module, "_zero_init", False):
                 nn.init.zeros_(module.weight)
 
+    @torch.no_grad()
+    def draw_records_init(self, cfg: Hyperparameters) -> None:
+        """ORTHOGONAL_INIT: the record's weights for the same SEED, drawn in its order from a
+        generator seeded as its global one is (it builds its banks with no draws)."""
+        g = torch.Generator().manual_seed(cfg.seed)
+        nn.init.normal_(torch.empty_like(self.tok_emb.weight), generator=g)  # nn.Embedding's
+        if cfg.smear_gate_enabled:  # nn.Linear's own init, then zeroed
+            nn.init.kaiming_uniform_(self.smear_gate.weight, a=math.sqrt(5), generator=g)
+        nn.init.normal_(self.tok_emb.weight, std=cfg.tied_embed_init_std, generator=g)
+        for block in self.blocks:
+            for linear in (block.attn.c_q, block.attn.c_k, block.attn.c_v):
+                nn.init.orthogonal_(linear.weight, generator=g)
+        for block in self.blocks:
+            nn.init.orthogonal_(block.mlp.fc.weight, generator=g)
+
     def layer_order(self, looping: bool) -> tuple[list[int], list[int]]:
-        """The encoder's and the decoder's layers, in the order they run."""
-        layers = list(range(len(self.blocks)))
-        return layers[: self.num_encoder_layers], layers[self.num_encoder_layers :]
+        return layer_order(self.cfg, looping)
+
+    def smear(self, x: Tensor, input_ids: Tensor) -> Tensor:
+        """SMEAR_GATE_ENABLED: token t adds lambda * sigmoid(w . x_t[:GATE_WINDOW]) * x_(t-1),
+        except where t is a BOS (a document takes nothing from the one before)."""
+        w, lam = self.smear_gate.weight.to(x.dtype), self.smear_lambda.to(x.dtype)
+        gate = torch.sigmoid(x[:, 1:, : w.size(1)] @ w.T) * (input_ids[:, 1:, None] != BOS_ID)
+        return torch.cat((x[:, :1], x[:, 1:] + lam * gate * x[:, :-1]), dim=1)
 
     def forward(
         self, input_ids, target_ids, reduction="mean", cu_seqlens=None, max_seqlen=0, lora=None
     ):
         """With cu_seqlens (one packed row), attention stays within each segment [cu[i], cu[i+1]),
         and RoPE counts positions from each segment's start. lora: EVAL_TTT's adapters, one row
-        per slot."""
+        per slot, one set per layer as it runs (a looped layer has one per pass)."""
         n, docs, positions = input_ids.size(1), None, None  # the segments, once per forward:
         if cu_seqlens is not None:
             docs = self.documents(cu_seqlens, max_seqlen, n)
             positions = document_positions(cu_seqlens, n)
         x = self.tok_emb(input_ids)
+        if hasattr(self, "smear_gate"):
+            x = self.smear(x, input_ids)
         x0 = x = F.rms_norm(x, (x.size(-1),))
-        skips = []
-        for i, block in enumerate(self.blocks):
-            if i >= self.num_encoder_layers and skips:
-                weight = self.skip_weights[i - self.num_encoder_layers].to(dtype=x.dtype)
-                x = x + weight[None, None, :] * skips.pop()
-            x = block(x, x0, docs, positions, lora and lora.at(i))
-            if i < self.num_encoder_layers:
-                skips.append(x)
+        encoder, decoder = self.layer_order(self.looping)
+        skips, lanes, start = [], None, self.cfg.parallel_start_layer
+        for slot, i in enumerate(encoder):
+            x = self.blocks[i](x, x0, docs, positions, lora and lora.at(slot))
+            skips.append(x)
+        for j, i in enumerate(decoder):
+            if start and i >= start and lanes is None:
+                lanes = (x, x)
+            if j < len(self.skip_weights) and skips:
+                lane = x if lanes is None else lanes[0]
+                lane = self.skip(j, lane, skips.pop())
+                x, lanes = (lane, None) if lanes is None else (x, (lane, lanes[1]))
+            adapters = lora and lora.at(len(encoder) + j)
+            if lanes is None:
+                x = self.blocks[i](x, x0, docs, positions, adapters)
+            else:
+                mix = (self.parallel_resid_lambdas[i], self.parallel_post_lambdas[i])
+                lanes = self.blocks[i].lanes(lanes, x0, mix, docs, positions, adapters)
+        if lanes is not None:
+            final = self.cfg.parallel_final_lane
+            x = {"mean": 0.5 * (lanes[0] + lanes[1]), "attn": lanes[0], "mlp": lanes[1]}[final]
         h = self.final_norm(x)
         x = h.reshape(-1, h.size(-1))
         logits = F.linear(x, self.tok_emb.weight) if self.lm_head is None else self.lm_head(x)
@@ -1557,6 +1655,14 @@ class GPT(nn.Module):
             logits = logits + lora.at(None)("head", h).reshape(logits.shape)
         logits = self.logit_softcap * torch.tanh(logits / self.logit_softcap)
         return F.cross_entropy(logits.float(), target_ids.reshape(-1), reduction=reduction)
+
+    def skip(self, j: int, x: Tensor, s: Tensor) -> Tensor:
+        """Decoder slot j's U-Net skip s: added with weight w_j, or (SKIP_GATES_ENABLED) a lerp
+        from w_j * s to x by sigmoid(g_j)."""
+        weighted = self.skip_weights[j].to(dtype=x.dtype)[None, None, :] * s
+        if not hasattr(self, "skip_gates"):
+            return x + weighted
+        return torch.lerp(weighted, x, torch.sigmoid(self.skip_gates[j].to(dtype=x.dtype)))
 
 
 def build_model(cfg: Hyperparameters, device: torch.device, attention=None) -> GPT:
@@ -1570,6 +1676,48 @@ def build_model(cfg: Hyperparameters, device: torch.device, attention=None) -> G
             if (param.ndim < 2 or is_control_tensor(name)) and param.dtype != torch.float32:
                 param.data = param.data.float()
     return model if device.type == "cuda" else model.float()
+
+
+# PARAMETER_BANKS: the record's final_model.pt holds each kind of matrix as one bank, layer i's at
+# [i] (the second kind of a bank at [NUM_LAYERS + i]), then its other tensors in this order.
+BANKS = {"qo_bank": ("attn.c_q", "attn.proj"), "kv_bank": ("attn.c_k", "attn.c_v"),
+         "mlp_up_bank": ("mlp.fc",), "mlp_down_bank": ("mlp.proj",)}  # fmt: skip
+RECORD_ORDER = ("skip_weights", "skip_gates", "parallel_post_lambdas", "parallel_resid_lambdas",
+                "smear_lambda", "tok_emb.weight", "blocks.", "smear_gate.weight")  # fmt: skip
+RECORD_BLOCK_ORDER = ("attn_scale", "mlp_scale", "resid_mix", "attn.q_gain", "attn.attn_gate_w")
+
+
+def bank_state_dict(state: dict[str, Tensor], num_layers: int) -> dict[str, Tensor]:
+    """Our state dict in the record's layout: its banks, names, order and shapes."""
+    names = {name: [f"blocks.{i}.{m}.weight" for m in kinds for i in range(num_layers)]
+             for name, kinds in BANKS.items()}  # fmt: skip
+    banked = {name: torch.stack([state[k] for k in keys]) for name, keys in names.items()}
+    rest = [k for k in state if k not in set(itertools.chain(*names.values()))]
+
+    def place(key: str) -> tuple:
+        top = next((n for n, p in enumerate(RECORD_ORDER) if key.startswith(p)), len(RECORD_ORDER))
+        if not key.startswith("blocks."):
+            return (top,)
+        layer, suffix = key.split(".", 2)[1:]
+        return top, int(layer), RECORD_BLOCK_ORDER.index(suffix)
+
+    return banked | {k: state[k] for k in sorted(rest, key=place)}
+
+
+def unbank_state_dict(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A record-layout state dict (bank_state_dict's, or the record's own) in our names."""
+    out = {k: v for k, v in state.items() if k not in BANKS}
+    for name, kinds in BANKS.items():
+        layers = state[name].size(0) // len(kinds)
+        for n, matrix in enumerate(state[name]):
+            out[f"blocks.{n % layers}.{kinds[n // layers]}.weight"] = matrix
+    return out
+
+
+def file_state_dict(model: GPT) -> dict[str, Tensor]:
+    """What final_model.pt holds: the baseline's state dict, or the record's banked one."""
+    state = model.state_dict()
+    return bank_state_dict(state, len(model.blocks)) if model.cfg.parameter_banks else state
 
 
 def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim.Optimizer], Muon]:
@@ -1703,7 +1851,7 @@ class LoRA:
         vocab, dim = model.tok_emb.weight.shape
         kv = model.blocks[0].attn.c_k.weight.size(0)
         outs = dict(zip(LORA_SITES, (dim, kv, kv, dim, dim), strict=True))
-        keys = [(i, site) for i in range(len(model.blocks)) for site in LORA_SITES]
+        keys = [(i, site) for i in range(lora_layers(model.cfg)) for site in LORA_SITES]
         self.shapes = {key: outs[key[1]] for key in keys} | {(None, "head"): vocab}
         self.offsets, a, b = {}, 0, 0
         for key, out in self.shapes.items():
@@ -1735,11 +1883,16 @@ class LoRA:
         torch._foreach_zero_([self.B_all, *itertools.chain(*self.moments)])
 
 
+def lora_layers(cfg: Hyperparameters) -> int:
+    """Adapter sets per slot: one per layer as it runs (TTT runs looped: a pass, its own)."""
+    return sum(map(len, layer_order(cfg, looping=True)))
+
+
 def draw_lora_a(cfg: Hyperparameters, document: int) -> Tensor:
     """Every A of a slot whose first document is `document` (one row of LoRA.A_all, on the
     CPU): uniform in +-1/sqrt(MODEL_DIM) from a generator seeded by SEED and the document."""
     generator = torch.Generator().manual_seed(cfg.seed * LORA_SEED_STRIDE + document)
-    size = cfg.ttt_lora_rank * cfg.model_dim * (cfg.num_layers * len(LORA_SITES) + 1)
+    size = cfg.ttt_lora_rank * cfg.model_dim * (lora_layers(cfg) * len(LORA_SITES) + 1)
     u = torch.rand(size, generator=generator, dtype=torch.float32)
     return (2 * u - 1) / math.sqrt(cfg.model_dim)
 
@@ -2537,7 +2690,7 @@ def save_artifacts(rt: Runtime, net: Network, code: str, log0: Callable) -> byte
     quant_raw, stats = quantize_model(net)
     if rt.rank == 0:
         code_bytes = len(code.encode("utf-8"))
-        atomic_torch_save(net.base.state_dict(), Path("final_model.pt"))
+        atomic_torch_save(file_state_dict(net.base), Path("final_model.pt"))
         model_bytes = os.path.getsize("final_model.pt")
         log0(f"Serialized model: {model_bytes} bytes")
         log0(f"Code size: {code_bytes} bytes")
@@ -2569,6 +2722,7 @@ def quantize_model(net: Network) -> tuple[bytes, dict]:
 
 
 def load_weights(net: Network, state: dict, source: str) -> None:
+    state = unbank_state_dict(state) if "qo_bank" in state else state  # the record's layout
     try:
         net.base.load_state_dict(state, strict=True)
     except RuntimeError as e:  # another model config: say which file, in one line

@@ -237,14 +237,13 @@ def lora_logits(model: tg.GPT, x: torch.Tensor, lora: Lora | None) -> torch.Tens
 
     x = model.tok_emb(x)
     x0 = x = F.rms_norm(x, (x.size(-1),))
-    skips = []
-    for i in range(model.num_encoder_layers):
+    skips, (encoder, decoder) = [], model.layer_order(looping=False)  # the baseline's network
+    for i in encoder:
         x = block_forward(model.blocks[i], i, x, x0)
         skips.append(x)
-    for i in range(model.num_decoder_layers):
+    for k, j in enumerate(decoder):
         if skips:
-            x = x + model.skip_weights[i].to(dtype=x.dtype)[None, None, :] * skips.pop()
-        j = model.num_encoder_layers + i
+            x = x + model.skip_weights[k].to(dtype=x.dtype)[None, None, :] * skips.pop()
         x = block_forward(model.blocks[j], j, x, x0)
     h = model.final_norm(x)
     head = model.tok_emb.weight if model.lm_head is None else model.lm_head.weight
