@@ -277,6 +277,54 @@ def test_cu_seqlens_keep_attention_within_segments():
         uf.forward_loss(TINY, st, tokens(2, 20), tokens(2, 20), looping=True, cu_seqlens=cu)
 
 
+def test_blocks_follow_the_formulas():
+    st = {k: v.detach() for k, v in perturbed(TINY).items()}
+    ctx = uf._context(TINY, 1, 6, None, "row")
+    x, x0, l1 = (torch.randn(1, 6, TINY.model_dim) for _ in range(3))
+    i, s = 3, 0.5  # LN_SCALE: 1/sqrt(i + 1) with the physical i
+    m = st["blocks.3.resid_mix"]
+    a_s, m_s = st["blocks.3.attn_scale"], st["blocks.3.mlp_scale"]
+    u = m[0] * x + m[1] * x0
+    v = u + a_s * uf.attention(TINY, st, i, uf.rms(u) * s, ctx)
+    want = v + m_s * uf.mlp(TINY, st, i, uf.rms(v) * s)
+    assert torch.allclose(uf.block(TINY, st, i, x, x0, ctx), want, atol=1e-5)
+    r, P = st["parallel_resid_lambdas"][i], st["parallel_post_lambdas"][i]
+    a = a_s * uf.attention(TINY, st, i, uf.rms(m[0] * x + m[1] * x0) * s, ctx)
+    f = m_s * uf.mlp(TINY, st, i, uf.rms(l1) * s)
+    got = uf.par_block(TINY, st, i, x, l1, x0, ctx)
+    assert torch.allclose(got[0], r[0] * x + P[0, 0] * a + P[1, 0] * f, atol=1e-5)
+    assert torch.allclose(got[1], r[1] * l1 + P[0, 1] * a + P[1, 1] * f, atol=1e-5)
+
+
+def test_tiny_looped_forward_spelled_out():
+    """§2.3 for the tiny looped shape written out by hand: encoder [0,1,2,3,2], decoder
+    [3,2,3,4,5], LIFO skips with gates, lanes from decoder slot 3 (layer 4) with the skip into
+    lane 0 only, the lane mean, final RMS."""
+    st = {k: v.detach() for k, v in perturbed(TINY).items()}
+    ids = tokens(1, 10, seed=4)
+    ctx = uf._context(TINY, 1, 10, None, "row")
+    e = uf.smear(TINY, st, F.embedding(ids, st["tok_emb.weight"].float()), ids)
+    x = x0 = uf.rms(e)
+    stack = []
+    for i in (0, 1, 2, 3, 2):
+        x = uf.block(TINY, st, i, x, x0, ctx)
+        stack.append(x)
+    w, g = st["skip_weights"], torch.sigmoid(st["skip_gates"])
+
+    def skip(j, y):
+        ws = w[j] * stack.pop()
+        return ws + g[j] * (y - ws)
+
+    for j, i in enumerate((3, 2, 3)):
+        x = uf.block(TINY, st, i, skip(j, x), x0, ctx)
+    l0, l1 = x, x
+    l0, l1 = uf.par_block(TINY, st, 4, skip(3, l0), l1, x0, ctx)
+    l0, l1 = uf.par_block(TINY, st, 5, skip(4, l0), l1, x0, ctx)
+    assert not stack
+    want = uf.rms(0.5 * (l0 + l1))
+    assert torch.allclose(uf.hidden_states(TINY, st, ids, looping=True), want, atol=1e-5)
+
+
 def _grads(cfg: uf.RecordConfig, looping: bool) -> dict[str, torch.Tensor]:
     st = perturbed(cfg)
     ids = tokens(2, 12, seed=3)
@@ -367,9 +415,15 @@ def test_muon_step():
         assert rel(update, uf.polar_express(u, 5)).max() < 0.1, k
         norm = update.norm(dim=(-2, -1)) / math.sqrt(min(update.shape[-2:]))  # ~1 per value
         assert norm.min() > 0.8 and norm.max() < 1.2, k
+    p1 = {k: v.clone() for k, v in banks.items()}
     uf.muon_step(banks, g2, bufs, **kw)
     for k in p0:
-        assert torch.allclose(bufs[k].float(), 0.9 * g1[k] + g2[k], atol=3e-2)
+        buf = 0.9 * g1[k] + g2[k]
+        assert torch.allclose(bufs[k].float(), buf, atol=3e-2)
+        scale = 2.0 if k == "mlp_up_bank" else 1.0
+        update = (p1[k] * (1 - lr * wd) - banks[k]) / (lr * scale)
+        assert rel(update, uf.polar_express(g2[k] + 0.9 * buf, 5)).max() < 0.1, k  # Nesterov
+        assert rel(update, uf.polar_express(buf, 5)).min() > 0.1, k
     # a zero gradient gives pure decay
     zero = {k: torch.zeros_like(v) for k, v in p0.items()}
     before = {k: v.clone() for k, v in banks.items()}
