@@ -1,0 +1,569 @@
+"""The 2026-04-27 frontier record's network, optimizer and schedule (PR #1855, val_bpb 1.0611),
+written from the facts in FRONTIER.md (sections 2 and 3), not from the record's code nor from
+train_gpt.py: a small, eager, functional CPU reference that the tests hold train_gpt.py to.
+
+  RecordConfig / record_shape()   the record's environment variables in lower case; the defaults
+                                  are a TINY shape for tests, record_shape() is the record's own
+  init_state_dict(cfg, seed)      the state dict (names, order, shapes, dtypes, RNG order: §2.1-2.2)
+  forward_loss(cfg, state, ...)   the forward (§2.3-2.5) in float32 from the given tensors
+  muon_step / polar_express       Muon on the banks (§3.1), one GPU (the whole bank)
+  adamw_groups / make_adamw       AdamW's two groups (§3.2)
+  ema_update, training_frac, lr_multiplier, muon_momentum_at, looping_on   §3.3-3.4, §2.5
+  unbank / rebank                 the banks' per-layer names (§2.1 "Banks")
+
+Everything here computes in float32 (the record runs bf16 under autocast): it is the math, not the
+record's rounding, except where the facts fix a rounding (bf16-rounded init values, bf16 inv_freq,
+bf16 Muon buffer and Newton-Schulz). Choices where the facts are unsure or silent say "CHOICE".
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+BANKS = ("qo_bank", "kv_bank", "mlp_up_bank", "mlp_down_bank")
+# §3.2 CONTROL_TENSOR_NAME_PATTERNS
+CONTROL_PATTERNS = (
+    "attn_scale", "attn_scales", "mlp_scale", "mlp_scales", "resid_mix", "resid_mixes", "q_gain",
+    "skip_weight", "skip_weights", "skip_gates", "parallel_post_lambdas", "parallel_resid_lambdas",
+    "attn_gate_proj", "attn_gate_w", "smear_gate", "smear_lambda",
+)  # fmt: skip
+# §3.1 item 4.5: Polar-Express (a, b, c) per Newton-Schulz step
+POLAR_EXPRESS = (
+    (8.156554524902461, -22.48329292557795, 15.878769915207462),
+    (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+    (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+    (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+    (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
+)
+PARALLEL_RESID_INIT = 1.1  # §2.1: becomes 1.1015625 once bf16-rounded
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordConfig:
+    """The record's environment variables (lower case); the defaults are a TINY test shape."""
+
+    vocab_size: int = 64
+    num_layers: int = 6
+    model_dim: int = 32
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    mlp_mult: float = 4.0
+    qk_gain_init: float = 5.0
+    rope_base: float = 10000.0
+    rope_dims: int = 4  # 0 = the whole head
+    logit_softcap: float = 30.0
+    tied_embed_init_std: float = 0.005
+    xsa_last_n: int = 6
+    ln_scale: bool = True
+    skip_gates_enabled: bool = True
+    num_loops: int = 2
+    loop_start: int = 2
+    loop_end: int = 3
+    parallel_start_layer: int = 4  # 0 = off
+    parallel_final_lane: str = "mean"  # or "mlp" (lane 1) or "attn" (lane 0)
+    smear_gate_enabled: bool = True
+    gate_window: int = 12
+    sparse_attn_gate_enabled: bool = True
+    sparse_attn_gate_scale: float = 0.5
+    leaky_relu_slope: float = 0.5  # the record hard-codes 0.5; 0.0 = relu (then square)
+    bos_id: int = 1
+
+    def __post_init__(self):
+        if self.model_dim % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError("expected num_kv_heads | num_heads | model_dim")
+        if self.parallel_final_lane not in ("mean", "mlp", "attn"):
+            raise ValueError("PARALLEL_FINAL_LANE must be mean, mlp or attn")
+        if self.num_loops > 0 and not 0 <= self.loop_start <= self.loop_end < self.num_layers:
+            raise ValueError("expected 0 <= LOOP_START <= LOOP_END < NUM_LAYERS")
+        if self.rope_dims % 2 or self.rope_dims > self.head_dim:
+            raise ValueError("ROPE_DIMS must be even and at most the head dim")
+
+    @property
+    def head_dim(self) -> int:
+        return self.model_dim // self.num_heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def hidden(self) -> int:  # §1.1: hidden = int(MLP_MULT * d)
+        return int(self.mlp_mult * self.model_dim)
+
+
+def record_shape() -> RecordConfig:
+    """The record's full shape and settings (§1.1)."""
+    return RecordConfig(
+        vocab_size=8192, num_layers=11, model_dim=512, num_heads=8, num_kv_heads=4, rope_dims=16,
+        xsa_last_n=11, num_loops=2, loop_start=3, loop_end=5, parallel_start_layer=8,
+    )  # fmt: skip
+
+
+# layer order (§2.3 item 4, §2.1 notes) --------------------------------------------------------
+
+
+def _virtual_order(cfg: RecordConfig) -> list[int]:
+    loop = list(range(cfg.loop_start, cfg.loop_end + 1))
+    tail = list(range(cfg.loop_end + 1, cfg.num_layers))
+    return list(range(cfg.loop_start)) + loop * (cfg.num_loops + 1) + tail
+
+
+def layer_order(cfg: RecordConfig, looping: bool) -> tuple[list[int], list[int]]:
+    """(encoder, decoder) physical layers, one per slot (§2.3 item 4)."""
+    if looping and cfg.num_loops > 0:
+        order = _virtual_order(cfg)
+        return order[: len(order) // 2], order[len(order) // 2 :]
+    half = cfg.num_layers // 2
+    return list(range(half)), list(range(half, cfg.num_layers))
+
+
+def num_skips(cfg: RecordConfig) -> int:
+    """S, the rows of skip_weights / skip_gates (§2.1 notes)."""
+    enc, dec = layer_order(cfg, looping=cfg.num_loops > 0)
+    return min(len(enc), len(dec))
+
+
+def virtual_slots(cfg: RecordConfig, looping: bool) -> list[tuple[str, int]]:
+    """("encoder" | "decoder", physical layer) per virtual slot, in run order."""
+    enc, dec = layer_order(cfg, looping)
+    return [("encoder", i) for i in enc] + [("decoder", i) for i in dec]
+
+
+def skip_pairs(cfg: RecordConfig, looping: bool) -> list[int | None]:
+    """Per decoder slot j, the encoder slot whose output it pops (LIFO), or None (§2.3 item 6)."""
+    enc, dec = layer_order(cfg, looping)
+    stack, pairs = list(range(len(enc))), []
+    for j in range(len(dec)):
+        pairs.append(stack.pop() if j < num_skips(cfg) and stack else None)
+    return pairs
+
+
+def lanes_start(cfg: RecordConfig, looping: bool) -> int | None:
+    """The first decoder slot that runs as a ParBlock, or None (§2.3 item 6)."""
+    if cfg.parallel_start_layer <= 0:
+        return None
+    _, dec = layer_order(cfg, looping)
+    return next((j for j, i in enumerate(dec) if i >= cfg.parallel_start_layer), None)
+
+
+# state dict (§2.1, §2.2) ----------------------------------------------------------------------
+
+
+def state_shapes(cfg: RecordConfig) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Name -> (shape, dtype) in the state dict's order (§2.1), without allocating anything."""
+    L, d, kvd, F_, S = cfg.num_layers, cfg.model_dim, cfg.kv_dim, cfg.hidden, num_skips(cfg)
+    f32 = torch.float32
+    out = {
+        "qo_bank": ((2 * L, d, d), f32), "kv_bank": ((2 * L, kvd, d), f32),
+        "mlp_up_bank": ((L, F_, d), f32), "mlp_down_bank": ((L, d, F_), f32),
+        "skip_weights": ((S, d), f32),
+    }  # fmt: skip
+    if cfg.skip_gates_enabled:
+        out["skip_gates"] = ((S, d), f32)
+    out["parallel_post_lambdas"] = ((L, 2, 2), f32)
+    out["parallel_resid_lambdas"] = ((L, 2), f32)
+    if cfg.smear_gate_enabled:
+        out["smear_lambda"] = ((1,), f32)
+    out["tok_emb.weight"] = ((cfg.vocab_size, d), torch.bfloat16)
+    for i in range(L):
+        out[f"blocks.{i}.attn_scale"] = ((d,), f32)
+        out[f"blocks.{i}.mlp_scale"] = ((d,), f32)
+        out[f"blocks.{i}.resid_mix"] = ((2, d), f32)
+        out[f"blocks.{i}.attn.q_gain"] = ((cfg.num_heads,), f32)
+        if cfg.sparse_attn_gate_enabled:
+            out[f"blocks.{i}.attn.attn_gate_w"] = ((cfg.num_heads, cfg.gate_window), f32)
+    if cfg.smear_gate_enabled:
+        out["smear_gate.weight"] = ((1, cfg.gate_window), f32)
+    return out
+
+
+def init_state_dict(cfg: RecordConfig, seed: int) -> dict[str, Tensor]:
+    """The record's initial state dict (§2.2): draws from the global CPU generator, in order."""
+    L, d = cfg.num_layers, cfg.model_dim
+    torch.manual_seed(seed)
+    emb = torch.empty(cfg.vocab_size, d).normal_()  # 2.1: nn.Embedding's default init
+    if cfg.smear_gate_enabled:  # 2.2: Linear(12->1, bias=False)'s default init, zeroed later
+        torch.nn.init.kaiming_uniform_(torch.empty(1, cfg.gate_window), a=math.sqrt(5))
+    emb.normal_(0.0, cfg.tied_embed_init_std)  # 2.3
+    values = {name: torch.zeros(shape) for name, (shape, _) in state_shapes(cfg).items()}
+    values["tok_emb.weight"] = emb
+    for i in range(L):  # 2.4: Q, K, V slices; out slices stay zero
+        torch.nn.init.orthogonal_(values["qo_bank"][i])
+        torch.nn.init.orthogonal_(values["kv_bank"][i])
+        torch.nn.init.orthogonal_(values["kv_bank"][L + i])
+    for i in range(L):  # 2.5: up slices; down stays zero
+        torch.nn.init.orthogonal_(values["mlp_up_bank"][i])
+    values["skip_weights"].fill_(1.0)
+    values["parallel_post_lambdas"].fill_(1.0)
+    values["parallel_resid_lambdas"].fill_(PARALLEL_RESID_INIT)
+    for i in range(L):
+        values[f"blocks.{i}.attn_scale"].fill_(1.0)
+        values[f"blocks.{i}.mlp_scale"].fill_(1.0)
+        values[f"blocks.{i}.resid_mix"][0].fill_(1.0)
+        values[f"blocks.{i}.attn.q_gain"].fill_(cfg.qk_gain_init)
+        # CHOICE: SPARSE_ATTN_GATE_INIT_STD = 0 -> zeros with no draw ("nothing else draws")
+    # §2.2 items 4-5: everything goes through bf16; all but tok_emb back to fp32
+    shapes = state_shapes(cfg)
+    return {
+        k: v.bfloat16() if shapes[k][1] == torch.bfloat16 else v.bfloat16().float()
+        for k, v in values.items()
+    }
+
+
+# forward (§2.3-2.5) ---------------------------------------------------------------------------
+
+
+def rms(x: Tensor) -> Tensor:
+    return F.rms_norm(x, (x.size(-1),))
+
+
+def rope_inv_freq(cfg: RecordConfig) -> Tensor:
+    """§2.4 item 3: 1 / base^(2k/dims), stored bf16 (returned as the fp32 of those bf16 values)."""
+    dims = cfg.rope_dims or cfg.head_dim
+    exps = torch.arange(0, dims, 2, dtype=torch.float32) / dims
+    return (1.0 / cfg.rope_base**exps).bfloat16().float()
+
+
+def apply_rope(x: Tensor, pos: Tensor, inv_freq: Tensor) -> Tensor:
+    """x (B, T, heads, D); pos (B, T) fp32. Rotates the first 2*len(inv_freq) dims of each head."""
+    half = inv_freq.numel()
+    theta = pos[:, :, None, None] * inv_freq  # (B, T, 1, half), fp32
+    cos, sin = theta.cos(), theta.sin()
+    x1, x2, rest = x[..., :half], x[..., half : 2 * half], x[..., 2 * half :]
+    return torch.cat([x1 * cos + x2 * sin, -x1 * sin + x2 * cos, rest], dim=-1)
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """Softmax attention, written out. q (B,T,H,D), k/v (B,T,Hkv,D); mask (B,T,T) bool (True =
+    may attend). Query head h reads kv head h // (H / Hkv). Returns (B,T,H,D)."""
+    rep = q.size(2) // k.size(2)
+    k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
+    scores = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(q.size(-1))
+    scores = scores.masked_fill(~mask[:, None], float("-inf"))
+    return torch.einsum("bhts,bshd->bthd", scores.softmax(dim=-1), v)
+
+
+def attention(cfg: RecordConfig, st: dict[str, Tensor], i: int, x: Tensor, ctx: dict) -> Tensor:
+    """Attention_i (§2.4); x is the normed input RMS(.)*s_i; returns the out-projection's output."""
+    B, T, _ = x.shape
+    L, H, Hkv, D = cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    qo, kv = st["qo_bank"].float(), st["kv_bank"].float()
+    q = rms((x @ qo[i].T).view(B, T, H, D))
+    k = rms((x @ kv[i].T).view(B, T, Hkv, D))
+    v = (x @ kv[L + i].T).view(B, T, Hkv, D)
+    q, k = apply_rope(q, ctx["pos"], ctx["inv_freq"]), apply_rope(k, ctx["pos"], ctx["inv_freq"])
+    q = q * st[f"blocks.{i}.attn.q_gain"].float()[:, None]  # item 4: the gain after RoPE
+    y = attend(q, k, v, ctx["mask"])
+    if i >= L - cfg.xsa_last_n:  # item 6: XSA, remove y's component along its kv head's v
+        vh = F.normalize(v, dim=-1, eps=1e-12).repeat_interleave(H // Hkv, dim=2)
+        y = y - (y * vh).sum(dim=-1, keepdim=True) * vh
+    if cfg.sparse_attn_gate_enabled:  # item 7: per-head gate from the input's first dims
+        w = st[f"blocks.{i}.attn.attn_gate_w"].float()
+        gate = torch.sigmoid(cfg.sparse_attn_gate_scale * (x[..., : cfg.gate_window] @ w.T))
+        y = y * gate[..., None]
+    return y.reshape(B, T, H * D) @ qo[L + i].T  # item 8: head-major, then W_o
+
+
+def mlp(cfg: RecordConfig, st: dict[str, Tensor], i: int, x: Tensor) -> Tensor:
+    """MLP_i (§2.5): leaky_relu(x W_up^T, slope)^2 W_down^T."""
+    h = F.leaky_relu(x @ st["mlp_up_bank"].float()[i].T, cfg.leaky_relu_slope)
+    return h.square() @ st["mlp_down_bank"].float()[i].T
+
+
+def _ln(cfg: RecordConfig, i: int) -> float:
+    return 1.0 / math.sqrt(i + 1) if cfg.ln_scale else 1.0  # physical i: looped passes share it
+
+
+def block(cfg, st, i: int, x: Tensor, x0: Tensor, ctx: dict) -> Tensor:
+    """Block_i (§2.3)."""
+    m, s = st[f"blocks.{i}.resid_mix"].float(), _ln(cfg, i)
+    u = m[0] * x + m[1] * x0
+    v = u + st[f"blocks.{i}.attn_scale"].float() * attention(cfg, st, i, rms(u) * s, ctx)
+    return v + st[f"blocks.{i}.mlp_scale"].float() * mlp(cfg, st, i, rms(v) * s)
+
+
+def par_block(cfg, st, i: int, l0: Tensor, l1: Tensor, x0: Tensor, ctx: dict):
+    """ParBlock_i (§2.3): the attention reads lane 0 (mixed with x0), the MLP lane 1."""
+    m, s = st[f"blocks.{i}.resid_mix"].float(), _ln(cfg, i)
+    r, P = st["parallel_resid_lambdas"].float()[i], st["parallel_post_lambdas"].float()[i]
+    a = st[f"blocks.{i}.attn_scale"].float() * attention(
+        cfg, st, i, rms(m[0] * l0 + m[1] * x0) * s, ctx
+    )
+    f = st[f"blocks.{i}.mlp_scale"].float() * mlp(cfg, st, i, rms(l1) * s)
+    return r[0] * l0 + P[0, 0] * a + P[1, 0] * f, r[1] * l1 + P[0, 1] * a + P[1, 1] * f
+
+
+def smear(cfg: RecordConfig, st: dict[str, Tensor], e: Tensor, ids: Tensor) -> Tensor:
+    """SmearGate, BOS-fixed (§2.3 item 2): e'_t = e_t + lam*sig(w.e_t[:W])*e_{t-1}*[id_t != BOS].
+    CHOICE: over the row, ignoring cu_seqlens (a document's first token is a BOS; §6 item 4)."""
+    if not cfg.smear_gate_enabled:
+        return e
+    lam, w = st["smear_lambda"].float(), st["smear_gate.weight"].float()
+    gate = torch.sigmoid(e[:, 1:, : cfg.gate_window] @ w.T)  # (B, T-1, 1)
+    keep = (ids[:, 1:] != cfg.bos_id)[..., None].to(e.dtype)
+    return torch.cat([e[:, :1], e[:, 1:] + lam * gate * e[:, :-1] * keep], dim=1)
+
+
+def _context(cfg: RecordConfig, B: int, T: int, cu_seqlens: Tensor | None, positions: str):
+    """The attention mask (B,T,T) and the RoPE positions (B,T) fp32 (§2.4 items 3 and 5)."""
+    t = torch.arange(T)
+    mask = (t[None, :] <= t[:, None]).expand(B, T, T)
+    pos = t.float().expand(B, T)
+    if cu_seqlens is not None:
+        cu = cu_seqlens.to(torch.int64).flatten()
+        if B != 1 or int(cu[0]) != 0 or int(cu[-1]) != T or bool((cu.diff() < 0).any()):
+            raise ValueError("cu_seqlens: B must be 1 and boundaries 0 = cu[0] <= ... = cu[-1] = T")
+        seg = torch.searchsorted(cu, t, right=True) - 1  # segment of each token
+        mask = mask & (seg[None, :] == seg[:, None])[None]
+        if positions == "document":
+            pos = (t - cu[seg]).float()[None]
+    if positions not in ("row", "document"):
+        raise ValueError("positions must be 'row' or 'document'")
+    return {"mask": mask, "pos": pos, "inv_freq": rope_inv_freq(cfg)}
+
+
+def hidden_states(cfg, st, input_ids: Tensor, *, looping: bool, cu_seqlens=None, positions="row"):
+    """The final-normed h (B, T, d) of §2.3 items 1-7."""
+    B, T = input_ids.shape
+    ctx = _context(cfg, B, T, cu_seqlens, positions)
+    e = F.embedding(input_ids, st["tok_emb.weight"].float())
+    x = x0 = rms(smear(cfg, st, e, input_ids))
+    enc, dec = layer_order(cfg, looping)
+    S, start = num_skips(cfg), lanes_start(cfg, looping)
+    skip_w = st["skip_weights"].float()
+    skip_g = st["skip_gates"].float() if cfg.skip_gates_enabled else None
+    stack = []
+    for i in enc:
+        x = block(cfg, st, i, x, x0, ctx)
+        stack.append(x)
+    lanes = None
+    for j, i in enumerate(dec):
+        # CHOICE: once lanes start they stay on for the remaining decoder slots (the record's
+        # decoder layers only increase after the start, so the facts' rule gives the same slots)
+        if start is not None and j == start:
+            lanes = (x, x)  # set before the skip
+        if j < S and stack:
+            s, w = stack.pop(), skip_w[j]
+            target = lanes[0] if lanes is not None else x
+            if skip_g is not None:  # lerp(w*s, target, sig(g))
+                target = w * s + torch.sigmoid(skip_g[j]) * (target - w * s)
+            else:
+                target = target + w * s
+            if lanes is not None:
+                lanes = (target, lanes[1])  # the skip goes into lane 0 only
+            else:
+                x = target
+        if lanes is not None:
+            lanes = par_block(cfg, st, i, lanes[0], lanes[1], x0, ctx)
+        else:
+            x = block(cfg, st, i, x, x0, ctx)
+    if lanes is not None:
+        picks = {"attn": lanes[0], "mlp": lanes[1]}
+        x = picks.get(cfg.parallel_final_lane, 0.5 * (lanes[0] + lanes[1]))
+    return rms(x)
+
+
+def forward_loss(
+    cfg: RecordConfig,
+    state: dict[str, Tensor],
+    input_ids: Tensor,
+    target_ids: Tensor,
+    *,
+    looping: bool,
+    cu_seqlens: Tensor | None = None,
+    positions: str = "row",
+    reduction: str = "mean",
+) -> Tensor:
+    """Cross-entropy of the softcapped tied-head logits (§2.3 item 8), in fp32: "mean" or "none"
+    (per token, flattened). cu_seqlens (B = 1) keeps attention within each segment; positions
+    "row" (the record) or "document" (RoPE counted from each segment's start)."""
+    h = hidden_states(cfg, state, input_ids, looping=looping, cu_seqlens=cu_seqlens,
+                      positions=positions)  # fmt: skip
+    z = h @ state["tok_emb.weight"].float().T
+    c = cfg.logit_softcap
+    logits = c * torch.tanh(z / c) if c > 0 else z  # CHOICE: softcap <= 0 means none
+    flat = logits.reshape(-1, logits.size(-1))
+    return F.cross_entropy(flat, target_ids.reshape(-1), reduction=reduction)
+
+
+# optimizer (§3.1-3.3) -------------------------------------------------------------------------
+
+
+def polar_express(G: Tensor, steps: int) -> Tensor:
+    """§3.1 item 4: orthogonalise each matrix of G (n, rows, cols) in bf16; at most 5 steps."""
+    X = G.bfloat16()
+    tall = X.size(-2) > X.size(-1)
+    if tall:
+        X = X.mT
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) + 1e-7)
+    for a, b, c in POLAR_EXPRESS[:steps]:
+        A = X @ X.mT
+        X = a * X + (b * A + c * (A @ A)) @ X
+    return X.mT if tall else X
+
+
+def muon_step(
+    banks: dict[str, Tensor],
+    grads: dict[str, Tensor],
+    buffers: dict[str, Tensor],
+    *,
+    lr: float,
+    momentum: float,
+    weight_decay: float,
+    row_normalize: bool,
+    backend_steps: int = 5,
+) -> None:
+    """One Muon step on whole banks (1 GPU, §3.1), in place on banks (fp32) and buffers (bf16).
+    CHOICE: the bf16 buffer update is buf.mul_(mu).add_(g) (two roundings) and u = g + mu*buf one
+    bf16 op; the row normalisation divides in fp32 and casts the quotient to bf16."""
+    for name, p in banks.items():
+        g, buf = grads[name].bfloat16(), buffers[name]
+        buf.mul_(momentum).add_(g)
+        u = g.add(buf, alpha=momentum)
+        if row_normalize:
+            uf = u.float()
+            u = (uf / uf.norm(dim=-1, keepdim=True).clamp_min(1e-7)).bfloat16()
+        ortho = polar_express(u, backend_steps)
+        k = math.sqrt(max(1.0, p.size(-2) / p.size(-1)))
+        p.mul_(1.0 - lr * weight_decay)
+        p.add_(ortho.to(p.dtype), alpha=-lr * k)
+
+
+def adamw_groups(state: dict[str, Tensor]) -> dict[str, list[str]]:
+    """§3.2: the names of the tok group, the scalar group and Muon's banks, in state order."""
+    groups = {"tok": [], "scalar": [], "muon": []}
+    for name, t in state.items():
+        if name in BANKS:
+            groups["muon"].append(name)
+        elif name == "tok_emb.weight":
+            groups["tok"].append(name)
+        elif t.ndim < 2 or any(p in name for p in CONTROL_PATTERNS):
+            groups["scalar"].append(name)
+        else:
+            raise ValueError(f"{name}: in no optimizer group")
+    return groups
+
+
+def make_adamw(
+    params_by_name: dict[str, Tensor],
+    *,
+    tied_embed_lr: float,
+    scalar_lr: float,
+    embed_wd: float,
+    adam_wd: float,
+    beta1: float = 0.9,
+    beta2: float = 0.99,
+    eps: float = 1e-8,
+) -> torch.optim.AdamW:
+    """§3.2: AdamW over the tok group then the scalar group (each group keeps its "base_lr")."""
+    g = adamw_groups(params_by_name)
+    spec = [("tok", tied_embed_lr, embed_wd), ("scalar", scalar_lr, adam_wd)]
+    param_groups = [
+        dict(params=[params_by_name[n] for n in g[key]], lr=lr, base_lr=lr, weight_decay=wd)
+        for key, lr, wd in spec
+    ]
+    return torch.optim.AdamW(param_groups, betas=(beta1, beta2), eps=eps, fused=False)
+
+
+def ema_update(ema: dict[str, Tensor], state: dict[str, Tensor], decay: float) -> None:
+    """§3.3 item 6: e <- decay*e + (1-decay)*fp32(p), in place, no bias correction."""
+    with torch.no_grad():
+        for name, e in ema.items():
+            e.mul_(decay).add_(state[name].detach().float(), alpha=1.0 - decay)
+
+
+# schedule (§3.4, §3.1 item 7, §2.5) -----------------------------------------------------------
+
+
+def training_frac(
+    *,
+    elapsed_ms: float,
+    step: int,
+    iterations: int,
+    max_wallclock_seconds: float,
+    gptq_reserve_seconds: float,
+) -> float:
+    """§3.4: the elapsed share of the (reserve-shortened) budget, or step/ITERATIONS without one."""
+    if max_wallclock_seconds <= 0:
+        return step / iterations
+    return elapsed_ms / (1000.0 * (max_wallclock_seconds - gptq_reserve_seconds))
+
+
+def lr_multiplier(frac: float, warmdown_frac: float, min_lr: float) -> float:
+    """§3.4: 1, then a linear warm-down over the last WARMDOWN_FRAC, floored at MIN_LR."""
+    if warmdown_frac <= 0 or frac < 1.0 - warmdown_frac:
+        return 1.0
+    return max((1.0 - frac) / warmdown_frac, min_lr)
+
+
+def muon_momentum_at(
+    step: int, start: float = 0.92, end: float = 0.97, warmup_steps: int = 1500
+) -> float:
+    """§3.1 item 7: linear from start to end over warmup_steps, then end."""
+    f = min(step / warmup_steps, 1.0) if warmup_steps > 0 else 1.0
+    return (1.0 - f) * start + f * end
+
+
+def looping_on(*, frac: float, enable_looping_at: float, num_loops: int, already: bool) -> bool:
+    """§2.5: looping turns on for good once frac >= ENABLE_LOOPING_AT (with NUM_LOOPS > 0)."""
+    return already or (num_loops > 0 and frac >= enable_looping_at)
+
+
+# banks (§2.1 "Banks") -------------------------------------------------------------------------
+
+_UNBANKED = {  # bank -> the (first half, second half) names of layer i's slices
+    "qo_bank": ("attn.c_q.weight", "attn.proj.weight"),
+    "kv_bank": ("attn.c_k.weight", "attn.c_v.weight"),
+    "mlp_up_bank": ("mlp.fc.weight",),
+    "mlp_down_bank": ("mlp.proj.weight",),
+}
+
+
+def unbank(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Each bank's slices (views) under their per-layer names, at the bank's position."""
+    out = {}
+    for name, t in state.items():
+        if name not in _UNBANKED:
+            out[name] = t
+            continue
+        parts = _UNBANKED[name]
+        L = t.size(0) // len(parts)
+        for i in range(L):
+            for h, part in enumerate(parts):
+                out[f"blocks.{i}.{part}"] = t[h * L + i]
+    return out
+
+
+def rebank(unbanked: dict[str, Tensor], cfg: RecordConfig) -> dict[str, Tensor]:
+    """Inverse of unbank: zero fp32 banks filled from the per-layer names, each bank at its first
+    name's place; other keys keep their order."""
+    shapes = state_shapes(cfg)
+    owner = {}  # per-layer name -> (bank, slice index)
+    for bank, parts in _UNBANKED.items():
+        for i in range(cfg.num_layers):
+            for h, part in enumerate(parts):
+                owner[f"blocks.{i}.{part}"] = (bank, h * cfg.num_layers + i)
+    out = {}
+    for name, t in unbanked.items():
+        if name not in owner:
+            out[name] = t
+            continue
+        bank, idx = owner[name]
+        if bank not in out:
+            out[bank] = torch.zeros(shapes[bank][0], dtype=torch.float32)
+        out[bank][idx] = t.float()
+    return out
+
+
+def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
+
+
+if __name__ == "__main__":
+    main()
