@@ -1654,7 +1654,8 @@ class GPT(nn.Module):
         if lora is not None:
             logits = logits + lora.at(None)("head", h).reshape(logits.shape)
         logits = self.logit_softcap * torch.tanh(logits / self.logit_softcap)
-        return F.cross_entropy(logits.float(), target_ids.reshape(-1), reduction=reduction)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16: fp32
+        return F.cross_entropy(logits, target_ids.reshape(-1), reduction=reduction)
 
     def skip(self, j: int, x: Tensor, s: Tensor) -> Tensor:
         """Decoder slot j's U-Net skip s: added with weight w_j, or (SKIP_GATES_ENABLED) a lerp

@@ -223,6 +223,12 @@ def rms(x: Tensor) -> Tensor:
     return F.rms_norm(x, (x.size(-1),))
 
 
+def _up(t: Tensor) -> Tensor:
+    """A state tensor as the forward computes with it: fp32, or fp64 when given fp64 (the tests
+    compare two implementations in fp64, where only a difference in the math shows)."""
+    return t if t.dtype == torch.float64 else t.float()
+
+
 def rope_inv_freq(cfg: RecordConfig) -> Tensor:
     """§2.4 item 3: 1 / base^(2k/dims), stored bf16 (returned as the fp32 of those bf16 values)."""
     dims = cfg.rope_dims or cfg.head_dim
@@ -253,18 +259,18 @@ def attention(cfg: RecordConfig, st: dict[str, Tensor], i: int, x: Tensor, ctx: 
     """Attention_i (§2.4); x is the normed input RMS(.)*s_i; returns the out-projection's output."""
     B, T, _ = x.shape
     L, H, Hkv, D = cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    qo, kv = st["qo_bank"].float(), st["kv_bank"].float()
+    qo, kv = _up(st["qo_bank"]), _up(st["kv_bank"])
     q = rms((x @ qo[i].T).view(B, T, H, D))
     k = rms((x @ kv[i].T).view(B, T, Hkv, D))
     v = (x @ kv[L + i].T).view(B, T, Hkv, D)
     q, k = apply_rope(q, ctx["pos"], ctx["inv_freq"]), apply_rope(k, ctx["pos"], ctx["inv_freq"])
-    q = q * st[f"blocks.{i}.attn.q_gain"].float()[:, None]  # item 4: the gain after RoPE
+    q = q * _up(st[f"blocks.{i}.attn.q_gain"])[:, None]  # item 4: the gain after RoPE
     y = attend(q, k, v, ctx["mask"])
     if i >= L - cfg.xsa_last_n:  # item 6: XSA, remove y's component along its kv head's v
         vh = F.normalize(v, dim=-1, eps=1e-12).repeat_interleave(H // Hkv, dim=2)
         y = y - (y * vh).sum(dim=-1, keepdim=True) * vh
     if cfg.sparse_attn_gate_enabled:  # item 7: per-head gate from the input's first dims
-        w = st[f"blocks.{i}.attn.attn_gate_w"].float()
+        w = _up(st[f"blocks.{i}.attn.attn_gate_w"])
         gate = torch.sigmoid(cfg.sparse_attn_gate_scale * (x[..., : cfg.gate_window] @ w.T))
         y = y * gate[..., None]
     return y.reshape(B, T, H * D) @ qo[L + i].T  # item 8: head-major, then W_o
@@ -272,8 +278,8 @@ def attention(cfg: RecordConfig, st: dict[str, Tensor], i: int, x: Tensor, ctx: 
 
 def mlp(cfg: RecordConfig, st: dict[str, Tensor], i: int, x: Tensor) -> Tensor:
     """MLP_i (§2.5): leaky_relu(x W_up^T, slope)^2 W_down^T."""
-    h = F.leaky_relu(x @ st["mlp_up_bank"].float()[i].T, cfg.leaky_relu_slope)
-    return h.square() @ st["mlp_down_bank"].float()[i].T
+    h = F.leaky_relu(x @ _up(st["mlp_up_bank"])[i].T, cfg.leaky_relu_slope)
+    return h.square() @ _up(st["mlp_down_bank"])[i].T
 
 
 def _ln(cfg: RecordConfig, i: int) -> float:
@@ -282,20 +288,20 @@ def _ln(cfg: RecordConfig, i: int) -> float:
 
 def block(cfg, st, i: int, x: Tensor, x0: Tensor, ctx: dict) -> Tensor:
     """Block_i (§2.3)."""
-    m, s = st[f"blocks.{i}.resid_mix"].float(), _ln(cfg, i)
+    m, s = _up(st[f"blocks.{i}.resid_mix"]), _ln(cfg, i)
     u = m[0] * x + m[1] * x0
-    v = u + st[f"blocks.{i}.attn_scale"].float() * attention(cfg, st, i, rms(u) * s, ctx)
-    return v + st[f"blocks.{i}.mlp_scale"].float() * mlp(cfg, st, i, rms(v) * s)
+    v = u + _up(st[f"blocks.{i}.attn_scale"]) * attention(cfg, st, i, rms(u) * s, ctx)
+    return v + _up(st[f"blocks.{i}.mlp_scale"]) * mlp(cfg, st, i, rms(v) * s)
 
 
 def par_block(cfg, st, i: int, l0: Tensor, l1: Tensor, x0: Tensor, ctx: dict):
     """ParBlock_i (§2.3): the attention reads lane 0 (mixed with x0), the MLP lane 1."""
-    m, s = st[f"blocks.{i}.resid_mix"].float(), _ln(cfg, i)
-    r, P = st["parallel_resid_lambdas"].float()[i], st["parallel_post_lambdas"].float()[i]
-    a = st[f"blocks.{i}.attn_scale"].float() * attention(
+    m, s = _up(st[f"blocks.{i}.resid_mix"]), _ln(cfg, i)
+    r, P = _up(st["parallel_resid_lambdas"])[i], _up(st["parallel_post_lambdas"])[i]
+    a = _up(st[f"blocks.{i}.attn_scale"]) * attention(
         cfg, st, i, rms(m[0] * l0 + m[1] * x0) * s, ctx
     )
-    f = st[f"blocks.{i}.mlp_scale"].float() * mlp(cfg, st, i, rms(l1) * s)
+    f = _up(st[f"blocks.{i}.mlp_scale"]) * mlp(cfg, st, i, rms(l1) * s)
     return r[0] * l0 + P[0, 0] * a + P[1, 0] * f, r[1] * l1 + P[0, 1] * a + P[1, 1] * f
 
 
@@ -304,7 +310,7 @@ def smear(cfg: RecordConfig, st: dict[str, Tensor], e: Tensor, ids: Tensor) -> T
     CHOICE: over the row, ignoring cu_seqlens (a document's first token is a BOS; §6 item 4)."""
     if not cfg.smear_gate_enabled:
         return e
-    lam, w = st["smear_lambda"].float(), st["smear_gate.weight"].float()
+    lam, w = _up(st["smear_lambda"]), _up(st["smear_gate.weight"])
     gate = torch.sigmoid(e[:, 1:, : cfg.gate_window] @ w.T)  # (B, T-1, 1)
     keep = (ids[:, 1:] != cfg.bos_id)[..., None].to(e.dtype)
     return torch.cat([e[:, :1], e[:, 1:] + lam * gate * e[:, :-1] * keep], dim=1)
@@ -332,12 +338,12 @@ def hidden_states(cfg, st, input_ids: Tensor, *, looping: bool, cu_seqlens=None,
     """The final-normed h (B, T, d) of §2.3 items 1-7."""
     B, T = input_ids.shape
     ctx = _context(cfg, B, T, cu_seqlens, positions)
-    e = F.embedding(input_ids, st["tok_emb.weight"].float())
+    e = F.embedding(input_ids, _up(st["tok_emb.weight"]))
     x = x0 = rms(smear(cfg, st, e, input_ids))
     enc, dec = layer_order(cfg, looping)
     S, start = num_skips(cfg), lanes_start(cfg, looping)
-    skip_w = st["skip_weights"].float()
-    skip_g = st["skip_gates"].float() if cfg.skip_gates_enabled else None
+    skip_w = _up(st["skip_weights"])
+    skip_g = _up(st["skip_gates"]) if cfg.skip_gates_enabled else None
     stack = []
     for i in enc:
         x = block(cfg, st, i, x, x0, ctx)
@@ -385,7 +391,7 @@ def forward_loss(
     "row" (the record) or "document" (RoPE counted from each segment's start)."""
     h = hidden_states(cfg, state, input_ids, looping=looping, cu_seqlens=cu_seqlens,
                       positions=positions)  # fmt: skip
-    z = h @ state["tok_emb.weight"].float().T
+    z = h @ _up(state["tok_emb.weight"]).T
     c = cfg.logit_softcap
     logits = c * torch.tanh(z / c) if c > 0 else z  # CHOICE: softcap <= 0 means none
     flat = logits.reshape(-1, logits.size(-1))

@@ -1,0 +1,215 @@
+"""train_gpt.py's frontier network (the 2026-04-27 record's, issue 30) held to the reference
+written from the facts, benchmarks/upstream_frontier.py: the same init for the same seed, the same
+forward loss and every gradient, with every component on and each one alone, in float32 on the
+CPU; the record's banked state dict in both directions."""
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import train_gpt as tg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import upstream_frontier as ref  # noqa: E402
+
+CPU = torch.device("cpu")
+OFF = dict(  # the baseline's network in the reference's terms
+    mlp_mult=2.0, qk_gain_init=1.5, rope_dims=0, xsa_last_n=0, ln_scale=False,
+    skip_gates_enabled=False, num_loops=0, parallel_start_layer=0, smear_gate_enabled=False,
+    sparse_attn_gate_enabled=False, leaky_relu_slope=0.0,
+)  # fmt: skip
+COMPONENTS = {
+    "rope_dims": dict(rope_dims=4),
+    "xsa": dict(xsa_last_n=3),
+    "ln_scale": dict(ln_scale=True),
+    "skip_gates": dict(skip_gates_enabled=True),
+    "loops": dict(num_loops=2, loop_start=2, loop_end=3),
+    "lanes": dict(parallel_start_layer=4),
+    "lanes_attn": dict(parallel_start_layer=4, parallel_final_lane="attn"),
+    "smear": dict(smear_gate_enabled=True),
+    "sparse_gate": dict(sparse_attn_gate_enabled=True, sparse_attn_gate_scale=0.5),
+    "leaky": dict(leaky_relu_slope=0.5, mlp_mult=4.0),
+    "qk_gain": dict(qk_gain_init=5.0),
+}
+SETTINGS = {"all": {}, "baseline": OFF} | {k: OFF | v for k, v in COMPONENTS.items()}
+
+
+def ours_for(rcfg: ref.RecordConfig, seed: int = 1337) -> tg.Hyperparameters:
+    shared = {f.name for f in dataclasses.fields(tg.Hyperparameters)}
+    fields = {k: v for k, v in dataclasses.asdict(rcfg).items() if k in shared}
+    cfg = tg.Hyperparameters(**fields, seed=seed, orthogonal_init=True, parameter_banks=True)
+    cfg.validate(world_size=1)
+    return cfg
+
+
+def record_init(rcfg: ref.RecordConfig, seed: int) -> dict[str, torch.Tensor]:
+    """The record's init; its lanes' lambdas only with lanes, as ours has them (the record's
+    exist, unused, without lanes)."""
+    state = ref.init_state_dict(rcfg, seed=seed)
+    lanes = rcfg.parallel_start_layer > 0
+    return {k: v for k, v in state.items() if lanes or not k.startswith("parallel_")}
+
+
+def random_weights(rcfg: ref.RecordConfig, seed: int = 0) -> dict[str, torch.Tensor]:
+    """The record's init plus noise (zero-initialised matrices would hide most gradients), in
+    float64: both sides then compute in float64, where only a difference in the math shows."""
+    g = torch.Generator().manual_seed(seed)
+    state = record_init(rcfg, seed=1)
+    noise = {k: 0.1 * torch.randn(v.shape, generator=g) for k, v in state.items()}
+    return {k: v.double() + noise[k].double() for k, v in state.items()}
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def batch(rcfg: ref.RecordConfig, rows=2, n=48, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(2, rcfg.vocab_size, (rows, n), generator=g)
+    x[:, 0] = rcfg.bos_id
+    x[0, 17] = x[-1, 30] = rcfg.bos_id  # documents inside the rows: SmearGate's BOS mask
+    return x, torch.randint(0, rcfg.vocab_size, (rows, n), generator=g)
+
+
+def ours_loss_and_grads(model: tg.GPT, x, y, **kwargs):
+    model.zero_grad(set_to_none=True)
+    loss = model(x, y, **kwargs)
+    loss.backward()
+    grads = {k: p.grad for k, p in model.named_parameters()}
+    return loss.detach(), tg.bank_state_dict(grads, len(model.blocks))
+
+
+def reference_loss_and_grads(rcfg, state, x, y, **kwargs):
+    leaves = {k: v.clone().requires_grad_(True) for k, v in state.items()}
+    loss = ref.forward_loss(rcfg, leaves, x, y, **kwargs)
+    loss.backward()
+    return loss.detach(), {k: v.grad for k, v in leaves.items()}
+
+
+def model_with(rcfg, state) -> tg.GPT:
+    model = tg.build_model(ours_for(rcfg), CPU).double()
+    tg.load_weights(tg.Network(model, *[None] * 5), state, "test")
+    return model
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_same_seed_gives_the_records_init_in_its_layout(setting):
+    rcfg = dataclasses.replace(ref.RecordConfig(), **SETTINGS[setting])
+    for seed in (1337, 42):
+        ours = tg.bank_state_dict(tg.build_model(ours_for(rcfg, seed), CPU).state_dict(), 6)
+        theirs = record_init(rcfg, seed=seed)
+        assert list(ours) == list(theirs)
+        for name, t in theirs.items():
+            assert ours[name].shape == t.shape, name
+            assert torch.equal(ours[name], t.float()), name
+
+
+LOOPS = [k for k, v in SETTINGS.items() if dataclasses.replace(ref.RecordConfig(), **v).num_loops]
+LOOPED = [(k, False) for k in SETTINGS] + [(k, True) for k in LOOPS]
+
+
+@pytest.mark.parametrize("setting, looping", LOOPED)
+def test_forward_loss_and_every_gradient_match_the_reference(setting, looping):
+    rcfg = dataclasses.replace(ref.RecordConfig(), **SETTINGS[setting])
+    state = random_weights(rcfg)
+    model = model_with(rcfg, state)
+    model.looping = looping
+    x, y = batch(rcfg)
+    loss, grads = ours_loss_and_grads(model, x, y)
+    want, want_grads = reference_loss_and_grads(rcfg, state, x, y, looping=looping)
+    # The baseline's rotary (ROPE_DIMS=0) counts positions in the weights' dtype (float64 here),
+    # the record's in fp32: cos and sin then differ at 1e-8, everything else is the same math.
+    tolerance = 1e-6 if rcfg.rope_dims else 1e-5
+    assert relative_error(loss, want) < 1e-6
+    assert list(grads) == list(want_grads)
+    for name, g in want_grads.items():
+        assert relative_error(grads[name], g) < tolerance, name
+
+
+@pytest.mark.parametrize("setting", ["all", "smear", "lanes", "loops"])
+def test_documents_in_a_packed_row_match_the_reference(setting):
+    """Attention within each segment; RoPE from each segment's start (ours, a deliberate
+    difference from the record's row positions that exact arithmetic cannot see)."""
+    rcfg = dataclasses.replace(ref.RecordConfig(), **SETTINGS[setting])
+    state = random_weights(rcfg)
+    model = model_with(rcfg, state)
+    model.looping = bool(rcfg.num_loops)
+    x, y = batch(rcfg, rows=1, n=64)
+    cu = torch.tensor([0, 17, 40, 64], dtype=torch.int32)
+    loss, grads = ours_loss_and_grads(model, x, y, cu_seqlens=cu, max_seqlen=64)
+    kwargs = dict(looping=model.looping, cu_seqlens=cu, positions="document")
+    want, want_grads = reference_loss_and_grads(rcfg, state, x, y, **kwargs)
+    assert relative_error(loss, want) < 1e-6
+    for name, g in want_grads.items():
+        assert relative_error(grads[name], g) < 1e-6, name
+    row_positions, _ = reference_loss_and_grads(rcfg, state, x, y, **kwargs | {"positions": "row"})
+    assert relative_error(loss, row_positions) < 1e-4  # RoPE is relative: rounding only
+
+
+def test_looping_changes_only_the_order_the_layers_run_in():
+    rcfg = dataclasses.replace(ref.RecordConfig(), **SETTINGS["loops"])
+    model = model_with(rcfg, random_weights(rcfg))
+    x, y = batch(rcfg)
+    names = [n for n, _ in model.named_parameters()]
+    plain = model(x, y)
+    model.looping = True
+    looped = model(x, y)
+    assert [n for n, _ in model.named_parameters()] == names
+    assert abs(plain.item() - looped.item()) > 1e-4
+    assert model.layer_order(True) == ([0, 1, 2, 3, 2], [3, 2, 3, 4, 5])
+    assert model.layer_order(False) == ([0, 1, 2], [3, 4, 5])
+
+
+def test_the_records_full_shape_has_its_parameter_count_and_names():
+    cfg = tg.Hyperparameters.from_env({"PRESET": "frontier"}, world_size=8)
+    with torch.device("meta"):
+        model = tg.GPT(cfg)
+    state = tg.bank_state_dict(model.state_dict(), cfg.num_layers)
+    assert sum(t.numel() for t in state.values()) == 35_945_671
+    assert len(state) == 66
+    assert [k for k in state if not k.startswith("blocks.")] == [
+        "qo_bank", "kv_bank", "mlp_up_bank", "mlp_down_bank", "skip_weights", "skip_gates",
+        "parallel_post_lambdas", "parallel_resid_lambdas", "smear_lambda", "tok_emb.weight",
+        "smear_gate.weight",
+    ]  # fmt: skip
+    assert state["qo_bank"].shape == (22, 512, 512) and state["kv_bank"].shape == (22, 256, 512)
+    assert state["mlp_up_bank"].shape == (11, 2048, 512) and state["skip_weights"].shape[0] == 8
+
+
+def test_a_record_layout_file_loads_and_ours_saves_in_it(tmp_path):
+    rcfg = ref.RecordConfig()
+    theirs = random_weights(rcfg)
+    model = model_with(rcfg, theirs)  # the record's names and banks, loaded
+    saved = tg.file_state_dict(model)
+    assert list(saved) == list(theirs)
+    assert all(torch.equal(saved[k], theirs[k]) for k in theirs)
+    unbanked = tg.unbank_state_dict(saved)
+    assert unbanked.keys() == model.state_dict().keys()
+    layer, bank = 4, saved["qo_bank"]
+    assert torch.equal(unbanked[f"blocks.{layer}.attn.proj.weight"], bank[rcfg.num_layers + layer])
+    assert torch.equal(unbanked[f"blocks.{layer}.attn.c_q.weight"], bank[layer])
+
+
+def test_the_baselines_file_keeps_its_layout():
+    cfg = tg.Hyperparameters(num_layers=3, model_dim=32, num_heads=4, num_kv_heads=2)
+    model = tg.build_model(cfg, CPU)
+    assert list(tg.file_state_dict(model)) == list(model.state_dict())
+
+
+def test_ttt_adapters_attach_to_every_layer_pass():
+    cfg = ours_for(ref.RecordConfig())
+    slots = sum(map(len, tg.layer_order(cfg, looping=True)))
+    assert tg.lora_layers(cfg) == slots == 10
+    model = tg.build_model(cfg, CPU)
+    model.looping = True
+    lora = tg.LoRA(model, slots=2, rank=2, alpha=4.0)
+    used = []
+    at = lora.at
+    lora.at = lambda slot: used.append(slot) or at(slot)
+    x, y = batch(ref.RecordConfig())
+    lora.select(0, 2)
+    model(x, y, "none", lora=lora)
+    assert used == [*range(slots), None]
