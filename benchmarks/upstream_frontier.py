@@ -260,9 +260,9 @@ def attention(cfg: RecordConfig, st: dict[str, Tensor], i: int, x: Tensor, ctx: 
     B, T, _ = x.shape
     L, H, Hkv, D = cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     qo, kv = _up(st["qo_bank"]), _up(st["kv_bank"])
-    q = rms((x @ qo[i].T).view(B, T, H, D))
-    k = rms((x @ kv[i].T).view(B, T, Hkv, D))
-    v = (x @ kv[L + i].T).view(B, T, Hkv, D)
+    q = rms(_adapt(ctx, "q", x, x @ qo[i].T).view(B, T, H, D))
+    k = rms(_adapt(ctx, "k", x, x @ kv[i].T).view(B, T, Hkv, D))
+    v = _adapt(ctx, "v", x, x @ kv[L + i].T).view(B, T, Hkv, D)
     q, k = apply_rope(q, ctx["pos"], ctx["inv_freq"]), apply_rope(k, ctx["pos"], ctx["inv_freq"])
     q = q * _up(st[f"blocks.{i}.attn.q_gain"])[:, None]  # item 4: the gain after RoPE
     y = attend(q, k, v, ctx["mask"])
@@ -273,7 +273,15 @@ def attention(cfg: RecordConfig, st: dict[str, Tensor], i: int, x: Tensor, ctx: 
         w = _up(st[f"blocks.{i}.attn.attn_gate_w"])
         gate = torch.sigmoid(cfg.sparse_attn_gate_scale * (x[..., : cfg.gate_window] @ w.T))
         y = y * gate[..., None]
-    return y.reshape(B, T, H * D) @ qo[L + i].T  # item 8: head-major, then W_o
+    return _adapt(ctx, "o", x, y.reshape(B, T, H * D) @ qo[L + i].T)  # item 8: then W_o
+
+
+def _adapt(ctx: dict, site: str, h: Tensor, out: Tensor) -> Tensor:
+    """out plus a test-time-training adapter's delta of input h (§5: per virtual slot, at the
+    Q, K, V, O and MLP sites of every block pass; the head's in forward_logits)."""
+    lora = ctx.get("lora")
+    delta = None if lora is None else lora((ctx["slot"], site), h)
+    return out if delta is None else out + delta
 
 
 def mlp(cfg: RecordConfig, st: dict[str, Tensor], i: int, x: Tensor) -> Tensor:
@@ -291,7 +299,8 @@ def block(cfg, st, i: int, x: Tensor, x0: Tensor, ctx: dict) -> Tensor:
     m, s = _up(st[f"blocks.{i}.resid_mix"]), _ln(cfg, i)
     u = m[0] * x + m[1] * x0
     v = u + _up(st[f"blocks.{i}.attn_scale"]) * attention(cfg, st, i, rms(u) * s, ctx)
-    return v + _up(st[f"blocks.{i}.mlp_scale"]) * mlp(cfg, st, i, rms(v) * s)
+    n = rms(v) * s
+    return v + _up(st[f"blocks.{i}.mlp_scale"]) * _adapt(ctx, "mlp", n, mlp(cfg, st, i, n))
 
 
 def par_block(cfg, st, i: int, l0: Tensor, l1: Tensor, x0: Tensor, ctx: dict):
@@ -301,7 +310,8 @@ def par_block(cfg, st, i: int, l0: Tensor, l1: Tensor, x0: Tensor, ctx: dict):
     a = _up(st[f"blocks.{i}.attn_scale"]) * attention(
         cfg, st, i, rms(m[0] * l0 + m[1] * x0) * s, ctx
     )
-    f = _up(st[f"blocks.{i}.mlp_scale"]) * mlp(cfg, st, i, rms(l1) * s)
+    n = rms(l1) * s
+    f = _up(st[f"blocks.{i}.mlp_scale"]) * _adapt(ctx, "mlp", n, mlp(cfg, st, i, n))
     return r[0] * l0 + P[0, 0] * a + P[1, 0] * f, r[1] * l1 + P[0, 1] * a + P[1, 1] * f
 
 
@@ -334,10 +344,13 @@ def _context(cfg: RecordConfig, B: int, T: int, cu_seqlens: Tensor | None, posit
     return {"mask": mask, "pos": pos, "inv_freq": rope_inv_freq(cfg)}
 
 
-def hidden_states(cfg, st, input_ids: Tensor, *, looping: bool, cu_seqlens=None, positions="row"):
-    """The final-normed h (B, T, d) of §2.3 items 1-7."""
+def hidden_states(
+    cfg, st, input_ids: Tensor, *, looping: bool, cu_seqlens=None, positions="row", lora=None
+):
+    """The final-normed h (B, T, d) of §2.3 items 1-7. lora(key, h) -> delta or None, key =
+    (virtual slot, site): the TTT adapters (§5)."""
     B, T = input_ids.shape
-    ctx = _context(cfg, B, T, cu_seqlens, positions)
+    ctx = _context(cfg, B, T, cu_seqlens, positions) | {"lora": lora}
     e = F.embedding(input_ids, _up(st["tok_emb.weight"]))
     x = x0 = rms(smear(cfg, st, e, input_ids))
     enc, dec = layer_order(cfg, looping)
@@ -345,11 +358,13 @@ def hidden_states(cfg, st, input_ids: Tensor, *, looping: bool, cu_seqlens=None,
     skip_w = _up(st["skip_weights"])
     skip_g = _up(st["skip_gates"]) if cfg.skip_gates_enabled else None
     stack = []
-    for i in enc:
+    for slot, i in enumerate(enc):
+        ctx["slot"] = slot
         x = block(cfg, st, i, x, x0, ctx)
         stack.append(x)
     lanes = None
     for j, i in enumerate(dec):
+        ctx["slot"] = len(enc) + j
         # CHOICE: once lanes start they stay on for the remaining decoder slots (the record's
         # decoder layers only increase after the start, so the facts' rule gives the same slots)
         if start is not None and j == start:
@@ -375,6 +390,17 @@ def hidden_states(cfg, st, input_ids: Tensor, *, looping: bool, cu_seqlens=None,
     return rms(x)
 
 
+def forward_logits(cfg, state, input_ids: Tensor, *, looping: bool, cu_seqlens=None,
+                   positions: str = "row", lora=None) -> Tensor:  # fmt: skip
+    """The softcapped tied-head logits (B, T, V) of §2.3 item 8; lora as in hidden_states (the
+    head's adapter: key (None, "head"), added to z before the softcap)."""
+    h = hidden_states(cfg, state, input_ids, looping=looping, cu_seqlens=cu_seqlens,
+                      positions=positions, lora=lora)  # fmt: skip
+    z = _adapt({"lora": lora, "slot": None}, "head", h, h @ _up(state["tok_emb.weight"]).T)
+    c = cfg.logit_softcap
+    return c * torch.tanh(z / c) if c > 0 else z  # CHOICE: softcap <= 0 means none
+
+
 def forward_loss(
     cfg: RecordConfig,
     state: dict[str, Tensor],
@@ -389,11 +415,8 @@ def forward_loss(
     """Cross-entropy of the softcapped tied-head logits (§2.3 item 8), in fp32: "mean" or "none"
     (per token, flattened). cu_seqlens (B = 1) keeps attention within each segment; positions
     "row" (the record) or "document" (RoPE counted from each segment's start)."""
-    h = hidden_states(cfg, state, input_ids, looping=looping, cu_seqlens=cu_seqlens,
-                      positions=positions)  # fmt: skip
-    z = h @ _up(state["tok_emb.weight"]).T
-    c = cfg.logit_softcap
-    logits = c * torch.tanh(z / c) if c > 0 else z  # CHOICE: softcap <= 0 means none
+    logits = forward_logits(cfg, state, input_ids, looping=looping, cu_seqlens=cu_seqlens,
+                            positions=positions)  # fmt: skip
     flat = logits.reshape(-1, logits.size(-1))
     return F.cross_entropy(flat, target_ids.reshape(-1), reduction=reduction)
 

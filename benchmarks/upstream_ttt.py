@@ -93,6 +93,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import train_gpt as tg
+from benchmarks import upstream_frontier as uf
 
 SEED_STRIDE = 1_000_003  # [T6]: the generator's seed is SEED * SEED_STRIDE + document index
 ADAM_EPS = 1e-10
@@ -173,11 +174,10 @@ def phase_documents(docs, scored: list[int], boundary: int) -> list[int]:
 
 def adapter_shapes(model: tg.GPT) -> list[tuple[tuple, int, int]]:
     """[T5] ((block, site), in, out) in draw order; the head's key is (None, "head")."""
-    dim = model.tok_emb.weight.size(1)
+    dim, kv = model.tok_emb.weight.size(1), model.blocks[0].attn.c_k.weight.size(0)
+    outs = {"q": dim, "k": kv, "v": kv, "o": dim, "mlp": dim}
     shapes = []
-    for i, block in enumerate(model.blocks):
-        kv = block.attn.c_k.weight.size(0)
-        outs = {"q": dim, "k": kv, "v": kv, "o": dim, "mlp": dim}
+    for i in range(tg.lora_layers(model.cfg)):  # each layer as it runs (looped: each pass)
         shapes += [((i, site), dim, outs[site]) for site in SITES]
     return [*shapes, ((None, "head"), dim, model.tok_emb.weight.size(0))]
 
@@ -204,11 +204,33 @@ def target_bytes(tokens: np.ndarray, i: int, luts, counts) -> int:
 Lora = Callable[[tuple, torch.Tensor], "torch.Tensor | None"]
 
 
+FRONTIER_NETWORK = ("num_loops", "parallel_start_layer", "smear_gate_enabled", "skip_gates_enabled",
+                    "sparse_attn_gate_enabled", "xsa_last_n", "rope_dims", "ln_scale",
+                    "leaky_relu_slope")  # fmt: skip
+
+
+def frontier_network(cfg: tg.Hyperparameters) -> bool:
+    """Whether cfg turns on any of the record's network components (issue 30)."""
+    return any(getattr(cfg, name) != tg.DEFAULTS[name] for name in FRONTIER_NETWORK)
+
+
+def frontier_config(cfg: tg.Hyperparameters) -> uf.RecordConfig:
+    names = {f.name for f in dataclasses.fields(uf.RecordConfig)} - {"bos_id"}
+    return uf.RecordConfig(**{name: getattr(cfg, name) for name in names})
+
+
 def lora_logits(model: tg.GPT, x: torch.Tensor, lora: Lora | None) -> torch.Tensor:
     """train_gpt.GPT.forward's logits (after the softcap) for rows x (batch, seq), with each
     [T5] site's delta added: lora(key, h) -> delta or None. Causal attention, no documents."""
     no = lambda key, h: None  # noqa: E731
     lora = lora or no
+    if frontier_network(model.cfg):  # the record's network: its reference, looped (§5)
+        state = {
+            k: v.detach()
+            for k, v in tg.bank_state_dict(model.state_dict(), len(model.blocks)).items()
+        }
+        rcfg = frontier_config(model.cfg)
+        return uf.forward_logits(rcfg, state, x, looping=bool(rcfg.num_loops), lora=lora)
 
     def add(out, key, h):
         delta = lora(key, h)

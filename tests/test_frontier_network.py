@@ -4,16 +4,12 @@ forward loss and every gradient, with every component on and each one alone, in 
 CPU; the record's banked state dict in both directions."""
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 import train_gpt as tg
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import upstream_frontier as ref  # noqa: E402
+from benchmarks import upstream_frontier as ref
 
 CPU = torch.device("cpu")
 OFF = dict(  # the baseline's network in the reference's terms

@@ -237,3 +237,46 @@ def test_without_lora_training_the_phases_give_the_same_score_on_1_and_2_ranks(
         assert run.returncode == 0, run.why()
     scores = [float(re.search(r"val_loss:(\S+)", ttt_lines(r)[-1])[1]) for r in (one, two)]
     assert scores[0] == pytest.approx(scores[1], rel=1e-6)
+
+
+# 6. the frontier record's network (issue 30): adapters on every layer pass, both lanes -----------
+
+FRONTIER = dict(
+    num_layers=4, mlp_mult=4.0, qk_gain_init=5.0, xsa_last_n=4, rope_dims=4, ln_scale=True,
+    skip_gates_enabled=True, num_loops=1, loop_start=1, loop_end=2, parallel_start_layer=2,
+    smear_gate_enabled=True, sparse_attn_gate_enabled=True, sparse_attn_gate_scale=0.5,
+    leaky_relu_slope=0.5,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def frontier_model() -> tg.GPT:
+    torch.manual_seed(0)
+    net = tg.build_model(config(**FRONTIER), CPU)
+    for p in net.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    net.looping = True  # as every evaluation after training runs it
+    return net
+
+
+def test_the_frontier_networks_numbers_are_the_references(tmp_path, frontier_model):
+    kw = SMALL | dict(ttt_lora_lr=1e-3) | FRONTIER
+    assert tg.lora_layers(config(**FRONTIER)) == 6  # [0, 1, 2 | 1, 2, 3]: 6 layer passes
+    want = ut.reference_ttt(frontier_model, SPLIT, luts(), **(SMALL | dict(ttt_lora_lr=1e-3)))
+    got = ours(frontier_model, tmp_path, SPLIT, **kw)
+    assert got[2:] == want[2:]
+    assert got[:2] == pytest.approx(want[:2], rel=1e-6)
+    assert got[0] != pytest.approx(ours(frontier_model, tmp_path, SPLIT, **(kw | OFF))[0], rel=1e-6)
+
+
+def test_the_frontier_network_scores_first(tmp_path, frontier_model):
+    kw = SMALL | FRONTIER | dict(ttt_eval_seq_len=32, ttt_batch_size=2)
+    split = sampled_documents(frontier_model, 8, 32, seed=0)
+    nothing, without = (ours(frontier_model, tmp_path, split, **(kw | o))[0] for o in ({}, OFF))
+    assert nothing > without * 0.99
+    rng = np.random.default_rng(4)
+    docs = [[tg.BOS_ID, *(list(rng.integers(2, 64, 12)) * 3)] for _ in range(4)]
+    split = np.array([t for doc in docs for t in doc] + [tg.BOS_ID], dtype=np.int64)
+    kw = kw | dict(ttt_eval_seq_len=40)
+    repeated, without = (ours(frontier_model, tmp_path, split, **(kw | o))[0] for o in ({}, OFF))
+    assert repeated < without * 0.95
