@@ -24,6 +24,8 @@ Validation time: the eval_time of the final_int8_zlib_roundtrip line (a full, wa
 
 --losses N runs the baseline and train_gpt.py (ATTENTION_BACKEND=sdpa) for N steps with
 TRAIN_LOG_EVERY=1 on --loss-data and reports the largest train_loss difference.
+--rows frontier,frontier_looped,record_batch times the frontier record's settings (PRESET=frontier,
+before and after loop activation) beside the baseline's network on the same batch.
 --profile N records a torch.profiler trace of N prefetching steps of setting b after the timed
 steps, and says which streams the copies ran on and how long the compute stream sat idle.
 
@@ -47,7 +49,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-ROWS = ("baseline", "sync", "prefetch", "resident")
+ROWS = ("baseline", "sync", "prefetch", "resident", "frontier", "frontier_looped", "record_batch")
+DEFAULT_ROWS = ROWS[:4]
 SETTINGS = {
     "a": ("the 1-GPU baseline config (grad_accum 8, 524,288 tokens/step)", 1),
     "b": ("rank 0 of an emulated 8-GPU job (65,536 tokens, one micro-step/step)", 8),
@@ -57,6 +60,16 @@ ROW_ENV = {
     "sync": {"TRAIN_PREFETCH": "0", "VAL_PREFETCH": "0"},
     "prefetch": {"TRAIN_PREFETCH": "1", "VAL_PREFETCH": "1"},
     "resident": {"TRAIN_PREFETCH": "0", "VAL_PREFETCH": "1"},
+    # the frontier record's settings (PRESET=frontier, prefetching) before and after its layers
+    # loop, and the baseline's network on the record's batch (786,432 tokens of 2048, docpack);
+    # VOCAB_SIZE stays 1024 (the synthetic shards'), where the record's vocabulary is 8192
+    "frontier": {"PRESET": "frontier", "EVAL_TTT": "0", "ENABLE_LOOPING_AT": "1"},
+    "frontier_looped": {"PRESET": "frontier", "EVAL_TTT": "0", "ENABLE_LOOPING_AT": "0"},
+    "record_batch": {
+        "TRAIN_BATCH_TOKENS": "786432",
+        "TRAIN_SEQ_LEN": "2048",
+        "TRAIN_LOADER": "docpack",
+    },
 }
 RESIDENT_STEPS = 8  # batches of this many steps are kept on the device and cycled
 
@@ -373,7 +386,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--tokenizer", type=Path, required=True, help="a 1024-token SentencePiece model"
     )
     ap.add_argument("--settings", default="a,b", help="comma list of a, b")
-    ap.add_argument("--rows", default=",".join(ROWS), help="comma list of " + ", ".join(ROWS))
+    rows = ", ".join(ROWS)
+    ap.add_argument("--rows", default=",".join(DEFAULT_ROWS), help=f"comma list of {rows}")
     ap.add_argument("--steps", type=int, default=100, help="timed steps per row")
     ap.add_argument("--skip", type=int, default=12, help="real steps before the timed ones")
     ap.add_argument("--warmup", type=int, default=3, help="WARMUP_STEPS (compile warm-up)")

@@ -72,3 +72,21 @@ def test_the_command_line_refuses_unknown_rows_and_missing_inputs(tmp_path, caps
     with pytest.raises(SystemExit):
         step_time.parse_args(["--tokenizer", str(tmp_path)])  # the baseline row needs --baseline
     assert "--baseline" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("row", ["frontier", "frontier_looped", "record_batch"])
+@pytest.mark.parametrize("setting", list(step_time.SETTINGS))
+def test_the_frontier_rows_are_valid_runs_of_the_records_batch(tmp_path, row, setting):
+    import train_gpt as tg
+
+    args = types.SimpleNamespace(skip=4, steps=10, profile=0, warmup=3, tokenizer=tmp_path)
+    env = step_time.timing_env(args, setting, tmp_path) | step_time.ROW_ENV[row]
+    cfg = tg.Hyperparameters.from_env(env, world_size=step_time.SETTINGS[setting][1])
+    assert (cfg.train_batch_tokens, cfg.train_seq_len) == (786_432, 2048)
+    assert cfg.vocab_size == 1024 and not cfg.eval_ttt
+    frontier = row != "record_batch"
+    assert (cfg.num_loops, cfg.parameter_banks, cfg.ema_decay > 0) == (
+        2 * frontier,
+        frontier,
+        frontier,
+    )
