@@ -193,7 +193,9 @@ class Hyperparameters:
         env = PRESETS.get(env.get("PRESET", ""), {}) | dict(env)  # a variable beats its preset
         values = {f.name: parse_value(n, env[n], f.type) for n, f in fields.items() if n in env}
         for name in BUILT_IN_VARIABLES:  # the baseline reads them; here they are constants
-            if env.get(name, BASELINE_PATTERNS) != BASELINE_PATTERNS:
+            control = name == "CONTROL_TENSOR_NAME_PATTERNS"  # the record's default too
+            accepted = (BASELINE_PATTERNS,) + (FRONTIER_PATTERNS,) * control
+            if env.get(name, BASELINE_PATTERNS) not in accepted:
                 what = "not read here: the baseline's default patterns are built in; unset it"
                 raise ConfigError(f"{name}={env[name]!r}: {what}")
         cfg = cls(**values)
@@ -317,54 +319,148 @@ def grad_accum_steps_for(world_size: int) -> int:
 # -----------------------------
 
 
-def zeropower_via_newtonschulz5(G: Tensor, steps: int = 10, eps: float = 1e-7) -> Tensor:
+BASELINE_NS = (3.4445, -4.7750, 2.0315)
+POLAR_EXPRESS = (  # MUON_POLAR_EXPRESS: one (a, b, c) per step, 5 steps at most
+    (8.156554524902461, -22.48329292557795, 15.878769915207462),
+    (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+    (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+    (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+    (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
+)
+
+
+def newton_schulz(G: Tensor, coefficients, eps: float = 1e-7) -> Tensor:
     # Quintic Newton-Schulz iteration that pushes the singular values of G towards 1, in bf16.
-    a, b, c = (3.4445, -4.7750, 2.0315)
+    # G may be a stack of matrices (leading dims): each is normalised on its own.
     X = G.bfloat16()
-    X /= X.norm() + eps
-    transposed = G.size(0) > G.size(1)
+    X /= (X.norm() if X.ndim == 2 else X.norm(dim=(-2, -1), keepdim=True)) + eps
+    transposed = G.size(-2) > G.size(-1)
     if transposed:
-        X = X.T
-    for _ in range(steps):
-        A = X @ X.T
+        X = X.mT
+    for a, b, c in coefficients:
+        A = X @ X.mT
         B = b * A + c * A @ A
         X = a * X + B @ X
-    return X.T if transposed else X
+    return X.mT if transposed else X
+
+
+def zeropower_via_newtonschulz5(G: Tensor, steps: int = 10, eps: float = 1e-7) -> Tensor:
+    return newton_schulz(G, (BASELINE_NS,) * steps, eps)
+
+
+def polar_express(G: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
+    return newton_schulz(G, POLAR_EXPRESS[:steps], eps)
+
+
+def normalize_rows(u: Tensor) -> Tensor:  # MuonEq-R: each row to unit norm (fp32 norm)
+    return u / u.float().norm(dim=-1, keepdim=True).clamp_min(1e-7).to(u.dtype)
+
+
+class Bank(NamedTuple):  # PARAMETER_BANKS: this rank's share of a set of same-shaped matrices
+    owned: list  # a contiguous share of the set, as the record shards its banks
+    grads: Tensor  # (len(owned), rows, cols), made once: their gradients, stacked
+    grad_views: list  # grads[i], made once
+    updates: Tensor  # their rows of the flat update buffer, as (len(owned), rows, cols)
 
 
 class Muon(torch.optim.Optimizer):
-    """Each rank orthogonalises every world-th momentum update; one all-reduce shares them."""
+    """Each rank orthogonalises every world-th momentum update; one all-reduce shares them.
+    PARAMETER_BANKS: a contiguous share of each set of same-shaped matrices, in one NS call."""
 
-    def __init__(self, params, lr, momentum, backend_steps, nesterov=True, orthogonalize=None):
+    # fmt: off
+    def __init__(self, params, lr, momentum, backend_steps, nesterov=True, orthogonalize=None,
+                 weight_decay=0.0, row_normalize=False, momentum_dtype=None, banks=False):
+        # fmt: on
         defaults = dict(lr=lr, momentum=momentum, backend_steps=backend_steps, nesterov=nesterov)
         super().__init__(params, defaults)
         self.orthogonalize = orthogonalize or zeropower_via_newtonschulz5
+        self.weight_decay, self.row_normalize = weight_decay, row_normalize
+        self.momentum_dtype, self.banks, self.plans = momentum_dtype, banks, {}
+
+    def load_state_dict(self, state_dict) -> None:
+        super().load_state_dict(state_dict)
+        if self.momentum_dtype is not None:  # torch cast them to their parameter's dtype
+            for state in self.state.values():
+                state["momentum_buffer"] = state["momentum_buffer"].to(self.momentum_dtype)
+
+    def orthogonal_update(self, p: Tensor, g: Tensor, group: dict) -> Tensor:
+        """Nesterov momentum on g (p's gradient, or its bank share's, stacked), orthogonalised."""
+        state = self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(g)
+        buf = state["momentum_buffer"]
+        buf.mul_(group["momentum"]).add_(g)
+        g = g.add(buf, alpha=group["momentum"]) if group["nesterov"] else g
+        g = self.orthogonalize(normalize_rows(g) if self.row_normalize else g,
+                               steps=group["backend_steps"])  # fmt: skip
+        g *= max(1, g.size(-2) / g.size(-1)) ** 0.5  # scale for non-square matrices
+        return g
 
     @torch.no_grad()
     def step(self, closure=None):
         distributed = dist.is_available() and dist.is_initialized()
         world_size = dist.get_world_size() if distributed else 1
         rank = dist.get_rank() if distributed else 0
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             params = group["params"]
-            total = sum(int(p.numel()) for p in params)
-            updates_flat = torch.zeros(total, device=params[0].device, dtype=torch.bfloat16)
-            updates = updates_flat.split([p.numel() for p in params])  # views of updates_flat
-            for i, (p, update) in enumerate(zip(params, updates, strict=True)):
-                if i % world_size == rank and p.grad is not None:
-                    state = self.state[p]
-                    if "momentum_buffer" not in state:
-                        state["momentum_buffer"] = torch.zeros_like(p.grad)
-                    buf = state["momentum_buffer"]
-                    buf.mul_(group["momentum"]).add_(p.grad)
-                    g = p.grad.add(buf, alpha=group["momentum"]) if group["nesterov"] else p.grad
-                    g = self.orthogonalize(g, steps=group["backend_steps"])
-                    g *= max(1, g.size(0) / g.size(1)) ** 0.5  # scale for non-square matrices
-                    update.copy_(g.reshape(-1))
+            if self.banks:
+                updates_flat, updates = self.banked_updates(index, group, world_size, rank)
+            else:
+                updates_flat, updates = self.strided_updates(group, world_size, rank)
             if distributed:
                 dist.all_reduce(updates_flat, op=dist.ReduceOp.SUM)
+            if self.weight_decay:  # decoupled: p *= 1 - lr * wd, before the update
+                torch._foreach_mul_(params, 1 - group["lr"] * self.weight_decay)
+            if self.banks:  # bf16 updates, each cast to its parameter's dtype as below
+                torch._foreach_add_(params, updates, alpha=-group["lr"])
+                continue
             for p, update in zip(params, updates, strict=True):
                 p.add_(update.view_as(p).to(dtype=p.dtype), alpha=-group["lr"])
+
+    def strided_updates(self, group: dict, world_size: int, rank: int):
+        """The baseline's: this rank's every world-th update in a flat buffer, zero elsewhere."""
+        params = group["params"]
+        total = sum(int(p.numel()) for p in params)
+        updates_flat = torch.zeros(total, device=params[0].device, dtype=torch.bfloat16)
+        updates = updates_flat.split([p.numel() for p in params])  # views of updates_flat
+        for i, (p, update) in enumerate(zip(params, updates, strict=True)):
+            if i % world_size == rank and p.grad is not None:
+                g = p.grad if self.momentum_dtype is None else p.grad.to(self.momentum_dtype)
+                update.copy_(self.orthogonal_update(p, g, group).reshape(-1))
+        return updates_flat, updates
+
+    def banked_updates(self, index: int, group: dict, world_size: int, rank: int):
+        """This rank's share of every bank through one Newton-Schulz call each, in the flat
+        buffer (zero elsewhere) that the all-reduce completes; updates: its views per parameter."""
+        if index not in self.plans:
+            self.plans[index] = self.plan_banks(group["params"], world_size, rank)
+        updates_flat, updates, banks = self.plans[index]
+        updates_flat.zero_()
+        for bank in banks:
+            torch._foreach_copy_(bank.grad_views, [p.grad for p in bank.owned])
+            bank.updates.copy_(self.orthogonal_update(bank.owned[0], bank.grads, group))
+        return updates_flat, updates
+
+    def plan_banks(self, params: list, world_size: int, rank: int) -> tuple:
+        shapes = {}  # the banks: same-shaped parameters, in the group's order
+        for p in params:
+            shapes.setdefault(p.shape, []).append(p)
+        members = [p for bank in shapes.values() for p in bank]  # the flat buffer's order
+        total, device = sum(p.numel() for p in params), params[0].device
+        updates_flat = torch.zeros(total, device=device, dtype=torch.bfloat16)
+        views = dict(zip(members, updates_flat.split([p.numel() for p in members]), strict=True))
+        banks, start = [], 0
+        for shape, bank in shapes.items():
+            share = -(-len(bank) // world_size)  # ceil: the last ranks may own fewer, or none
+            owned = bank[rank * share : (rank + 1) * share]
+            if owned:
+                dtype = self.momentum_dtype or owned[0].dtype
+                grads = torch.empty(len(owned), *shape, device=device, dtype=dtype)
+                first = start + rank * share * shape.numel()
+                rows = updates_flat[first : first + grads.numel()].view(grads.shape)
+                banks.append(Bank(owned, grads, list(grads.unbind(0)), rows))
+            start += len(bank) * shape.numel()
+        return updates_flat, [views[p].view_as(p) for p in params], banks
 
 
 def lr_multiplier(step, elapsed_ms, iterations, warmdown_iters, max_wallclock_ms) -> float:
@@ -425,11 +521,14 @@ def count_target_bytes(tokens: np.ndarray, luts: ByteLuts, chunk: int = 1 << 22)
 # INT8 + ZLIB QUANTIZATION
 # -----------------------------
 
-# substrings of the names of the small control tensors (attn_scale matches attn_scales, ...)
-CONTROL_TENSOR_NAME_PATTERNS = ("attn_scale", "mlp_scale", "resid_mix", "q_gain", "skip_weight")
 BUILT_IN_VARIABLES = ("CONTROL_TENSOR_NAME_PATTERNS", "INT8_KEEP_FLOAT_FP32_NAME_PATTERNS")
 BASELINE_PATTERNS = "attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
 BASELINE_PATTERNS += "skip_weight,skip_weights"  # the baseline's default of both variables
+FRONTIER_PATTERNS = BASELINE_PATTERNS + ",skip_gates,parallel_post_lambdas,parallel_resid_lambdas,"
+FRONTIER_PATTERNS += "attn_gate_proj,attn_gate_w,smear_gate,smear_lambda"  # the record's default
+# substrings of the names of the small control tensors (the record's extra ones only exist when
+# their variables are on)
+CONTROL_TENSOR_NAME_PATTERNS = tuple(FRONTIER_PATTERNS.split(","))
 INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
 INT8_CLIP_Q = 99.99984 / 100.0
 
@@ -1573,25 +1672,34 @@ def build_model(cfg: Hyperparameters, device: torch.device, attention=None) -> G
 
 
 def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim.Optimizer], Muon]:
-    """Adam for the embedding, the untied head and the small/control tensors; Muon for matrices."""
+    """AdamW for the embedding, the untied head and the small/control tensors (the blocks' and
+    the model's own, e.g. skip_weights); Muon for the blocks' matrices."""
     block_params = list(model.blocks.named_parameters())
     is_control = lambda name, p: p.ndim < 2 or is_control_tensor(name)  # noqa: E731
     matrix_params = [p for name, p in block_params if not is_control(name, p)]
     scalar_params = [p for name, p in block_params if is_control(name, p)]
-    if model.skip_weights.numel() > 0:
-        scalar_params.append(model.skip_weights)
+    outside = ("blocks.", "tok_emb.", "lm_head.")  # the model's own: skip_weights, gates, ...
+    scalar_params += [p for n, p in model.named_parameters() if not n.startswith(outside)]
+    scalar_params = [p for p in scalar_params if p.numel() > 0]
     token_lr = cfg.tied_embed_lr if cfg.tie_embeddings else cfg.embed_lr
 
-    def adam(params, lr):
+    def adam(params, lr, weight_decay=0.0):  # decoupled weight decay (times the scheduled lr)
         groups = [{"params": params, "lr": lr, "base_lr": lr}]
-        return torch.optim.Adam(groups, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps, fused=True)
+        betas, eps = (cfg.beta1, cfg.beta2), cfg.adam_eps
+        return torch.optim.AdamW(groups, betas=betas, eps=eps, weight_decay=weight_decay,
+                                 fused=True)  # fmt: skip
 
-    ns = zeropower_via_newtonschulz5
+    ns = polar_express if cfg.muon_polar_express else zeropower_via_newtonschulz5
     if model.tok_emb.weight.is_cuda:  # compiled on the GPU, as the baseline does
         ns = torch.compile(ns)
     groups = [{"params": matrix_params, "base_lr": cfg.matrix_lr}]
-    muon = Muon(groups, cfg.matrix_lr, cfg.muon_momentum, cfg.muon_backend_steps, orthogonalize=ns)
-    optimizers = [adam([model.tok_emb.weight], token_lr), muon, adam(scalar_params, cfg.scalar_lr)]
+    variants = dict(weight_decay=cfg.muon_wd, row_normalize=cfg.muon_row_normalize,
+                    momentum_dtype=torch.bfloat16 if cfg.muon_momentum_bf16 else None,
+                    banks=cfg.parameter_banks)  # fmt: skip
+    muon = Muon(groups, cfg.matrix_lr, cfg.muon_momentum, cfg.muon_backend_steps,
+                orthogonalize=ns, **variants)  # fmt: skip
+    optimizers = [adam([model.tok_emb.weight], token_lr, cfg.embed_wd), muon,
+                  adam(scalar_params, cfg.scalar_lr, cfg.adam_wd)]  # fmt: skip
     if model.lm_head is not None:
         optimizers.insert(1, adam([model.lm_head.weight], cfg.head_lr))
     return optimizers, muon
