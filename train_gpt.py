@@ -248,6 +248,10 @@ class Hyperparameters:
              f"GATE_WINDOW={self.gate_window}: expected at most MODEL_DIM={self.model_dim}"),
             (int(self.mlp_mult * self.model_dim) < 1,
              f"MLP_MULT={self.mlp_mult}: expected int(MLP_MULT*MODEL_DIM) >= 1"),
+            (0 < self.max_wallclock_seconds <= self.gptq_reserve_seconds,
+             f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds}: expected less than "
+             f"MAX_WALLCLOCK_SECONDS={self.max_wallclock_seconds} (training stops that much "
+             f"before the cap)"),
             (self.eval_stride and self.val_doc_attention,
              "EVAL_STRIDE with VAL_DOC_ATTENTION=1: not supported; sliding windows attend "
              "across documents, as the records' evaluation does"),
@@ -463,8 +467,18 @@ class Muon(torch.optim.Optimizer):
         return updates_flat, [views[p].view_as(p) for p in params], banks
 
 
-def lr_multiplier(step, elapsed_ms, iterations, warmdown_iters, max_wallclock_ms) -> float:
-    """Linear warm-down over the last WARMDOWN_ITERS steps (under a cap: their estimated time)."""
+def training_fraction(step, elapsed_ms, iterations, max_wallclock_ms) -> float:
+    """How far training is: its share of the time budget under a cap, else of ITERATIONS."""
+    return elapsed_ms / max_wallclock_ms if max_wallclock_ms else step / max(iterations, 1)
+
+
+def lr_multiplier(step, elapsed_ms, iterations, warmdown_iters, max_wallclock_ms,
+                  warmdown_frac=0.0, min_lr=0.0) -> float:  # fmt: skip
+    """Linear warm-down over the last WARMDOWN_ITERS steps (under a cap: their estimated time);
+    WARMDOWN_FRAC instead: over that last fraction of training, down to MIN_LR (the record's)."""
+    if warmdown_frac > 0:
+        frac = training_fraction(step, elapsed_ms, iterations, max_wallclock_ms)
+        return 1.0 if frac < 1 - warmdown_frac else max((1 - frac) / warmdown_frac, min_lr)
     if warmdown_iters <= 0:
         return 1.0
     if max_wallclock_ms is None:
@@ -2132,6 +2146,34 @@ def pipeline_profiler(cfg: Hyperparameters, rt: Runtime) -> torch.profiler.profi
     return profiler
 
 
+def loop_layers(net: Network) -> str:
+    encoder, decoder = net.base.layer_order(True)
+    return f"encoder:[{','.join(map(str, encoder))}] decoder:[{','.join(map(str, decoder))}]"
+
+
+class EMA:
+    """EMA_DECAY: an fp32 average of every state-dict entry, e = d*e + (1-d)*p after each step
+    (foreach; entries of other dtypes, as bf16 tok_emb on CUDA, through fp32 copies made once)."""
+
+    def __init__(self, model: nn.Module, decay: float, state: dict | None = None):
+        live = model.state_dict()  # views of the weights
+        self.decay, self.names, state = decay, list(live), state or live
+        self.average = [state[k].to(t.device, torch.float32, copy=True) for k, t in live.items()]
+        self.cast = [t for t in live.values() if t.dtype != torch.float32]
+        self.cast_fp32 = [torch.empty_like(t, dtype=torch.float32) for t in self.cast]
+        fp32 = iter(self.cast_fp32)
+        self.sources = [t if t.dtype == torch.float32 else next(fp32) for t in live.values()]
+
+    def update(self) -> None:
+        if self.cast:
+            torch._foreach_copy_(self.cast_fp32, self.cast)
+        torch._foreach_mul_(self.average, self.decay)
+        torch._foreach_add_(self.average, self.sources, alpha=1 - self.decay)
+
+    def state_dict(self) -> dict:
+        return dict(zip(self.names, self.average, strict=True))
+
+
 class Trainer(ClosedOnExit):
     """The training loop: only the steps that log a loss or validate wait for the GPU."""
 
@@ -2140,7 +2182,12 @@ class Trainer(ClosedOnExit):
         self.log0, self.clock = log0, clock
         timing = (cfg.training_timing_breakdown, cfg.training_timing_every)
         self.probe = Probe(*timing, rt.cuda, log0, traced=bool(cfg.pipeline_trace))
-        self.cap_ms = 1000.0 * cfg.max_wallclock_seconds if cfg.max_wallclock_seconds > 0 else None
+        self.cap_ms = None  # training's: the cap less the time GPTQ_RESERVE_SECONDS keeps
+        if cfg.max_wallclock_seconds > 0:
+            reserve = cfg.gptq_reserve_seconds
+            self.cap_ms = 1000.0 * (cfg.max_wallclock_seconds - reserve)
+            if reserve > 0:
+                log0(f"gptq:reserving {reserve:.0f}s, effective={self.cap_ms:.0f}ms")
         # the ranks agree on the cap over gloo: a host waits for the others, never for its device
         gloo = rt.distributed and rt.cuda and self.cap_ms is not None
         self.cap_group = dist.new_group(backend="gloo") if gloo else None
@@ -2152,6 +2199,7 @@ class Trainer(ClosedOnExit):
         self.resumed_at = 0.0  # clock() when the clock last resumed
         self.stopping = False  # the cap was reached: the current step is the last
         self.resume_position = None  # the loader's position in a checkpoint resumed from
+        self.ema = None  # EMA_DECAY's averages, from the weights training starts with
 
     def open_loader(self, position=None) -> None:  # the order from its start or from `position`
         cfg, rt = self.cfg, self.rt
@@ -2193,11 +2241,13 @@ class Trainer(ClosedOnExit):
             for opt in self.net.optimizers:  # each its own parameters: zeroed once stepped
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+            if self.ema is not None:
+                self.ema.update()
 
-    def set_schedules(self) -> None:
-        cfg = self.cfg
-        elapsed, cap_ms = self.elapsed_ms(), self.cap_ms
-        scale = lr_multiplier(self.step, elapsed, cfg.iterations, cfg.warmdown_iters, cap_ms)
+    def set_schedules(self, elapsed: float) -> None:
+        cfg, cap_ms = self.cfg, self.cap_ms
+        warmdown = (cfg.warmdown_iters, cap_ms, cfg.warmdown_frac, cfg.min_lr)
+        scale = lr_multiplier(self.step, elapsed, cfg.iterations, *warmdown)
         warmup = cfg.muon_momentum_warmup_steps
         frac = min(self.step / warmup, 1.0) if warmup > 0 else 1.0
         momentum = (1 - frac) * cfg.muon_momentum_warmup_start + frac * cfg.muon_momentum
@@ -2206,6 +2256,14 @@ class Trainer(ClosedOnExit):
         for opt in self.net.optimizers:
             for group in opt.param_groups:
                 group["lr"] = group["base_lr"] * scale
+
+    def switch_loops_on(self, elapsed: float) -> None:
+        """NUM_LOOPS: from ENABLE_LOOPING_AT of training on, for good (a recompile, once)."""
+        frac = training_fraction(self.step, elapsed, self.cfg.iterations, self.cap_ms)
+        if frac >= self.cfg.enable_looping_at:
+            self.net.base.looping = True
+            layers = loop_layers(self.net)
+            self.log0(f"layer_loop:enabled step:{self.step} frac:{frac:.3f} {layers}")
 
     def elapsed_ms(self) -> float:  # training time: validation is excluded
         return self.training_time_ms + 1000.0 * (self.clock() - self.resumed_at)
@@ -2225,18 +2283,30 @@ class Trainer(ClosedOnExit):
         model_state = {name: t.detach().cpu().clone() for name, t in net.base.state_dict().items()}
         optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in net.optimizers]
         self.open_loader()
-        for i in range(1, cfg.warmup_steps + 1):  # update() leaves every grad None
-            self.forward_backward()
-            self.update()
-            if cfg.warmup_steps <= 20 or i % 10 == 0 or i == cfg.warmup_steps:
-                self.log0(f"warmup_step:{i}/{cfg.warmup_steps}")
+        self.warm_up("warmup_step")
+        if cfg.num_loops:  # the looped graph compiles before the clock too
+            net.base.looping = True
+            self.log0(f"loop_warmup:enabled {loop_layers(net)}")
+            self.warm_up("loop_warmup_step")
+            net.base.looping = False
+        # Unlike the record on 8 GPUs, Muon's momentum is restored too (it is optimizer state).
         net.base.load_state_dict(model_state, strict=True)
         for opt, state in zip(net.optimizers, optimizer_states, strict=True):
             opt.load_state_dict(state)
         self.close()
 
+    def warm_up(self, label: str) -> None:
+        n = self.cfg.warmup_steps
+        for i in range(1, n + 1):  # update() leaves every grad None
+            self.forward_backward()
+            self.update()
+            if n <= 20 or i % 10 == 0 or i == n:
+                self.log0(f"{label}:{i}/{n}")
+
     def train(self, evaluate: Callable[[], tuple[float, float]]) -> None:
         cfg = self.cfg
+        if cfg.ema_decay > 0 and self.ema is None:  # else resumed
+            self.ema = EMA(self.net.base, cfg.ema_decay)
         self.open_loader(self.resume_position)
         self.probe.data_wait_total_ms = 0.0
         profiler = pipeline_profiler(cfg, self.rt) if cfg.pipeline_trace else None
@@ -2272,8 +2342,10 @@ class Trainer(ClosedOnExit):
             )
 
     def train_one_step(self) -> None:
-        cfg, step = self.cfg, self.step + 1
-        self.set_schedules()
+        cfg, step, elapsed = self.cfg, self.step + 1, self.elapsed_ms()
+        if cfg.num_loops and not self.net.base.looping:
+            self.switch_loops_on(elapsed)
+        self.set_schedules(elapsed)
         self.probe.begin_step(step)
         train_loss = self.forward_backward()
         self.update()
@@ -2316,6 +2388,9 @@ class Trainer(ClosedOnExit):
         if mine["rng"]["cuda"] is not None:
             torch.cuda.set_rng_state_all(mine["rng"]["cuda"])
         self.resume_position = mine["loader"]
+        net.base.looping = mine.get("looping", False)
+        if self.cfg.ema_decay > 0:
+            self.ema = EMA(net.base, self.cfg.ema_decay, checkpoint["ema"])
         self.step, self.stopping = meta["step"], meta["stopping"]
         self.training_time_ms = ms = meta["training_time_ms"]
         self.log0(f"resumed_from:{checkpoint['folder']} step:{self.step} train_time:{ms:.0f}ms")
@@ -2341,7 +2416,10 @@ class Trainer(ClosedOnExit):
 # -----------------------------
 
 RESUME_KEYS = ("train_loader", "train_batch_tokens", "train_seq_len", "vocab_size", "num_layers",
-               "model_dim", "num_heads", "num_kv_heads", "mlp_mult", "tie_embeddings")  # fmt: skip
+               "model_dim", "num_heads", "num_kv_heads", "mlp_mult", "tie_embeddings",
+               "skip_gates_enabled", "parallel_start_layer", "smear_gate_enabled", "gate_window",
+               "sparse_attn_gate_enabled", "num_loops", "loop_start", "loop_end",
+               "parameter_banks")  # fmt: skip
 
 
 def resume_identity(cfg: Hyperparameters, rt: Runtime) -> dict:
@@ -2366,11 +2444,15 @@ def save_checkpoint(trainer: Trainer) -> None:
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     rng = {"python": random.getstate(), "numpy": np.random.get_state(),
            "torch": torch.get_rng_state(), "cuda": cuda_rng}  # fmt: skip
-    mine = {"optimizers": [opt.state_dict() for opt in net.optimizers], "rng": rng}
+    mine = {"optimizers": [opt.state_dict() for opt in net.optimizers], "rng": rng,
+            "looping": net.base.looping}  # fmt: skip
     torch.save(mine | {"loader": trainer.loader.state()}, tmp / f"rank_{rt.rank:03d}.pt")
     fsync(tmp / f"rank_{rt.rank:03d}.pt")
     if rt.rank == 0:
         torch.save(net.base.state_dict(), tmp / "model.pt")  # whole once the folder is renamed
+        if trainer.ema is not None:
+            torch.save(trainer.ema.state_dict(), tmp / "ema.pt")
+            fsync(tmp / "ema.pt")
         meta = {"step": trainer.step, "training_time_ms": trainer.training_time_ms,
                 "stopping": trainer.stopping, "config": resume_identity(cfg, rt)}  # fmt: skip
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
@@ -2411,6 +2493,7 @@ def read_checkpoint(cfg: Hyperparameters, rt: Runtime) -> dict | None:
             folder = done[-1]
         meta = read_checkpoint_meta(folder, resume_identity(cfg, rt))
         files = {"model": "model.pt", "mine": f"rank_{rt.rank:03d}.pt"}
+        files |= {"ema": "ema.pt"} if cfg.ema_decay > 0 else {}
         checkpoint = {k: load_checkpoint_file(folder / name) for k, name in files.items()}
         checkpoint |= {"folder": folder, "meta": meta}
     except (ConfigError, DataError) as e:
@@ -2428,8 +2511,8 @@ def read_checkpoint_meta(folder: Path, identity: dict) -> dict:
         saved = dict(meta["config"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise DataError(f"{folder / 'meta.json'}: unreadable checkpoint metadata ({e})") from None
-    for name, value in identity.items():
-        if saved.get(name) != value:
+    for name, value in identity.items():  # a name saved before it was one: at its default
+        if saved.get(name, DEFAULTS.get(name.lower())) != value:
             raise ConfigError(
                 f"RESUME_FROM={folder}: saved with {name}={saved.get(name)}, this run has {value}"
             )
@@ -2719,6 +2802,7 @@ def main() -> None:
     log_network(cfg, rt, net, log0)
     evaluate = functools.partial(eval_val, cfg, rt, net.compiled, val, device_luts)
     if cfg.eval_only_path:
+        net.base.looping = cfg.num_loops > 0  # the record evaluates looped
         quant_raw = load_for_evaluation(cfg.eval_only_path, net, evaluate, log0)
     else:
         with Trainer(cfg, rt, net, log0) as trainer:
@@ -2727,6 +2811,10 @@ def main() -> None:
                 trainer.resume(checkpoint)
             trainer.train(evaluate)
         trainer.log_summary()
+        if trainer.ema is not None:  # the in-loop final validation scored the live weights
+            log0("ema:applying EMA weights")
+            net.base.load_state_dict(trainer.ema.state_dict())  # cast to the live dtypes
+        net.base.looping = cfg.num_loops > 0  # saved, quantized and scored looped, as the record
         quant_raw = save_artifacts(rt, net, code, log0)
     quant_state = torch.load(io.BytesIO(quant_raw), map_location="cpu")
     load_weights(net, dequantize_state_dict_int8(quant_state), "the int8 weights")

@@ -216,3 +216,222 @@ def test_the_records_control_patterns_name_its_extra_tensors_and_its_variable_is
     assert tg.Hyperparameters.from_env(env) == tg.Hyperparameters.from_env({"RUN_ID": "r"})
     with pytest.raises(tg.ConfigError, match="INT8_KEEP_FLOAT_FP32_NAME_PATTERNS="):
         tg.Hyperparameters.from_env({"INT8_KEEP_FLOAT_FP32_NAME_PATTERNS": tg.FRONTIER_PATTERNS})
+
+
+# -----------------------------
+# 3. schedule, loop switch, priming (a real Trainer on a fake clock, as tests/test_trainer.py)
+# -----------------------------
+
+
+def test_the_records_warmdown_by_fraction_down_to_min_lr():
+    def f(step, elapsed=0.0, cap=None):
+        return tg.lr_multiplier(step, elapsed, 100, 1200, cap, warmdown_frac=0.85, min_lr=0.1)
+
+    assert [f(0), f(14), f(15)] == [1.0, 1.0, 1.0]  # decay from frac 0.15 on
+    assert f(50) == pytest.approx(0.5 / 0.85) and f(95) == 0.1  # the floor
+    assert f(10, elapsed=299_750.0, cap=599_500.0) == pytest.approx(0.5 / 0.85)  # time, not steps
+    assert tg.lr_multiplier(50, 0.0, 100, 0, None, warmdown_frac=1.0) == 0.5
+    assert tg.training_fraction(7, 1e9, 20, None) == 0.35
+    assert tg.training_fraction(7, 150.0, 20, 600.0) == 0.25
+
+
+def test_a_gptq_reserve_must_leave_training_time():
+    with pytest.raises(
+        tg.ConfigError, match=r"GPTQ_RESERVE_SECONDS=600\.0: expected less than MAX"
+    ):
+        tg.Hyperparameters(gptq_reserve_seconds=600.0).validate(1)
+    tg.Hyperparameters(gptq_reserve_seconds=600.0, max_wallclock_seconds=0).validate(1)  # no cap
+
+
+class FakeClock:
+    """Seconds that advance only with finished steps: `ms_per_step` per step."""
+
+    def __init__(self, ms_per_step: float):
+        self.ms_per_step, self.trainer = ms_per_step, None
+
+    def __call__(self) -> float:
+        return self.trainer.step * self.ms_per_step / 1000.0
+
+
+TINY = {
+    "NUM_LAYERS": "2", "MODEL_DIM": "32", "NUM_HEADS": "2", "NUM_KV_HEADS": "1",
+    "VOCAB_SIZE": "64", "TRAIN_SEQ_LEN": "16", "TRAIN_BATCH_TOKENS": "256",
+    "VAL_BATCH_SIZE": "256", "ITERATIONS": "20", "WARMUP_STEPS": "0", "VAL_LOSS_EVERY": "0",
+    "TRAIN_LOG_EVERY": "0", "WARMDOWN_ITERS": "0", "MAX_WALLCLOCK_SECONDS": "0",
+}  # fmt: skip
+
+
+def make_trainer(folder: Path, ms_per_step: float = 100.0, **env):
+    from data.shard_io import write_shard
+
+    write_shard(folder / "fineweb_train_000000.bin", (torch.arange(20_000) % 64).numpy())
+    cfg = tg.Hyperparameters.from_env(dict(TINY, DATA_PATH=str(folder), **env))
+    rt = tg.Runtime(0, 0, 1, 8, torch.device("cpu"), False)
+    net = tg.build_network(cfg, rt)
+    lines: list[str] = []
+    clock = FakeClock(ms_per_step)
+    trainer = tg.Trainer(cfg, rt, net, lambda msg, console=True: lines.append(msg), clock=clock)
+    clock.trainer = trainer
+    return trainer, lines
+
+
+def test_the_reserve_shortens_training_and_the_fraction_schedules_the_lr(tmp_path):
+    env = dict(MAX_WALLCLOCK_SECONDS="1.5", GPTQ_RESERVE_SECONDS="0.5", WARMDOWN_FRAC="0.5",
+               MIN_LR="0.1")  # fmt: skip
+    trainer, lines = make_trainer(tmp_path, **env)
+    with trainer:
+        trainer.train(evaluate=lambda: (0.0, 0.0))
+    assert lines[0] == "gptq:reserving 0s, effective=1000ms"  # 0.5 prints as 0, as the record's
+    assert trainer.step == 10 and lines[-1].startswith("stopping_early: wallclock_cap")
+    # the last step started at 900 ms of 1000: frac 0.9, lr_mul max(0.1 / 0.5, 0.1)
+    assert trainer.net.muon.param_groups[0]["lr"] == pytest.approx(0.04 * 0.2)
+
+
+def test_loops_switch_on_for_good_at_enable_looping_at(tmp_path):
+    env = dict(NUM_LOOPS="1", LOOP_START="0", LOOP_END="1", ENABLE_LOOPING_AT="0.5")
+    trainer, lines = make_trainer(tmp_path, **env)
+    looping = []  # the flag each step trains with
+    forward_backward = trainer.forward_backward
+    trainer.forward_backward = lambda: (
+        looping.append(trainer.net.base.looping),
+        forward_backward(),
+    )[1]
+    with trainer:
+        trainer.train(evaluate=lambda: (0.0, 0.0))
+    assert looping == [False] * 10 + [True] * 10 and trainer.step == 20
+    encoder, decoder = trainer.net.base.layer_order(True)
+    lists = f"encoder:[{','.join(map(str, encoder))}] decoder:[{','.join(map(str, decoder))}]"
+    assert [x for x in lines if x.startswith("layer_loop")] == [
+        f"layer_loop:enabled step:10 frac:0.500 {lists}"
+    ]
+
+
+def test_priming_runs_the_looped_steps_then_restores_everything(tmp_path):
+    env = dict(NUM_LOOPS="1", LOOP_START="0", LOOP_END="1", WARMUP_STEPS="2",
+               MUON_MOMENTUM_BF16="1", EMA_DECAY="0.9")  # fmt: skip
+    trainer, lines = make_trainer(tmp_path, **env)
+    net = trainer.net
+    initial = copy.deepcopy(net.base.state_dict())
+    looping = []
+    forward_backward = trainer.forward_backward
+    trainer.forward_backward = lambda: (looping.append(net.base.looping), forward_backward())[1]
+    with trainer:
+        trainer.warm_up_and_restore()
+    encoder, decoder = net.base.layer_order(True)
+    lists = f"encoder:[{','.join(map(str, encoder))}] decoder:[{','.join(map(str, decoder))}]"
+    assert lines == ["warmup_step:1/2", "warmup_step:2/2", f"loop_warmup:enabled {lists}",
+                     "loop_warmup_step:1/2", "loop_warmup_step:2/2"]  # fmt: skip
+    assert looping == [False, False, True, True] and not net.base.looping
+    assert all(torch.equal(initial[k], v) for k, v in net.base.state_dict().items())
+    assert all(not opt.state for opt in net.optimizers)  # Muon's momentum included
+    assert trainer.ema is None  # it starts from the restored weights
+
+
+# -----------------------------
+# 4. EMA
+# -----------------------------
+
+
+def test_the_ema_is_the_records_average_over_mixed_dtypes():
+    model = torch.nn.Module()
+    model.a = torch.nn.Parameter(randn(5, 3))
+    model.b = torch.nn.Parameter(randn(7, seed=1).bfloat16())  # tok_emb on CUDA
+    ema = tg.EMA(model, 0.9)
+    expected = {k: v.float().clone() for k, v in model.state_dict().items()}
+    for step in range(3):
+        with torch.no_grad():
+            model.a.add_(1.0 + step)
+            model.b.mul_(-2.0)
+        ema.update()
+        for k, v in model.state_dict().items():
+            expected[k] = 0.9 * expected[k] + (1 - 0.9) * v.float()
+    for k, v in ema.state_dict().items():
+        assert v.dtype == torch.float32
+        torch.testing.assert_close(v, expected[k], atol=1e-6, rtol=1e-6)
+
+
+def test_the_ema_update_costs_the_same_ops_for_any_number_of_tensors():
+    from conftest import OpCounter
+
+    def ops(n: int) -> int:
+        model = torch.nn.ParameterList([torch.nn.Parameter(randn(4, 4)) for _ in range(n)])
+        model.append(torch.nn.Parameter(randn(4).bfloat16()))
+        ema = tg.EMA(model, 0.99)
+        with OpCounter() as counter:
+            ema.update()
+        return counter.ops
+
+    assert ops(2) == ops(20)
+
+
+def test_training_updates_the_ema_after_every_step_from_the_restored_weights(tmp_path):
+    trainer, _ = make_trainer(tmp_path, EMA_DECAY="0.8", WARMUP_STEPS="1", ITERATIONS="4")
+    base, update = trainer.net.base, trainer.update
+
+    def tracked():
+        update()
+        for k, v in base.state_dict().items():
+            expected[k].mul_(0.8).add_(v.float(), alpha=1 - 0.8)
+
+    with trainer:
+        trainer.warm_up_and_restore()
+        expected = {k: v.float().clone() for k, v in base.state_dict().items()}
+        trainer.update = tracked
+        trainer.train(evaluate=lambda: (0.0, 0.0))
+    got = trainer.ema.state_dict()
+    assert all(torch.equal(got[k], expected[k]) for k in expected)
+    assert not all(torch.equal(got[k], v) for k, v in base.state_dict().items())
+
+
+# -----------------------------
+# 5. end to end: every toggle of this file, checkpointed after the loop switch and resumed
+# -----------------------------
+
+FRONTIER_ENV = dict(
+    MUON_POLAR_EXPRESS=1, MUON_ROW_NORMALIZE=1, MUON_MOMENTUM_BF16=1, MUON_WD=0.095,
+    EMBED_WD=0.085, ADAM_WD=0.02, PARAMETER_BANKS=1, EMA_DECAY=0.9, WARMDOWN_FRAC=0.85,
+    MIN_LR=0.1, NUM_LOOPS=1, LOOP_START=0, LOOP_END=1, ENABLE_LOOPING_AT=0.3, TRAIN_LOG_EVERY=1,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def frontier_runs(tmp_path_factory, tiny_dataset):
+    """6 steps on 2 ranks: loops on at the top of step 3 (2/6 >= 0.3), checkpoints at 2 and 4;
+    then the run resumed from its step 4."""
+    from conftest import run_train
+
+    root = tmp_path_factory.mktemp("frontier")
+    full = run_train(root / "full", tiny_dataset, **FRONTIER_ENV, CHECKPOINT_EVERY=2)
+    assert full.returncode == 0, full.why()
+    folder = full.workdir / "checkpoints" / "step_000004"
+    resumed = run_train(root / "resumed", tiny_dataset, **FRONTIER_ENV, RESUME_FROM=folder)
+    assert resumed.returncode == 0, resumed.why()
+    return full, resumed
+
+
+def test_a_frontier_run_primes_loops_switches_them_on_and_scores_the_ema(frontier_runs):
+    full, _ = frontier_runs
+    lines = full.stdout.splitlines()
+    switch = [x for x in lines if x.startswith("layer_loop:enabled")]
+    assert len(switch) == 1 and switch[0].startswith("layer_loop:enabled step:2 frac:0.333 ")
+    priming = [x for x in lines if x.startswith(("warmup_step:", "loop_warmup"))]
+    assert priming[2].startswith("loop_warmup:enabled encoder:[") and len(priming) == 5
+    order = [next(i for i, x in enumerate(lines) if x.startswith(p)) for p in (
+        "step:6/6 val_loss:", "ema:applying EMA weights", "Serialized model:",
+        "final_int8_zlib_roundtrip_exact")]  # fmt: skip
+    assert order == sorted(order)
+    saved = torch.load(full.workdir / "final_model.pt")
+    ema = torch.load(full.workdir / "checkpoints" / "step_000006" / "ema.pt")
+    live = torch.load(full.workdir / "checkpoints" / "step_000006" / "model.pt")
+    assert all(torch.equal(saved[k], ema[k]) for k in saved)  # fp32 on the CPU: as averaged
+    assert not all(torch.equal(saved[k], live[k]) for k in saved)
+
+
+def test_a_resumed_frontier_run_continues_exactly(frontier_runs):
+    from test_checkpoint import continuation, final_line, train_steps
+
+    full, resumed = frontier_runs
+    assert train_steps(resumed) == [5, 6]
+    assert not resumed.lines("layer_loop:")  # the checkpoint's flag: on
+    assert continuation(resumed, 4) == continuation(full, 4), resumed.why()
+    assert final_line(resumed) == final_line(full)
