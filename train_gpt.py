@@ -323,7 +323,6 @@ def grad_accum_steps_for(world_size: int) -> int:
 # -----------------------------
 
 
-BASELINE_NS = (3.4445, -4.7750, 2.0315)
 POLAR_EXPRESS = (  # MUON_POLAR_EXPRESS: one (a, b, c) per step, 5 steps at most
     (8.156554524902461, -22.48329292557795, 15.878769915207462),
     (4.042929935166739, -2.808917465908714, 0.5000178451051316),
@@ -349,7 +348,7 @@ def newton_schulz(G: Tensor, coefficients, eps: float = 1e-7) -> Tensor:
 
 
 def zeropower_via_newtonschulz5(G: Tensor, steps: int = 10, eps: float = 1e-7) -> Tensor:
-    return newton_schulz(G, (BASELINE_NS,) * steps, eps)
+    return newton_schulz(G, ((3.4445, -4.7750, 2.0315),) * steps, eps)
 
 
 def polar_express(G: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
@@ -446,25 +445,23 @@ class Muon(torch.optim.Optimizer):
         return updates_flat, updates
 
     def plan_banks(self, params: list, world_size: int, rank: int) -> tuple:
+        """Made once: the flat update buffer, each parameter's view of it, this rank's banks."""
         shapes = {}  # the banks: same-shaped parameters, in the group's order
         for p in params:
             shapes.setdefault(p.shape, []).append(p)
-        members = [p for bank in shapes.values() for p in bank]  # the flat buffer's order
         total, device = sum(p.numel() for p in params), params[0].device
-        updates_flat = torch.zeros(total, device=device, dtype=torch.bfloat16)
-        views = dict(zip(members, updates_flat.split([p.numel() for p in members]), strict=True))
-        banks, start = [], 0
+        updates_flat, start = torch.zeros(total, device=device, dtype=torch.bfloat16), 0
+        views, banks = {}, []
         for shape, bank in shapes.items():
+            rows = updates_flat[start : start + len(bank) * shape.numel()].view(len(bank), *shape)
+            views |= {id(p): row for p, row in zip(bank, rows, strict=True)}
+            start += rows.numel()
             share = -(-len(bank) // world_size)  # ceil: the last ranks may own fewer, or none
-            owned = bank[rank * share : (rank + 1) * share]
-            if owned:
-                dtype = self.momentum_dtype or owned[0].dtype
-                grads = torch.empty(len(owned), *shape, device=device, dtype=dtype)
-                first = start + rank * share * shape.numel()
-                rows = updates_flat[first : first + grads.numel()].view(grads.shape)
-                banks.append(Bank(owned, grads, list(grads.unbind(0)), rows))
-            start += len(bank) * shape.numel()
-        return updates_flat, [views[p].view_as(p) for p in params], banks
+            lo, hi = rank * share, min((rank + 1) * share, len(bank))
+            if lo < hi:
+                grads = torch.empty_like(rows[lo:hi], dtype=self.momentum_dtype or bank[0].dtype)
+                banks.append(Bank(bank[lo:hi], grads, list(grads.unbind(0)), rows[lo:hi]))
+        return updates_flat, [views[id(p)] for p in params], banks
 
 
 def training_fraction(step, elapsed_ms, iterations, max_wallclock_ms) -> float:
