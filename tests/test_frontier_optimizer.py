@@ -11,8 +11,11 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from test_checkpoint import continuation, final_line, train_steps
 
 import train_gpt as tg
+from conftest import OpCounter, run_train
+from data.shard_io import write_shard
 
 # FRONTIER.md §3.1, typed from there: what MUON_POLAR_EXPRESS must run
 RECORD_TUPLES = [
@@ -172,11 +175,11 @@ def _banked_rank(rank: int, folder: str, world_size: int) -> None:
 
 
 def test_ranks_share_their_bank_updates_to_the_single_process_result(tmp_path):
-    mp.spawn(_banked_rank, args=(str(tmp_path), 3), nprocs=3, join=True)
+    mp.spawn(_banked_rank, args=(str(tmp_path), 2), nprocs=2, join=True)
     alone, _ = muon_step(
         matrices(SHAPES), matrices(SHAPES, seed=100), steps=2, momentum_dtype=torch.bfloat16
     )
-    for rank in range(3):
+    for rank in range(2):
         got = torch.load(tmp_path / f"rank{rank}.pt")
         assert all(torch.equal(a, b) for a, b in zip(got, alone, strict=True))
 
@@ -262,8 +265,6 @@ TINY = {
 
 
 def make_trainer(folder: Path, ms_per_step: float = 100.0, **env):
-    from data.shard_io import write_shard
-
     write_shard(folder / "fineweb_train_000000.bin", (torch.arange(20_000) % 64).numpy())
     cfg = tg.Hyperparameters.from_env(dict(TINY, DATA_PATH=str(folder), **env))
     rt = tg.Runtime(0, 0, 1, 8, torch.device("cpu"), False)
@@ -351,8 +352,6 @@ def test_the_ema_is_the_records_average_over_mixed_dtypes():
 
 
 def test_the_ema_update_costs_the_same_ops_for_any_number_of_tensors():
-    from conftest import OpCounter
-
     def ops(n: int) -> int:
         model = torch.nn.ParameterList([torch.nn.Parameter(randn(4, 4)) for _ in range(n)])
         model.append(torch.nn.Parameter(randn(4).bfloat16()))
@@ -398,8 +397,6 @@ FRONTIER_ENV = dict(
 def frontier_runs(tmp_path_factory, tiny_dataset):
     """6 steps on 2 ranks: loops on at the top of step 3 (2/6 >= 0.3), checkpoints at 2 and 4;
     then the run resumed from its step 4."""
-    from conftest import run_train
-
     root = tmp_path_factory.mktemp("frontier")
     full = run_train(root / "full", tiny_dataset, **FRONTIER_ENV, CHECKPOINT_EVERY=2)
     assert full.returncode == 0, full.why()
@@ -428,10 +425,18 @@ def test_a_frontier_run_primes_loops_switches_them_on_and_scores_the_ema(frontie
 
 
 def test_a_resumed_frontier_run_continues_exactly(frontier_runs):
-    from test_checkpoint import continuation, final_line, train_steps
-
     full, resumed = frontier_runs
     assert train_steps(resumed) == [5, 6]
     assert not resumed.lines("layer_loop:")  # the checkpoint's flag: on
     assert continuation(resumed, 4) == continuation(full, 4), resumed.why()
     assert final_line(resumed) == final_line(full)
+
+
+def test_eval_only_of_a_frontier_model_scores_it_as_the_run_did(
+    tmp_path, tiny_dataset, frontier_runs
+):
+    full, _ = frontier_runs
+    path = full.workdir / "final_model.pt"  # the EMA weights, scored looped after training
+    run = run_train(tmp_path, tiny_dataset, **FRONTIER_ENV, EVAL_ONLY_PATH=path)
+    assert run.returncode == 0, run.why()
+    assert final_line(run) == final_line(full)
