@@ -193,7 +193,9 @@ class Hyperparameters:
         env = PRESETS.get(env.get("PRESET", ""), {}) | dict(env)  # a variable beats its preset
         values = {f.name: parse_value(n, env[n], f.type) for n, f in fields.items() if n in env}
         for name in BUILT_IN_VARIABLES:  # the baseline reads them; here they are constants
-            if env.get(name, BASELINE_PATTERNS) != BASELINE_PATTERNS:
+            control = name == "CONTROL_TENSOR_NAME_PATTERNS"  # the record's default too
+            accepted = (BASELINE_PATTERNS,) + (FRONTIER_PATTERNS,) * control
+            if env.get(name, BASELINE_PATTERNS) not in accepted:
                 what = "not read here: the baseline's default patterns are built in; unset it"
                 raise ConfigError(f"{name}={env[name]!r}: {what}")
         cfg = cls(**values)
@@ -246,6 +248,10 @@ class Hyperparameters:
              f"GATE_WINDOW={self.gate_window}: expected at most MODEL_DIM={self.model_dim}"),
             (int(self.mlp_mult * self.model_dim) < 1,
              f"MLP_MULT={self.mlp_mult}: expected int(MLP_MULT*MODEL_DIM) >= 1"),
+            (0 < self.max_wallclock_seconds <= self.gptq_reserve_seconds,
+             f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds}: expected less than "
+             f"MAX_WALLCLOCK_SECONDS={self.max_wallclock_seconds} (training stops that much "
+             f"before the cap)"),
             (self.eval_stride and self.val_doc_attention,
              "EVAL_STRIDE with VAL_DOC_ATTENTION=1: not supported; sliding windows attend "
              "across documents, as the records' evaluation does"),
@@ -317,58 +323,159 @@ def grad_accum_steps_for(world_size: int) -> int:
 # -----------------------------
 
 
-def zeropower_via_newtonschulz5(G: Tensor, steps: int = 10, eps: float = 1e-7) -> Tensor:
+POLAR_EXPRESS = (  # MUON_POLAR_EXPRESS: one (a, b, c) per step, 5 steps at most
+    (8.156554524902461, -22.48329292557795, 15.878769915207462),
+    (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+    (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+    (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+    (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
+)
+
+
+def newton_schulz(G: Tensor, coefficients, eps: float = 1e-7) -> Tensor:
     # Quintic Newton-Schulz iteration that pushes the singular values of G towards 1, in bf16.
-    a, b, c = (3.4445, -4.7750, 2.0315)
+    # G may be a stack of matrices (leading dims): each is normalised on its own.
     X = G.bfloat16()
-    X /= X.norm() + eps
-    transposed = G.size(0) > G.size(1)
+    X /= (X.norm() if X.ndim == 2 else X.norm(dim=(-2, -1), keepdim=True)) + eps
+    transposed = G.size(-2) > G.size(-1)
     if transposed:
-        X = X.T
-    for _ in range(steps):
-        A = X @ X.T
+        X = X.mT
+    for a, b, c in coefficients:
+        A = X @ X.mT
         B = b * A + c * A @ A
         X = a * X + B @ X
-    return X.T if transposed else X
+    return X.mT if transposed else X
+
+
+def zeropower_via_newtonschulz5(G: Tensor, steps: int = 10, eps: float = 1e-7) -> Tensor:
+    return newton_schulz(G, ((3.4445, -4.7750, 2.0315),) * steps, eps)
+
+
+def polar_express(G: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
+    return newton_schulz(G, POLAR_EXPRESS[:steps], eps)
+
+
+def normalize_rows(u: Tensor) -> Tensor:  # MuonEq-R: each row to unit norm (fp32 norm)
+    return u / u.float().norm(dim=-1, keepdim=True).clamp_min(1e-7).to(u.dtype)
+
+
+class Bank(NamedTuple):  # PARAMETER_BANKS: this rank's share of a set of same-shaped matrices
+    owned: list  # a contiguous share of the set, as the record shards its banks
+    grads: Tensor  # (len(owned), rows, cols), made once: their gradients, stacked
+    grad_views: list  # grads[i], made once
+    updates: Tensor  # their rows of the flat update buffer, as (len(owned), rows, cols)
 
 
 class Muon(torch.optim.Optimizer):
-    """Each rank orthogonalises every world-th momentum update; one all-reduce shares them."""
+    """Each rank orthogonalises every world-th momentum update; one all-reduce shares them.
+    PARAMETER_BANKS: a contiguous share of each set of same-shaped matrices, in one NS call."""
 
-    def __init__(self, params, lr, momentum, backend_steps, nesterov=True, orthogonalize=None):
+    # fmt: off
+    def __init__(self, params, lr, momentum, backend_steps, nesterov=True, orthogonalize=None,
+                 weight_decay=0.0, row_normalize=False, momentum_dtype=None, banks=False):
+        # fmt: on
         defaults = dict(lr=lr, momentum=momentum, backend_steps=backend_steps, nesterov=nesterov)
         super().__init__(params, defaults)
         self.orthogonalize = orthogonalize or zeropower_via_newtonschulz5
+        self.weight_decay, self.row_normalize = weight_decay, row_normalize
+        self.momentum_dtype, self.banks, self.plans = momentum_dtype, banks, {}
+
+    def load_state_dict(self, state_dict) -> None:
+        super().load_state_dict(state_dict)
+        if self.momentum_dtype is not None:  # torch cast them to their parameter's dtype
+            for state in self.state.values():
+                state["momentum_buffer"] = state["momentum_buffer"].to(self.momentum_dtype)
+
+    def orthogonal_update(self, p: Tensor, g: Tensor, group: dict) -> Tensor:
+        """Nesterov momentum on g (p's gradient, or its bank share's, stacked), orthogonalised."""
+        state = self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(g)
+        buf = state["momentum_buffer"]
+        buf.mul_(group["momentum"]).add_(g)
+        g = g.add(buf, alpha=group["momentum"]) if group["nesterov"] else g
+        g = self.orthogonalize(normalize_rows(g) if self.row_normalize else g,
+                               steps=group["backend_steps"])  # fmt: skip
+        g *= max(1, g.size(-2) / g.size(-1)) ** 0.5  # scale for non-square matrices
+        return g
 
     @torch.no_grad()
     def step(self, closure=None):
         distributed = dist.is_available() and dist.is_initialized()
         world_size = dist.get_world_size() if distributed else 1
         rank = dist.get_rank() if distributed else 0
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             params = group["params"]
-            total = sum(int(p.numel()) for p in params)
-            updates_flat = torch.zeros(total, device=params[0].device, dtype=torch.bfloat16)
-            updates = updates_flat.split([p.numel() for p in params])  # views of updates_flat
-            for i, (p, update) in enumerate(zip(params, updates, strict=True)):
-                if i % world_size == rank and p.grad is not None:
-                    state = self.state[p]
-                    if "momentum_buffer" not in state:
-                        state["momentum_buffer"] = torch.zeros_like(p.grad)
-                    buf = state["momentum_buffer"]
-                    buf.mul_(group["momentum"]).add_(p.grad)
-                    g = p.grad.add(buf, alpha=group["momentum"]) if group["nesterov"] else p.grad
-                    g = self.orthogonalize(g, steps=group["backend_steps"])
-                    g *= max(1, g.size(0) / g.size(1)) ** 0.5  # scale for non-square matrices
-                    update.copy_(g.reshape(-1))
+            if self.banks:
+                updates_flat, updates = self.banked_updates(index, group, world_size, rank)
+            else:
+                updates_flat, updates = self.strided_updates(group, world_size, rank)
             if distributed:
                 dist.all_reduce(updates_flat, op=dist.ReduceOp.SUM)
+            if self.weight_decay:  # decoupled: p *= 1 - lr * wd, before the update
+                torch._foreach_mul_(params, 1 - group["lr"] * self.weight_decay)
+            if self.banks:  # bf16 updates, each cast to its parameter's dtype as below
+                torch._foreach_add_(params, updates, alpha=-group["lr"])
+                continue
             for p, update in zip(params, updates, strict=True):
                 p.add_(update.view_as(p).to(dtype=p.dtype), alpha=-group["lr"])
 
+    def strided_updates(self, group: dict, world_size: int, rank: int):
+        """The baseline's: this rank's every world-th update in a flat buffer, zero elsewhere."""
+        params = group["params"]
+        total = sum(int(p.numel()) for p in params)
+        updates_flat = torch.zeros(total, device=params[0].device, dtype=torch.bfloat16)
+        updates = updates_flat.split([p.numel() for p in params])  # views of updates_flat
+        for i, (p, update) in enumerate(zip(params, updates, strict=True)):
+            if i % world_size == rank and p.grad is not None:
+                g = p.grad if self.momentum_dtype is None else p.grad.to(self.momentum_dtype)
+                update.copy_(self.orthogonal_update(p, g, group).reshape(-1))
+        return updates_flat, updates
 
-def lr_multiplier(step, elapsed_ms, iterations, warmdown_iters, max_wallclock_ms) -> float:
-    """Linear warm-down over the last WARMDOWN_ITERS steps (under a cap: their estimated time)."""
+    def banked_updates(self, index: int, group: dict, world_size: int, rank: int):
+        """This rank's share of every bank through one Newton-Schulz call each, in the flat
+        buffer (zero elsewhere) that the all-reduce completes; updates: its views per parameter."""
+        if index not in self.plans:
+            self.plans[index] = self.plan_banks(group["params"], world_size, rank)
+        updates_flat, updates, banks = self.plans[index]
+        updates_flat.zero_()
+        for bank in banks:
+            torch._foreach_copy_(bank.grad_views, [p.grad for p in bank.owned])
+            bank.updates.copy_(self.orthogonal_update(bank.owned[0], bank.grads, group))
+        return updates_flat, updates
+
+    def plan_banks(self, params: list, world_size: int, rank: int) -> tuple:
+        """Made once: the flat update buffer, each parameter's view of it, this rank's banks."""
+        shapes = {}  # the banks: same-shaped parameters, in the group's order
+        for p in params:
+            shapes.setdefault(p.shape, []).append(p)
+        total, device = sum(p.numel() for p in params), params[0].device
+        updates_flat, start = torch.zeros(total, device=device, dtype=torch.bfloat16), 0
+        views, banks = {}, []
+        for shape, bank in shapes.items():
+            rows = updates_flat[start : start + len(bank) * shape.numel()].view(len(bank), *shape)
+            views |= {id(p): row for p, row in zip(bank, rows, strict=True)}
+            start += rows.numel()
+            share = -(-len(bank) // world_size)  # ceil: the last ranks may own fewer, or none
+            lo, hi = rank * share, min((rank + 1) * share, len(bank))
+            if lo < hi:
+                grads = torch.empty_like(rows[lo:hi], dtype=self.momentum_dtype or bank[0].dtype)
+                banks.append(Bank(bank[lo:hi], grads, list(grads.unbind(0)), rows[lo:hi]))
+        return updates_flat, [views[id(p)] for p in params], banks
+
+
+def training_fraction(step, elapsed_ms, iterations, max_wallclock_ms) -> float:
+    """How far training is: its share of the time budget under a cap, else of ITERATIONS."""
+    return elapsed_ms / max_wallclock_ms if max_wallclock_ms else step / max(iterations, 1)
+
+
+def lr_multiplier(step, elapsed_ms, iterations, warmdown_iters, max_wallclock_ms,
+                  warmdown_frac=0.0, min_lr=0.0) -> float:  # fmt: skip
+    """Linear warm-down over the last WARMDOWN_ITERS steps (under a cap: their estimated time);
+    WARMDOWN_FRAC instead: over that last fraction of training, down to MIN_LR (the record's)."""
+    if warmdown_frac > 0:
+        frac = training_fraction(step, elapsed_ms, iterations, max_wallclock_ms)
+        return 1.0 if frac < 1 - warmdown_frac else max((1 - frac) / warmdown_frac, min_lr)
     if warmdown_iters <= 0:
         return 1.0
     if max_wallclock_ms is None:
@@ -425,11 +532,14 @@ def count_target_bytes(tokens: np.ndarray, luts: ByteLuts, chunk: int = 1 << 22)
 # INT8 + ZLIB QUANTIZATION
 # -----------------------------
 
-# substrings of the names of the small control tensors (attn_scale matches attn_scales, ...)
-CONTROL_TENSOR_NAME_PATTERNS = ("attn_scale", "mlp_scale", "resid_mix", "q_gain", "skip_weight")
 BUILT_IN_VARIABLES = ("CONTROL_TENSOR_NAME_PATTERNS", "INT8_KEEP_FLOAT_FP32_NAME_PATTERNS")
 BASELINE_PATTERNS = "attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
 BASELINE_PATTERNS += "skip_weight,skip_weights"  # the baseline's default of both variables
+FRONTIER_PATTERNS = BASELINE_PATTERNS + ",skip_gates,parallel_post_lambdas,parallel_resid_lambdas,"
+FRONTIER_PATTERNS += "attn_gate_proj,attn_gate_w,smear_gate,smear_lambda"  # the record's default
+# substrings of the names of the small control tensors (the record's extra ones only exist when
+# their variables are on)
+CONTROL_TENSOR_NAME_PATTERNS = tuple(FRONTIER_PATTERNS.split(","))
 INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
 INT8_CLIP_Q = 99.99984 / 100.0
 
@@ -1722,25 +1832,34 @@ def file_state_dict(model: GPT) -> dict[str, Tensor]:
 
 
 def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim.Optimizer], Muon]:
-    """Adam for the embedding, the untied head and the small/control tensors; Muon for matrices."""
+    """AdamW for the embedding, the untied head and the small/control tensors (the blocks' and
+    the model's own, e.g. skip_weights); Muon for the blocks' matrices."""
     block_params = list(model.blocks.named_parameters())
     is_control = lambda name, p: p.ndim < 2 or is_control_tensor(name)  # noqa: E731
     matrix_params = [p for name, p in block_params if not is_control(name, p)]
     scalar_params = [p for name, p in block_params if is_control(name, p)]
-    if model.skip_weights.numel() > 0:
-        scalar_params.append(model.skip_weights)
+    outside = ("blocks.", "tok_emb.", "lm_head.")  # the model's own: skip_weights, gates, ...
+    scalar_params += [p for n, p in model.named_parameters() if not n.startswith(outside)]
+    scalar_params = [p for p in scalar_params if p.numel() > 0]
     token_lr = cfg.tied_embed_lr if cfg.tie_embeddings else cfg.embed_lr
 
-    def adam(params, lr):
+    def adam(params, lr, weight_decay=0.0):  # decoupled weight decay (times the scheduled lr)
         groups = [{"params": params, "lr": lr, "base_lr": lr}]
-        return torch.optim.Adam(groups, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps, fused=True)
+        betas, eps = (cfg.beta1, cfg.beta2), cfg.adam_eps
+        return torch.optim.AdamW(groups, betas=betas, eps=eps, weight_decay=weight_decay,
+                                 fused=True)  # fmt: skip
 
-    ns = zeropower_via_newtonschulz5
+    ns = polar_express if cfg.muon_polar_express else zeropower_via_newtonschulz5
     if model.tok_emb.weight.is_cuda:  # compiled on the GPU, as the baseline does
         ns = torch.compile(ns)
     groups = [{"params": matrix_params, "base_lr": cfg.matrix_lr}]
-    muon = Muon(groups, cfg.matrix_lr, cfg.muon_momentum, cfg.muon_backend_steps, orthogonalize=ns)
-    optimizers = [adam([model.tok_emb.weight], token_lr), muon, adam(scalar_params, cfg.scalar_lr)]
+    variants = dict(weight_decay=cfg.muon_wd, row_normalize=cfg.muon_row_normalize,
+                    momentum_dtype=torch.bfloat16 if cfg.muon_momentum_bf16 else None,
+                    banks=cfg.parameter_banks)  # fmt: skip
+    muon = Muon(groups, cfg.matrix_lr, cfg.muon_momentum, cfg.muon_backend_steps,
+                orthogonalize=ns, **variants)  # fmt: skip
+    optimizers = [adam([model.tok_emb.weight], token_lr, cfg.embed_wd), muon,
+                  adam(scalar_params, cfg.scalar_lr, cfg.adam_wd)]  # fmt: skip
     if model.lm_head is not None:
         optimizers.insert(1, adam([model.lm_head.weight], cfg.head_lr))
     return optimizers, muon
@@ -2178,6 +2297,34 @@ def pipeline_profiler(cfg: Hyperparameters, rt: Runtime) -> torch.profiler.profi
     return profiler
 
 
+def loop_layers(net: Network) -> str:
+    encoder, decoder = net.base.layer_order(True)
+    return f"encoder:[{','.join(map(str, encoder))}] decoder:[{','.join(map(str, decoder))}]"
+
+
+class EMA:
+    """EMA_DECAY: an fp32 average of every state-dict entry, e = d*e + (1-d)*p after each step
+    (foreach; entries of other dtypes, as bf16 tok_emb on CUDA, through fp32 copies made once)."""
+
+    def __init__(self, model: nn.Module, decay: float, state: dict | None = None):
+        live = model.state_dict()  # views of the weights
+        self.decay, self.names, state = decay, list(live), state or live
+        self.average = [state[k].to(t.device, torch.float32, copy=True) for k, t in live.items()]
+        self.cast = [t for t in live.values() if t.dtype != torch.float32]
+        self.cast_fp32 = [torch.empty_like(t, dtype=torch.float32) for t in self.cast]
+        fp32 = iter(self.cast_fp32)
+        self.sources = [t if t.dtype == torch.float32 else next(fp32) for t in live.values()]
+
+    def update(self) -> None:
+        if self.cast:
+            torch._foreach_copy_(self.cast_fp32, self.cast)
+        torch._foreach_mul_(self.average, self.decay)
+        torch._foreach_add_(self.average, self.sources, alpha=1 - self.decay)
+
+    def state_dict(self) -> dict:
+        return dict(zip(self.names, self.average, strict=True))
+
+
 class Trainer(ClosedOnExit):
     """The training loop: only the steps that log a loss or validate wait for the GPU."""
 
@@ -2186,7 +2333,12 @@ class Trainer(ClosedOnExit):
         self.log0, self.clock = log0, clock
         timing = (cfg.training_timing_breakdown, cfg.training_timing_every)
         self.probe = Probe(*timing, rt.cuda, log0, traced=bool(cfg.pipeline_trace))
-        self.cap_ms = 1000.0 * cfg.max_wallclock_seconds if cfg.max_wallclock_seconds > 0 else None
+        self.cap_ms = None  # training's: the cap less the time GPTQ_RESERVE_SECONDS keeps
+        if cfg.max_wallclock_seconds > 0:
+            reserve = cfg.gptq_reserve_seconds
+            self.cap_ms = 1000.0 * (cfg.max_wallclock_seconds - reserve)
+            if reserve > 0:
+                log0(f"gptq:reserving {reserve:.0f}s, effective={self.cap_ms:.0f}ms")
         # the ranks agree on the cap over gloo: a host waits for the others, never for its device
         gloo = rt.distributed and rt.cuda and self.cap_ms is not None
         self.cap_group = dist.new_group(backend="gloo") if gloo else None
@@ -2198,6 +2350,7 @@ class Trainer(ClosedOnExit):
         self.resumed_at = 0.0  # clock() when the clock last resumed
         self.stopping = False  # the cap was reached: the current step is the last
         self.resume_position = None  # the loader's position in a checkpoint resumed from
+        self.ema = None  # EMA_DECAY's averages, from the weights training starts with
 
     def open_loader(self, position=None) -> None:  # the order from its start or from `position`
         cfg, rt = self.cfg, self.rt
@@ -2239,11 +2392,13 @@ class Trainer(ClosedOnExit):
             for opt in self.net.optimizers:  # each its own parameters: zeroed once stepped
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+            if self.ema is not None:
+                self.ema.update()
 
-    def set_schedules(self) -> None:
-        cfg = self.cfg
-        elapsed, cap_ms = self.elapsed_ms(), self.cap_ms
-        scale = lr_multiplier(self.step, elapsed, cfg.iterations, cfg.warmdown_iters, cap_ms)
+    def set_schedules(self, elapsed: float) -> None:
+        cfg, cap_ms = self.cfg, self.cap_ms
+        warmdown = (cfg.warmdown_iters, cap_ms, cfg.warmdown_frac, cfg.min_lr)
+        scale = lr_multiplier(self.step, elapsed, cfg.iterations, *warmdown)
         warmup = cfg.muon_momentum_warmup_steps
         frac = min(self.step / warmup, 1.0) if warmup > 0 else 1.0
         momentum = (1 - frac) * cfg.muon_momentum_warmup_start + frac * cfg.muon_momentum
@@ -2252,6 +2407,14 @@ class Trainer(ClosedOnExit):
         for opt in self.net.optimizers:
             for group in opt.param_groups:
                 group["lr"] = group["base_lr"] * scale
+
+    def switch_loops_on(self, elapsed: float) -> None:
+        """NUM_LOOPS: from ENABLE_LOOPING_AT of training on, for good (a recompile, once)."""
+        frac = training_fraction(self.step, elapsed, self.cfg.iterations, self.cap_ms)
+        if frac >= self.cfg.enable_looping_at:
+            self.net.base.looping = True
+            layers = loop_layers(self.net)
+            self.log0(f"layer_loop:enabled step:{self.step} frac:{frac:.3f} {layers}")
 
     def elapsed_ms(self) -> float:  # training time: validation is excluded
         return self.training_time_ms + 1000.0 * (self.clock() - self.resumed_at)
@@ -2271,18 +2434,30 @@ class Trainer(ClosedOnExit):
         model_state = {name: t.detach().cpu().clone() for name, t in net.base.state_dict().items()}
         optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in net.optimizers]
         self.open_loader()
-        for i in range(1, cfg.warmup_steps + 1):  # update() leaves every grad None
-            self.forward_backward()
-            self.update()
-            if cfg.warmup_steps <= 20 or i % 10 == 0 or i == cfg.warmup_steps:
-                self.log0(f"warmup_step:{i}/{cfg.warmup_steps}")
+        self.warm_up("warmup_step")
+        if cfg.num_loops:  # the looped graph compiles before the clock too
+            net.base.looping = True
+            self.log0(f"loop_warmup:enabled {loop_layers(net)}")
+            self.warm_up("loop_warmup_step")
+            net.base.looping = False
+        # Unlike the record on 8 GPUs, Muon's momentum is restored too (it is optimizer state).
         net.base.load_state_dict(model_state, strict=True)
         for opt, state in zip(net.optimizers, optimizer_states, strict=True):
             opt.load_state_dict(state)
         self.close()
 
+    def warm_up(self, label: str) -> None:
+        n = self.cfg.warmup_steps
+        for i in range(1, n + 1):  # update() leaves every grad None
+            self.forward_backward()
+            self.update()
+            if n <= 20 or i % 10 == 0 or i == n:
+                self.log0(f"{label}:{i}/{n}")
+
     def train(self, evaluate: Callable[[], tuple[float, float]]) -> None:
         cfg = self.cfg
+        if cfg.ema_decay > 0 and self.ema is None:  # else resumed
+            self.ema = EMA(self.net.base, cfg.ema_decay)
         self.open_loader(self.resume_position)
         self.probe.data_wait_total_ms = 0.0
         profiler = pipeline_profiler(cfg, self.rt) if cfg.pipeline_trace else None
@@ -2318,8 +2493,10 @@ class Trainer(ClosedOnExit):
             )
 
     def train_one_step(self) -> None:
-        cfg, step = self.cfg, self.step + 1
-        self.set_schedules()
+        cfg, step, elapsed = self.cfg, self.step + 1, self.elapsed_ms()
+        if cfg.num_loops and not self.net.base.looping:
+            self.switch_loops_on(elapsed)
+        self.set_schedules(elapsed)
         self.probe.begin_step(step)
         train_loss = self.forward_backward()
         self.update()
@@ -2362,6 +2539,9 @@ class Trainer(ClosedOnExit):
         if mine["rng"]["cuda"] is not None:
             torch.cuda.set_rng_state_all(mine["rng"]["cuda"])
         self.resume_position = mine["loader"]
+        net.base.looping = mine.get("looping", False)
+        if self.cfg.ema_decay > 0:
+            self.ema = EMA(net.base, self.cfg.ema_decay, checkpoint["ema"])
         self.step, self.stopping = meta["step"], meta["stopping"]
         self.training_time_ms = ms = meta["training_time_ms"]
         self.log0(f"resumed_from:{checkpoint['folder']} step:{self.step} train_time:{ms:.0f}ms")
@@ -2387,7 +2567,10 @@ class Trainer(ClosedOnExit):
 # -----------------------------
 
 RESUME_KEYS = ("train_loader", "train_batch_tokens", "train_seq_len", "vocab_size", "num_layers",
-               "model_dim", "num_heads", "num_kv_heads", "mlp_mult", "tie_embeddings")  # fmt: skip
+               "model_dim", "num_heads", "num_kv_heads", "mlp_mult", "tie_embeddings",
+               "skip_gates_enabled", "parallel_start_layer", "smear_gate_enabled", "gate_window",
+               "sparse_attn_gate_enabled", "num_loops", "loop_start", "loop_end",
+               "parameter_banks")  # fmt: skip
 
 
 def resume_identity(cfg: Hyperparameters, rt: Runtime) -> dict:
@@ -2412,11 +2595,15 @@ def save_checkpoint(trainer: Trainer) -> None:
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     rng = {"python": random.getstate(), "numpy": np.random.get_state(),
            "torch": torch.get_rng_state(), "cuda": cuda_rng}  # fmt: skip
-    mine = {"optimizers": [opt.state_dict() for opt in net.optimizers], "rng": rng}
+    mine = {"optimizers": [opt.state_dict() for opt in net.optimizers], "rng": rng,
+            "looping": net.base.looping}  # fmt: skip
     torch.save(mine | {"loader": trainer.loader.state()}, tmp / f"rank_{rt.rank:03d}.pt")
     fsync(tmp / f"rank_{rt.rank:03d}.pt")
     if rt.rank == 0:
         torch.save(net.base.state_dict(), tmp / "model.pt")  # whole once the folder is renamed
+        if trainer.ema is not None:
+            torch.save(trainer.ema.state_dict(), tmp / "ema.pt")
+            fsync(tmp / "ema.pt")
         meta = {"step": trainer.step, "training_time_ms": trainer.training_time_ms,
                 "stopping": trainer.stopping, "config": resume_identity(cfg, rt)}  # fmt: skip
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
@@ -2457,6 +2644,7 @@ def read_checkpoint(cfg: Hyperparameters, rt: Runtime) -> dict | None:
             folder = done[-1]
         meta = read_checkpoint_meta(folder, resume_identity(cfg, rt))
         files = {"model": "model.pt", "mine": f"rank_{rt.rank:03d}.pt"}
+        files |= {"ema": "ema.pt"} if cfg.ema_decay > 0 else {}
         checkpoint = {k: load_checkpoint_file(folder / name) for k, name in files.items()}
         checkpoint |= {"folder": folder, "meta": meta}
     except (ConfigError, DataError) as e:
@@ -2474,8 +2662,8 @@ def read_checkpoint_meta(folder: Path, identity: dict) -> dict:
         saved = dict(meta["config"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise DataError(f"{folder / 'meta.json'}: unreadable checkpoint metadata ({e})") from None
-    for name, value in identity.items():
-        if saved.get(name) != value:
+    for name, value in identity.items():  # a name saved before it was one: at its default
+        if saved.get(name, DEFAULTS.get(name.lower())) != value:
             raise ConfigError(
                 f"RESUME_FROM={folder}: saved with {name}={saved.get(name)}, this run has {value}"
             )
@@ -2766,6 +2954,7 @@ def main() -> None:
     log_network(cfg, rt, net, log0)
     evaluate = functools.partial(eval_val, cfg, rt, net.compiled, val, device_luts)
     if cfg.eval_only_path:
+        net.base.looping = cfg.num_loops > 0  # the record evaluates looped
         quant_raw = load_for_evaluation(cfg.eval_only_path, net, evaluate, log0)
     else:
         with Trainer(cfg, rt, net, log0) as trainer:
@@ -2774,6 +2963,10 @@ def main() -> None:
                 trainer.resume(checkpoint)
             trainer.train(evaluate)
         trainer.log_summary()
+        if trainer.ema is not None:  # the in-loop final validation scored the live weights
+            log0("ema:applying EMA weights")
+            net.base.load_state_dict(trainer.ema.state_dict())  # cast to the live dtypes
+        net.base.looping = cfg.num_loops > 0  # saved, quantized and scored looped, as the record
         quant_raw = save_artifacts(rt, net, code, log0)
     quant_state = torch.load(io.BytesIO(quant_raw), map_location="cpu")
     load_weights(net, dequantize_state_dict_int8(quant_state), "the int8 weights")
