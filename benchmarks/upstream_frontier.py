@@ -425,7 +425,9 @@ def forward_loss(
 
 
 def polar_express(G: Tensor, steps: int) -> Tensor:
-    """§3.1 item 4: orthogonalise each matrix of G (n, rows, cols) in bf16; at most 5 steps."""
+    """§3.1 item 4: orthogonalise each matrix of G (n, rows, cols) in bf16; at most 5 steps.
+    CHOICE: c*A@A multiplies (c*A) by A, the baseline's Newton-Schulz expression (bf16 rounds
+    the two orders differently; the facts give the formula, not the order)."""
     X = G.bfloat16()
     tall = X.size(-2) > X.size(-1)
     if tall:
@@ -433,7 +435,7 @@ def polar_express(G: Tensor, steps: int) -> Tensor:
     X = X / (X.norm(dim=(-2, -1), keepdim=True) + 1e-7)
     for a, b, c in POLAR_EXPRESS[:steps]:
         A = X @ X.mT
-        X = a * X + (b * A + c * (A @ A)) @ X
+        X = a * X + (b * A + c * A @ A) @ X
     return X.mT if tall else X
 
 
@@ -450,14 +452,14 @@ def muon_step(
 ) -> None:
     """One Muon step on whole banks (1 GPU, §3.1), in place on banks (fp32) and buffers (bf16).
     CHOICE: the bf16 buffer update is buf.mul_(mu).add_(g) (two roundings) and u = g + mu*buf one
-    bf16 op; the row normalisation divides in fp32 and casts the quotient to bf16."""
+    bf16 op; the row normalisation takes the norm in fp32, casts it to bf16 and divides in bf16
+    (item 3: "the row norm is over the last dim, in fp32, then cast to bf16")."""
     for name, p in banks.items():
         g, buf = grads[name].bfloat16(), buffers[name]
         buf.mul_(momentum).add_(g)
         u = g.add(buf, alpha=momentum)
         if row_normalize:
-            uf = u.float()
-            u = (uf / uf.norm(dim=-1, keepdim=True).clamp_min(1e-7)).bfloat16()
+            u = u / u.float().norm(dim=-1, keepdim=True).clamp_min(1e-7).bfloat16()
         ortho = polar_express(u, backend_steps)
         k = math.sqrt(max(1.0, p.size(-2) / p.size(-1)))
         p.mul_(1.0 - lr * weight_decay)

@@ -1,7 +1,8 @@
-"""train_gpt.py's frontier network (the 2026-04-27 record's, issue 30) held to the reference
-written from the facts, benchmarks/upstream_frontier.py: the same init for the same seed, the same
-forward loss and every gradient, with every component on and each one alone, in float32 on the
-CPU; the record's banked state dict in both directions."""
+"""train_gpt.py's frontier network, optimizer and schedule (the 2026-04-27 record's, issue 30)
+held to the reference written from the facts, benchmarks/upstream_frontier.py: the same init for
+the same seed; the same forward loss and every gradient, with every component on and each one
+alone (float64 on the CPU); the record's banked state dict in both directions; the same Muon steps
+on banks (bitwise), AdamW groups and step, EMA, schedule and loop switch."""
 
 import dataclasses
 
@@ -209,3 +210,103 @@ def test_ttt_adapters_attach_to_every_layer_pass():
     lora.select(0, 2)
     model(x, y, "none", lora=lora)
     assert used == [*range(slots), None]
+
+
+# The optimizer and the schedule (FRONTIER.md §3), held to the reference --------------------------
+
+OPTIMIZER = dict(
+    muon_polar_express=True, muon_row_normalize=True, muon_momentum_bf16=True, muon_wd=0.095,
+    embed_wd=0.085, adam_wd=0.02, tied_embed_lr=0.03, scalar_lr=0.02, beta2=0.99,
+)  # fmt: skip
+
+
+def optimized_model(rcfg: ref.RecordConfig):
+    cfg = dataclasses.replace(ours_for(rcfg), **OPTIMIZER)
+    model = tg.build_model(cfg, CPU)
+    tg.load_weights(tg.Network(model, *[None] * 5), random_weights(rcfg), "test")
+    return model, *tg.build_optimizers(cfg, model)
+
+
+def random_grads(model: tg.GPT, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {n: torch.randn(p.shape, generator=g) for n, p in model.named_parameters()}
+
+
+def test_two_muon_steps_on_banks_are_the_references():
+    """Polar-Express Newton-Schulz batched per bank, MuonEq-R, bf16 momentum (Nesterov: the
+    second step reads the first's buffer), decoupled weight decay, sqrt(rows/cols) for MLP-up."""
+    rcfg = ref.RecordConfig()
+    model, _, muon = optimized_model(rcfg)
+    names = {id(p): n for n, p in model.named_parameters()}
+    banks = {k: v.clone() for k, v in tg.bank_state_dict(model.state_dict(), 6).items()
+             if k in tg.BANKS}  # fmt: skip
+    buffers = {k: torch.zeros_like(v, dtype=torch.bfloat16) for k, v in banks.items()}
+    for step, (lr, momentum) in enumerate([(0.026, 0.92), (0.013, 0.95)]):
+        grads = random_grads(model, seed=step)
+        for p in muon.param_groups[0]["params"]:
+            p.grad = grads[names[id(p)]].clone()
+        muon.param_groups[0].update(lr=lr, momentum=momentum)
+        muon.step()
+        banked = tg.bank_state_dict(grads, 6)
+        ref.muon_step(banks, {k: banked[k] for k in banks}, buffers, lr=lr, momentum=momentum,
+                      weight_decay=0.095, row_normalize=True)  # fmt: skip
+    ours = tg.bank_state_dict(model.state_dict(), 6)
+    for name, bank in banks.items():
+        assert torch.equal(ours[name], bank), name
+
+
+def test_the_adamw_groups_decays_and_one_step_are_the_references():
+    rcfg = ref.RecordConfig()
+    model, optimizers, muon = optimized_model(rcfg)
+    state = tg.bank_state_dict(dict(model.named_parameters()), 6)
+    want = ref.adamw_groups(state)
+    names = {id(p): n for n, p in model.named_parameters()}
+    tok, scalar = (opt for opt in optimizers if opt is not muon)
+    assert [names[id(p)] for p in tok.param_groups[0]["params"]] == want["tok"]
+    assert sorted(names[id(p)] for p in scalar.param_groups[0]["params"]) == sorted(want["scalar"])
+    assert set(tg.unbank_state_dict({k: state[k] for k in want["muon"]})) == {
+        names[id(p)] for p in muon.param_groups[0]["params"]
+    }
+    leaves = {k: v.detach().clone() for k, v in state.items() if k not in tg.BANKS}
+    theirs = ref.make_adamw(leaves, tied_embed_lr=0.03, scalar_lr=0.02, embed_wd=0.085,
+                            adam_wd=0.02)  # fmt: skip
+    grads = tg.bank_state_dict(random_grads(model, seed=5), 6)
+    for name, p in leaves.items():
+        p.grad = grads[name]
+    for name, p in model.named_parameters():
+        p.grad = grads.get(name)
+    theirs.step()
+    tok.step()
+    scalar.step()
+    ours = dict(model.named_parameters())
+    for name, p in leaves.items():
+        assert relative_error(ours[name].detach(), p) < 1e-6, name
+
+
+def test_the_ema_is_the_references():
+    model, *_ = optimized_model(ref.RecordConfig())
+    ema = tg.EMA(model, 0.9965)
+    theirs = {k: v.detach().float().clone() for k, v in model.state_dict().items()}
+    for seed in range(3):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(seed)))
+        ema.update()
+        ref.ema_update(theirs, model.state_dict(), 0.9965)
+    assert all(torch.equal(ema.state_dict()[k], v) for k, v in theirs.items())
+
+
+@pytest.mark.parametrize("cap, reserve", [(600.0, 0.5), (600.0, 0.0), (0.0, 0.0)])
+def test_the_schedule_and_the_loop_switch_are_the_references(cap, reserve):
+    iterations = 20000
+    cap_ms = 1000.0 * (cap - reserve) if cap else None
+    for step, elapsed_ms in [(0, 0.0), (900, 89_000.0), (2178, 209_825.0), (5000, 508_000.0),
+                             (6100, 549_000.0), (19_000, 599_400.0)]:  # fmt: skip
+        frac = tg.training_fraction(step, elapsed_ms, iterations, cap_ms)
+        times = dict(max_wallclock_seconds=cap, gptq_reserve_seconds=reserve)
+        want = ref.training_frac(elapsed_ms=elapsed_ms, step=step, iterations=iterations, **times)
+        assert frac == pytest.approx(want, rel=1e-12)
+        got = tg.lr_multiplier(step, elapsed_ms, iterations, 1200, cap_ms, 0.85, 0.1)
+        assert got == pytest.approx(ref.lr_multiplier(want, 0.85, 0.1), rel=1e-12)
+        on = ref.looping_on(frac=want, enable_looping_at=0.35, num_loops=2, already=False)
+        assert (frac >= 0.35) == on
