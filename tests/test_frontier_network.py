@@ -11,6 +11,7 @@ import torch
 
 import train_gpt as tg
 from benchmarks import upstream_frontier as ref
+from conftest import run_train
 
 CPU = torch.device("cpu")
 OFF = dict(  # the baseline's network in the reference's terms
@@ -310,3 +311,41 @@ def test_the_schedule_and_the_loop_switch_are_the_references(cap, reserve):
         assert got == pytest.approx(ref.lr_multiplier(want, 0.85, 0.1), rel=1e-12)
         on = ref.looping_on(frac=want, enable_looping_at=0.35, num_loops=2, already=False)
         assert (frac >= 0.35) == on
+
+
+# End to end: the record's settings at a tiny width, under torchrun ------------------------------
+
+TINY_FRONTIER = dict(
+    PRESET="frontier", NUM_LAYERS=4, MODEL_DIM=32, NUM_HEADS=4, NUM_KV_HEADS=2, XSA_LAST_N=4,
+    ROPE_DIMS=4, LOOP_START=1, LOOP_END=2, PARALLEL_START_LAYER=2, TRAIN_SEQ_LEN=64,
+    TRAIN_BATCH_TOKENS=1024, VAL_BATCH_SIZE=4096, MAX_VAL_TOKENS=8192, ENABLE_LOOPING_AT=0.5,
+    TRAIN_LOG_EVERY=1, EVAL_TTT=0,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def frontier_world_sizes(tmp_path_factory, tiny_dataset):
+    root = tmp_path_factory.mktemp("frontier_ws")
+    runs = [run_train(root / f"n{n}", tiny_dataset, nproc=n, **TINY_FRONTIER) for n in (1, 2)]
+    for run in runs:
+        assert run.returncode == 0, run.why()
+    return runs
+
+
+def test_the_records_settings_train_alike_on_one_and_two_ranks(frontier_world_sizes):
+    """One process accumulating 8 micro-steps and two ranks of 4 compute the same step: the
+    gradient is clipped after the average (the record clips each rank's before it)."""
+    one, two = frontier_world_sizes
+    assert two.lines("world_size:") == ["world_size:2 grad_accum_steps:4"]
+    for run in (one, two):  # the record's network and schedule ran: looped from step 3 of 6
+        assert run.lines("layer_loop:enabled step:3 frac:0.500 encoder:[0,1,2,1] decoder:[2,1,2,3]")
+        assert run.lines("ema:applying EMA weights")
+    losses = [[float(x.split("train_loss:")[1].split()[0]) for x in r.lines("step:")
+               if "train_loss:" in x] for r in (one, two)]  # fmt: skip
+    assert len(losses[0]) == 6 and losses[0][0] == losses[1][0]  # the same tokens, weights
+    assert losses[1] == pytest.approx(losses[0], abs=2e-3)
+    scores = [float(r.lines("final_int8_zlib_roundtrip_exact")[0].split("val_bpb:")[1])
+              for r in (one, two)]  # fmt: skip
+    assert scores[1] == pytest.approx(scores[0], abs=1e-3)
+    saved = torch.load(two.workdir / "final_model.pt")
+    assert list(saved)[:4] == list(tg.BANKS)  # the record's layout
