@@ -2442,6 +2442,24 @@ def edit_distance(a: str, b: str) -> int:
     return row[-1]
 
 
+def settings_help() -> str:
+    """--help: each setting with its default, as the environment writes it, and the comment its
+    Hyperparameters field carries in this file (a field without one prints name and default)."""
+    notes = {}
+    for line in inspect.getsource(Hyperparameters).splitlines():
+        name, _, rest = line.strip().partition(": ")
+        notes[name] = rest.partition("  # ")[2]
+    usage = "usage: [VARIABLE=value ...] torchrun --standalone --nproc_per_node=N train_gpt.py"
+    lines = [usage, "", __doc__.split("\n\n")[0], "", "Settings (docs/environment.md), defaults:"]
+    for f in dataclasses.fields(Hyperparameters):
+        value = "(new each run)" if f.default is dataclasses.MISSING else f.default
+        value = int(value) if isinstance(value, bool) else value
+        choices = "|".join(c or "''" for c in f.metadata.get("choices") or ())
+        choices = f"one of {choices}; " if choices else ""
+        lines.append(f"  {f.name.upper()}={value}  {choices}{notes.get(f.name, '')}".rstrip(" ;"))
+    return "\n".join(lines)
+
+
 def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     """Tokenizer and shards checked, the validation split loaded, its bytes counted (or tables);
     the sliding windows if EVAL_STRIDE. An evaluation-only run needs no training shards."""
@@ -2568,12 +2586,46 @@ def quantize_model(net: Network) -> tuple[bytes, dict]:
     return buf.getvalue(), stats
 
 
+def weights_mismatch(ours: dict, theirs: dict) -> str:
+    """The settings by which a file's weights differ from this config's, read from the shapes:
+    `NUM_LAYERS=4 here, the file has 3 blocks`; else the first tensor that differs."""
+
+    def blocks(sd):
+        return len({k.split(".")[1] for k in sd if k.startswith("blocks.")})
+
+    def dim(sd, key, axis):
+        return tuple(sd[key].shape)[axis] if key in sd and sd[key].dim() > axis else None
+
+    found = [f"NUM_LAYERS={blocks(ours)} here, the file has {blocks(theirs)} blocks"]
+    found = found if blocks(ours) != blocks(theirs) else []
+    for name, key, axis, what in (
+        ("VOCAB_SIZE", "tok_emb.weight", 0, "embedding rows"),
+        ("MODEL_DIM", "tok_emb.weight", 1, "embedding width"),
+        ("NUM_HEADS", "blocks.0.attn.q_gain", 0, "query heads"),
+        ("NUM_KV_HEADS", "blocks.0.attn.c_k.weight", 0, "key width"),
+        ("MLP_MULT", "blocks.0.mlp.fc.weight", 0, "MLP width"),
+    ):
+        if None not in (a := dim(ours, key, axis), b := dim(theirs, key, axis)) and a != b:
+            found.append(f"{name}: {what} {a} here, {b} in the file")
+        if name == "MODEL_DIM" and a != b:  # the widths below follow from it
+            break
+    if ("lm_head.weight" in ours) != ("lm_head.weight" in theirs):
+        tied = "lm_head.weight" not in ours
+        found.append(f"TIE_EMBEDDINGS={int(tied)} here, the file is {'un' * tied}tied")
+    if not found:  # another difference: name the first tensor
+        key = next(k for k in [*ours, *theirs] if k not in ours or k not in theirs
+                   or ours[k].shape != theirs[k].shape)  # fmt: skip
+        shapes = [tuple(sd[key].shape) if key in sd else "absent" for sd in (ours, theirs)]
+        found.append(f"{key}: {shapes[0]} here, {shapes[1]} in the file")
+    return "; ".join(found)
+
+
 def load_weights(net: Network, state: dict, source: str) -> None:
     try:
         net.base.load_state_dict(state, strict=True)
-    except RuntimeError as e:  # another model config: say which file, in one line
-        detail = str(e).splitlines()[0]
-        raise ConfigError(f"{source}: does not fit this model config ({detail})") from None
+    except RuntimeError:  # another model config: which file, which settings, in one line
+        detail = weights_mismatch(net.base.state_dict(), state)
+        raise ConfigError(f"{source}: does not fit this model config: {detail}") from None
 
 
 def load_for_evaluation(path: str, net: Network, evaluate: Callable, log0: Callable) -> bytes:
@@ -2621,7 +2673,8 @@ def main() -> None:
         trainer.log_summary()
         quant_raw = save_artifacts(rt, net, code, log0)
     quant_state = torch.load(io.BytesIO(quant_raw), map_location="cpu")
-    load_weights(net, dequantize_state_dict_int8(quant_state), "the int8 weights")
+    source = f"EVAL_ONLY_PATH={cfg.eval_only_path}" if cfg.eval_only_path else "the int8 weights"
+    load_weights(net, dequantize_state_dict_int8(quant_state), source)
     log_score("final_int8_zlib_roundtrip", "", rt, evaluate, log0)
     if windows is not None:  # the records' scored number, on the same round-tripped weights
         sliding = functools.partial(eval_sliding, cfg, rt, net.compiled, windows)
@@ -2639,6 +2692,13 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(settings_help())
+        sys.exit(0)
+    if sys.argv[1:]:
+        print(f"error: {sys.argv[1]!r}: train_gpt.py takes no arguments; settings are "
+              f"environment variables (python train_gpt.py --help)", file=sys.stderr)  # fmt: skip
+        sys.exit(2)
     exit_code = 0
     try:
         main()
