@@ -27,6 +27,7 @@ import os
 import random
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -2666,6 +2667,7 @@ def main() -> None:
         quant_raw = load_for_evaluation(cfg.eval_only_path, net, evaluate, log0)
     else:
         with Trainer(cfg, rt, net, log0) as trainer:
+            Interrupted.trainer = trainer  # the step an interruption reports
             trainer.warm_up_and_restore()
             if checkpoint:
                 trainer.resume(checkpoint)
@@ -2691,6 +2693,53 @@ def main() -> None:
         inductor_compile.shutdown_compile_workers()
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM, which torchrun forwards to every rank: each stops where it is."""
+
+    signum = 0  # the first signal received: whatever a rank raises after it is the interruption
+    trainer = None  # the run's Trainer, once there is one
+
+
+def handle_signals(handler) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+
+
+def on_signal(signum: int, frame) -> None:
+    handle_signals(signal.SIG_IGN)  # one interruption: later signals change nothing
+    Interrupted.signum = signum
+    raise Interrupted(signum)
+
+
+def main_interruptible() -> int:
+    """main(); after SIGINT or SIGTERM: the loaders closed (the `with` blocks), incomplete
+    checkpoints removed, the process group destroyed, one line on rank 0, exit 130 or 143."""
+    handle_signals(on_signal)
+    try:
+        main()
+        handle_signals(signal.SIG_IGN)  # the final line is out: the run succeeded
+        return 0
+    except (Exception, Interrupted):
+        if not Interrupted.signum:  # an error: torchrun's SIGTERM ends a waiting rank, as before
+            handle_signals(signal.SIG_DFL)
+            raise
+    trainer, where, saved = Interrupted.trainer, "before training", "no checkpoint"
+    if trainer is not None:
+        cfg, where = trainer.cfg, f"at step {trainer.step}"
+        folder = Path(cfg.checkpoint_dir)
+        done = sorted(folder.glob("step_*/meta.json")) if cfg.checkpoint_every else []
+        saved = f"checkpoint: {done[-1].parent}" if done else saved
+        if trainer.rt.rank == 0:  # a checkpoint cut short: its hidden folder
+            for tmp in folder.glob(".step_*.tmp"):
+                shutil.rmtree(tmp, ignore_errors=True)
+    if dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+    if os.environ.get("RANK", "0") == "0":
+        (trainer.log0 if trainer is not None else print)(f"interrupted {where} ({saved})")
+    return 128 + Interrupted.signum
+
+
 if __name__ == "__main__":
     if sys.argv[1:] in (["-h"], ["--help"]):
         print(settings_help())
@@ -2701,7 +2750,7 @@ if __name__ == "__main__":
         sys.exit(2)
     exit_code = 0
     try:
-        main()
+        exit_code = main_interruptible()
     except Exception as e:  # user mistakes: one clear line, not a traceback per rank
         error = e.__cause__ if isinstance(e, WorkerError) else e  # a loader thread's: a bad shard
         if not isinstance(error, (ConfigError, DataError)):
