@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import functools
 import glob
+import hashlib
 import importlib
 import inspect
 import io
@@ -2443,6 +2444,36 @@ def edit_distance(a: str, b: str) -> int:
     return row[-1]
 
 
+TOKENIZED_WITH = "tokenized_with.json"  # DATA_PATH's record of its tokenizer (data/shard_io.py)
+
+
+def check_tokenizer(cfg: Hyperparameters, sp, split: np.ndarray) -> None:
+    """TOKENIZER_PATH is the tokenizer of the data: the file DATA_PATH's record names, else (no
+    record) each of the first 8 validation documents of ordinary pieces (no control or unknown
+    piece: their text does not encode back) decodes and encodes back to its own ids."""
+    record, ours = Path(cfg.data_path) / TOKENIZED_WITH, f"TOKENIZER_PATH={cfg.tokenizer_path}"
+    if record.is_file():
+        try:
+            named = json.loads(record.read_text())
+            name, sha = str(named["tokenizer"]), str(named["sha256"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise DataError(f"{record}: unreadable ({type(e).__name__}: {e})") from None
+        digest = hashlib.sha256(Path(cfg.tokenizer_path).read_bytes()).hexdigest()
+        if digest != sha:
+            raise DataError(f"{ours} (sha256 {digest[:12]}) is not the tokenizer DATA_PATH="
+                            f"{cfg.data_path} was tokenized with: {name} (sha256 {sha[:12]}, "
+                            f"{record.name})")  # fmt: skip
+        return
+    special = {i for i in range(sp.vocab_size()) if sp.is_control(i) or sp.is_unknown(i)}
+    starts = np.flatnonzero(split[: 1 << 20] == BOS_ID)
+    documents = (split[a + 1 : b].tolist() for a, b in itertools.pairwise(starts))
+    ordinary = [d for d in itertools.islice(documents, 64) if d and not special & set(d)][:8]
+    if any(sp.encode(sp.decode(ids)) != ids for ids in ordinary):
+        raise DataError(f"DATA_PATH={cfg.data_path}: its first validation documents do not decode "
+                        f"and encode back to their ids with {ours}: tokenized with another "
+                        f"tokenizer? (if not, record it: docs/data.md)")  # fmt: skip
+
+
 def settings_help() -> str:
     """--help: each setting with its default, as the environment writes it, and the comment its
     Hyperparameters field carries in this file (a field without one prints name and default)."""
@@ -2489,6 +2520,7 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
             args = cfg.train_batch_tokens, cfg.train_seq_len, rt.grad_accum_steps, rt.world_size
             shards.check_room(rt.world_size * DocPackOrder.layout(*args).tokens)
     val = ValidationSet(cfg, rt, luts)  # every val shard loaded: header, size, token ids checked
+    check_tokenizer(cfg, sp, val.split)
     windows = SlidingWindows(cfg, rt, val) if cfg.eval_stride else None
     plan = TTTPlan(cfg, rt, val) if cfg.eval_ttt else None
     device_luts = None
