@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import functools
 import glob
+import hashlib
 import importlib
 import inspect
 import io
@@ -27,6 +28,7 @@ import os
 import random
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -2784,6 +2786,54 @@ def edit_distance(a: str, b: str) -> int:
     return row[-1]
 
 
+TOKENIZED_WITH = "tokenized_with.json"  # DATA_PATH's record of its tokenizer (data/shard_io.py)
+
+
+def check_tokenizer(cfg: Hyperparameters, sp, split: np.ndarray) -> None:
+    """TOKENIZER_PATH is the tokenizer of the data: the file DATA_PATH's record names, else (no
+    record) each of the first 8 validation documents of ordinary pieces (no control or unknown
+    piece: their text does not encode back) decodes and encodes back to its own ids."""
+    record, ours = Path(cfg.data_path) / TOKENIZED_WITH, f"TOKENIZER_PATH={cfg.tokenizer_path}"
+    if record.is_file():
+        try:
+            named = json.loads(record.read_text())
+            name, sha = str(named["tokenizer"]), str(named["sha256"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise DataError(f"{record}: unreadable ({type(e).__name__}: {e})") from None
+        digest = hashlib.sha256(Path(cfg.tokenizer_path).read_bytes()).hexdigest()
+        if digest != sha:
+            raise DataError(f"{ours} (sha256 {digest[:12]}) is not the tokenizer DATA_PATH="
+                            f"{cfg.data_path} was tokenized with: {name} (sha256 {sha[:12]}, "
+                            f"{record.name})")  # fmt: skip
+        return
+    special = {i for i in range(sp.vocab_size()) if sp.is_control(i) or sp.is_unknown(i)}
+    starts = np.flatnonzero(split[: 1 << 20] == BOS_ID)
+    documents = (split[a + 1 : b].tolist() for a, b in itertools.pairwise(starts))
+    ordinary = [d for d in itertools.islice(documents, 64) if d and not special & set(d)][:8]
+    if any(sp.encode(sp.decode(ids)) != ids for ids in ordinary):
+        raise DataError(f"DATA_PATH={cfg.data_path}: its first validation documents do not decode "
+                        f"and encode back to their ids with {ours}: tokenized with another "
+                        f"tokenizer? (if not, record it: docs/data.md)")  # fmt: skip
+
+
+def settings_help() -> str:
+    """--help: each setting with its default, as the environment writes it, and the comment its
+    Hyperparameters field carries in this file (a field without one prints name and default)."""
+    notes = {}
+    for line in inspect.getsource(Hyperparameters).splitlines():
+        name, _, rest = line.strip().partition(": ")
+        notes[name] = rest.partition("  # ")[2]
+    usage = "usage: [VARIABLE=value ...] torchrun --standalone --nproc_per_node=N train_gpt.py"
+    lines = [usage, "", __doc__.split("\n\n")[0], "", "Settings (docs/environment.md), defaults:"]
+    for f in dataclasses.fields(Hyperparameters):
+        value = "(new each run)" if f.default is dataclasses.MISSING else f.default
+        value = int(value) if isinstance(value, bool) else value
+        choices = "|".join(c or "''" for c in f.metadata.get("choices") or ())
+        choices = f"one of {choices}; " if choices else ""
+        lines.append(f"  {f.name.upper()}={value}  {choices}{notes.get(f.name, '')}".rstrip(" ;"))
+    return "\n".join(lines)
+
+
 def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     """Tokenizer and shards checked, the validation split loaded, its bytes counted (or tables);
     the sliding windows if EVAL_STRIDE. An evaluation-only run needs no training shards."""
@@ -2812,6 +2862,7 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
             args = cfg.train_batch_tokens, cfg.train_seq_len, rt.grad_accum_steps, rt.world_size
             shards.check_room(rt.world_size * DocPackOrder.layout(*args).tokens)
     val = ValidationSet(cfg, rt, luts)  # every val shard loaded: header, size, token ids checked
+    check_tokenizer(cfg, sp, val.split)
     windows = SlidingWindows(cfg, rt, val) if cfg.eval_stride else None
     plan = TTTPlan(cfg, rt, val) if cfg.eval_ttt else None
     device_luts = None
@@ -2910,13 +2961,47 @@ def quantize_model(net: Network) -> tuple[bytes, dict]:
     return buf.getvalue(), stats
 
 
+def weights_mismatch(ours: dict, theirs: dict) -> str:
+    """The settings by which a file's weights differ from this config's, read from the shapes:
+    `NUM_LAYERS=4 here, the file has 3 blocks`; else the first tensor that differs."""
+
+    def blocks(sd):
+        return len({k.split(".")[1] for k in sd if k.startswith("blocks.")})
+
+    def dim(sd, key, axis):
+        return tuple(sd[key].shape)[axis] if key in sd and sd[key].dim() > axis else None
+
+    found = [f"NUM_LAYERS={blocks(ours)} here, the file has {blocks(theirs)} blocks"]
+    found = found if blocks(ours) != blocks(theirs) else []
+    for name, key, axis, what in (
+        ("VOCAB_SIZE", "tok_emb.weight", 0, "embedding rows"),
+        ("MODEL_DIM", "tok_emb.weight", 1, "embedding width"),
+        ("NUM_HEADS", "blocks.0.attn.q_gain", 0, "query heads"),
+        ("NUM_KV_HEADS", "blocks.0.attn.c_k.weight", 0, "key width"),
+        ("MLP_MULT", "blocks.0.mlp.fc.weight", 0, "MLP width"),
+    ):
+        if None not in (a := dim(ours, key, axis), b := dim(theirs, key, axis)) and a != b:
+            found.append(f"{name}: {what} {a} here, {b} in the file")
+        if name == "MODEL_DIM" and a != b:  # the widths below follow from it
+            break
+    if ("lm_head.weight" in ours) != ("lm_head.weight" in theirs):
+        tied = "lm_head.weight" not in ours
+        found.append(f"TIE_EMBEDDINGS={int(tied)} here, the file is {'un' * tied}tied")
+    if not found:  # another difference: name the first tensor
+        key = next(k for k in [*ours, *theirs] if k not in ours or k not in theirs
+                   or ours[k].shape != theirs[k].shape)  # fmt: skip
+        shapes = [tuple(sd[key].shape) if key in sd else "absent" for sd in (ours, theirs)]
+        found.append(f"{key}: {shapes[0]} here, {shapes[1]} in the file")
+    return "; ".join(found)
+
+
 def load_weights(net: Network, state: dict, source: str) -> None:
     state = unbank_state_dict(state) if "qo_bank" in state else state  # the record's layout
     try:
         net.base.load_state_dict(state, strict=True)
-    except RuntimeError as e:  # another model config: say which file, in one line
-        detail = str(e).splitlines()[0]
-        raise ConfigError(f"{source}: does not fit this model config ({detail})") from None
+    except RuntimeError:  # another model config: which file, which settings, in one line
+        detail = weights_mismatch(net.base.state_dict(), state)
+        raise ConfigError(f"{source}: does not fit this model config: {detail}") from None
 
 
 def load_for_evaluation(path: str, net: Network, evaluate: Callable, log0: Callable) -> bytes:
@@ -2958,6 +3043,7 @@ def main() -> None:
         quant_raw = load_for_evaluation(cfg.eval_only_path, net, evaluate, log0)
     else:
         with Trainer(cfg, rt, net, log0) as trainer:
+            Interrupted.trainer = trainer  # the step an interruption reports
             trainer.warm_up_and_restore()
             if checkpoint:
                 trainer.resume(checkpoint)
@@ -2969,7 +3055,8 @@ def main() -> None:
         net.base.looping = cfg.num_loops > 0  # saved, quantized and scored looped, as the record
         quant_raw = save_artifacts(rt, net, code, log0)
     quant_state = torch.load(io.BytesIO(quant_raw), map_location="cpu")
-    load_weights(net, dequantize_state_dict_int8(quant_state), "the int8 weights")
+    source = f"EVAL_ONLY_PATH={cfg.eval_only_path}" if cfg.eval_only_path else "the int8 weights"
+    load_weights(net, dequantize_state_dict_int8(quant_state), source)
     log_score("final_int8_zlib_roundtrip", "", rt, evaluate, log0)
     if windows is not None:  # the records' scored number, on the same round-tripped weights
         sliding = functools.partial(eval_sliding, cfg, rt, net.compiled, windows)
@@ -2986,10 +3073,64 @@ def main() -> None:
         inductor_compile.shutdown_compile_workers()
 
 
-if __name__ == "__main__":
-    exit_code = 0
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM, which torchrun forwards to every rank: each stops where it is."""
+
+    signum = 0  # the first signal received: whatever a rank raises after it is the interruption
+    trainer = None  # the run's Trainer, once there is one
+
+
+def handle_signals(handler) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+
+
+def on_signal(signum: int, frame) -> None:
+    handle_signals(signal.SIG_IGN)  # one interruption: later signals change nothing
+    Interrupted.signum = signum
+    raise Interrupted(signum)
+
+
+def main_interruptible() -> int:
+    """main(); after SIGINT or SIGTERM: the loaders closed (the `with` blocks), incomplete
+    checkpoints removed, the process group destroyed, one line on rank 0, exit 130 or 143."""
+    handle_signals(on_signal)
     try:
         main()
+        handle_signals(signal.SIG_IGN)  # the final line is out: the run succeeded
+        return 0
+    except (Exception, Interrupted):
+        if not Interrupted.signum:  # an error: torchrun's SIGTERM ends a waiting rank, as before
+            handle_signals(signal.SIG_DFL)
+            raise
+    trainer, where, saved = Interrupted.trainer, "before training", "no checkpoint"
+    if trainer is not None:
+        cfg, where = trainer.cfg, f"at step {trainer.step}"
+        folder = Path(cfg.checkpoint_dir)
+        done = sorted(folder.glob("step_*/meta.json")) if cfg.checkpoint_every else []
+        saved = f"checkpoint: {done[-1].parent}" if done else saved
+        if trainer.rt.rank == 0:  # a checkpoint cut short: its hidden folder
+            for tmp in folder.glob(".step_*.tmp"):
+                shutil.rmtree(tmp, ignore_errors=True)
+    if dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+    if os.environ.get("RANK", "0") == "0":
+        (trainer.log0 if trainer is not None else print)(f"interrupted {where} ({saved})")
+    return 128 + Interrupted.signum
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(settings_help())
+        sys.exit(0)
+    if sys.argv[1:]:
+        print(f"error: {sys.argv[1]!r}: train_gpt.py takes no arguments; settings are "
+              f"environment variables (python train_gpt.py --help)", file=sys.stderr)  # fmt: skip
+        sys.exit(2)
+    exit_code = 0
+    try:
+        exit_code = main_interruptible()
     except Exception as e:  # user mistakes: one clear line, not a traceback per rank
         error = e.__cause__ if isinstance(e, WorkerError) else e  # a loader thread's: a bad shard
         if not isinstance(error, (ConfigError, DataError)):

@@ -83,7 +83,10 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 def build_parser() -> argparse.ArgumentParser:
     """The command line, without its checks (parse_args); needs neither torch nor numpy, so that
     --help answers at once."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    more = "What each row measures, and how: the docstring of benchmarks/loader.py."
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=more, formatter_class=HelpFormatter
+    )
     ap.add_argument(
         "--what",
         default=None,

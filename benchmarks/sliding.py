@@ -48,7 +48,10 @@ LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaM
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    more = "What each row measures, and how: the docstring of benchmarks/sliding.py."
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=more, formatter_class=HelpFormatter
+    )
     ap.add_argument("--val-tokens", type=int, default=2_000_000, help="tokens in the split")
     ap.add_argument("--seq-len", type=int, default=1024, help="EVAL_SEQ_LEN: window length")
     ap.add_argument("--stride", type=int, default=64, help="EVAL_STRIDE")

@@ -375,7 +375,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     fmt = type(
         "Fmt", (argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter), {}
     )
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=fmt)
+    more = "What each row measures, and how: the docstring of benchmarks/step_time.py."
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=more, formatter_class=fmt
+    )
     ap.add_argument(
         "--baseline",
         type=Path,

@@ -69,7 +69,10 @@ VOCAB = 1024
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    more = "What each row measures, and how: the docstring of benchmarks/ttt.py."
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=more, formatter_class=HelpFormatter
+    )
     ap.add_argument("--docs", type=int, default=512, help="documents in the split")
     ap.add_argument("--median-len", type=int, default=96, help="median document length")
     ap.add_argument("--sigma", type=float, default=1.0, help="lognormal sigma of the lengths")

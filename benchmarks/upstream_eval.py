@@ -22,6 +22,12 @@ copied with .to(device), and per window a scored slice and byte lookups, each a 
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run on its own (any arguments, --help too): say what it is
+    print("benchmarks/upstream_eval.py: a module, not a program (the tests import it).")
+    print("Its benchmark: python benchmarks/sliding.py --help\n")
+    print(__doc__.split("\n\n")[0])
+    raise SystemExit(0)
+
 import numpy as np
 import torch
 

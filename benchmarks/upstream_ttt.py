@@ -81,6 +81,12 @@ untested).
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run on its own (any arguments, --help too): say what it is
+    print("benchmarks/upstream_ttt.py: a module, not a program (the tests import it).")
+    print("Its benchmark: python benchmarks/ttt.py --help\n")
+    print(__doc__.split("\n\n")[0])
+    raise SystemExit(0)
+
 import copy
 import dataclasses
 import itertools

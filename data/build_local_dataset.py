@@ -61,7 +61,7 @@ if str(_REPO_ROOT) not in sys.path:  # run as a script, data/ is on sys.path but
     sys.path.insert(0, str(_REPO_ROOT))
 
 from data.setup_hint import missing_package_message  # noqa: E402
-from data.shard_io import check_shard_header, shard_name, write_shard  # noqa: E402
+from data.shard_io import check_shard_header, record_tokenizer, shard_name, write_shard  # noqa: E402
 
 # The small CPU run of scripts/quickstart.sh, one NAME=value a line: the one definition of it.
 QUICKSTART_ENV = _REPO_ROOT / "scripts" / "quickstart.env"
@@ -466,6 +466,8 @@ def build(
         problem = None if force else existing_build_problem(dataset_dir, tokenizer_path, recipe)
         if not force and problem is None:
             log(f"{dataset_dir} is already built and valid; nothing to do (--force rebuilds)")
+            info = read_build_info(dataset_dir)  # a build from before the record: add it
+            record_tokenizer(dataset_dir, tokenizer_path.stem, info["tokenizer"]["sha256"])
             return result_from_info(
                 read_build_info(dataset_dir),
                 dataset_dir,
@@ -505,6 +507,7 @@ def build(
             "shards": shards,
         }
         (staging / BUILD_INFO).write_text(json.dumps(info, indent=1) + "\n")
+        record_tokenizer(staging, tokenizer_name, info["tokenizer"]["sha256"])
         verify_shards(staging, shards)
         os.chmod(staging, 0o755)  # mkdtemp's 0700 would keep the shared dataset to its builder
         # Tokenizer first: if we die between the two renames, the old build_info's tokenizer

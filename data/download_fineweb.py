@@ -9,6 +9,9 @@ for the dataset fineweb10B_<variant>:
     datasets/datasets/fineweb10B_sp1024/fineweb_train_*.bin    (the first --train-shards of them)
     datasets/datasets/fineweb10B_sp1024/fineweb_val_bytes_*.bin  (only if the manifest names them)
 
+and writes data/datasets/fineweb10B_sp1024/tokenized_with.json: the manifest's name for the
+tokenizer and the sha256 of its file, which train_gpt.py checks TOKENIZER_PATH against.
+
 Which repo holds which variant (the April 2026 records use the last three):
 
     willdepueoai/parameter-golf           sp1024 (the default; the official baseline data)
@@ -51,6 +54,7 @@ Exit codes: 0 done, 1 download or verification failed, 2 bad arguments.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shlex
@@ -65,7 +69,7 @@ if str(_REPO_ROOT) not in sys.path:  # run as a script, data/ is on sys.path but
     sys.path.insert(0, str(_REPO_ROOT))
 
 from data.setup_hint import missing_package_message, shown  # noqa: E402
-from data.shard_io import check_shard_header, shard_name  # noqa: E402
+from data.shard_io import check_shard_header, record_tokenizer, shard_name  # noqa: E402
 
 DEFAULT_REPO_ID = "willdepueoai/parameter-golf"
 DEFAULT_OUT_ROOT = Path(__file__).resolve().parent  # the data/ folder beside this script
@@ -115,6 +119,7 @@ class Plan:
     vocab_size: int | None
     val_shards: list[Path]
     val_bytes: list[Path]  # the val-bytes sidecars; empty if the manifest names none
+    tokenizer_name: str = ""  # the manifest's name for it, recorded in tokenized_with.json
 
 
 @dataclass
@@ -399,6 +404,7 @@ def plan_files(manifest: Manifest, variant: str, train_shards: int, out_root: Pa
         vocab_size=vocab_size_in_manifest(tokenizer, entry),
         val_shards=[out_root / rel for rel in val],
         val_bytes=[out_root / rel for rel in val_bytes],
+        tokenizer_name=str(tokenizer.get("name") or tokenizer_path.name),
     )
 
 
@@ -521,6 +527,8 @@ def download_dataset(
     mismatch = val_bytes_mismatch(plan)
     if mismatch:
         log(f"warning: {mismatch}")
+    digest = hashlib.sha256(plan.tokenizer_path.read_bytes()).hexdigest()
+    record_tokenizer(plan.dataset_dir, plan.tokenizer_name, digest)  # train_gpt.py checks it
     return result
 
 

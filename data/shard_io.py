@@ -8,6 +8,7 @@ of val token i) use the same format.
     from data.shard_io import write_shard, shard_name, check_shard_header
     write_shard(dataset_dir / shard_name("train", 0), range(1000))   # consecutive integers
     check_shard_header(dataset_dir / shard_name("train", 0))          # -> 1000
+    record_tokenizer(dataset_dir, "fineweb_1024_bpe", sha256_hex)      # tokenized_with.json
 
 check_shard_header uses the standard library only: the downloader calls it on a fresh machine,
 before torch (which train_gpt.py imports) or even numpy is installed. It accepts and rejects
@@ -110,3 +111,17 @@ def write_shard(path: str | os.PathLike, tokens: Iterable[int] | np.ndarray) -> 
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+TOKENIZED_WITH = "tokenized_with.json"  # a dataset folder's record of its tokenizer
+
+
+def record_tokenizer(dataset_dir: Path, name: str, sha256: str) -> None:
+    """Write dataset_dir/tokenized_with.json: the tokenizer's name and the sha256 of its file.
+    train_gpt.py refuses a TOKENIZER_PATH whose file has another sha256."""
+    import json
+
+    record = json.dumps({"tokenizer": name, "sha256": sha256}, indent=1) + "\n"
+    path = Path(dataset_dir) / TOKENIZED_WITH
+    if not path.is_file() or path.read_text() != record:
+        path.write_text(record)

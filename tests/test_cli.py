@@ -204,3 +204,34 @@ def test_quickstart_exports_the_settings_and_lets_the_environment_win(tmp_path):
 def test_the_scripts_parse(script):
     proc = subprocess.run(["bash", "-n", str(REPO / "scripts" / script)], capture_output=True)
     assert proc.returncode == 0, proc.stderr
+
+
+# Every Python file under benchmarks/ and tools/, a new one too: run from the repository root
+# with --help it answers in one screen (at most 80 lines), exit 0; a
+# program with its usage, a module by saying it is one and which program runs it.
+PROGRAMS_AND_MODULES = sorted(
+    p.relative_to(REPO).as_posix()
+    for folder in ("benchmarks", "tools")
+    for p in (REPO / folder).glob("*.py")
+    if p.name != "__init__.py"
+)
+
+
+@pytest.mark.parametrize("path", PROGRAMS_AND_MODULES)
+def test_every_file_of_benchmarks_and_tools_answers_help_from_the_root(path):
+    proc = subprocess.run(
+        [sys.executable, path, "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "100", "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert 0 < len(lines) <= 80, proc.stdout
+    module = f"{path}: a module, not a program"
+    assert lines[0].startswith(("usage:", module)), lines[0]
+    if lines[0].startswith(module):
+        program = lines[1].removeprefix("Its benchmark: python ").removesuffix(" --help")
+        assert (REPO / program).is_file() and program in PROGRAMS_AND_MODULES, lines[1]

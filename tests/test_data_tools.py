@@ -365,6 +365,7 @@ def test_download_fetches_tokenizer_val_and_requested_train_shards(mirror, tmp_p
         "datasets/fineweb10B_sp1024/fineweb_train_000000.bin",
         "datasets/fineweb10B_sp1024/fineweb_train_000001.bin",
         "datasets/fineweb10B_sp1024/fineweb_val_000000.bin",
+        "datasets/fineweb10B_sp1024/tokenized_with.json",  # the tokenizer's name and sha256
         "tokenizers/fineweb_1024_bpe.model",
         "tokenizers/fineweb_1024_bpe.vocab",
     ]

@@ -8,6 +8,7 @@ its sidecars with val_bytes_glob and gives its tokenizer as `path` in a subfolde
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import subprocess
@@ -115,8 +116,13 @@ def test_caseops_download_fetches_sidecars_and_keeps_the_tokenizer_subfolder(mir
         f"datasets/{DATASET}/fineweb_val_000001.bin",
         f"datasets/{DATASET}/fineweb_val_bytes_000000.bin",
         f"datasets/{DATASET}/fineweb_val_bytes_000001.bin",
+        f"datasets/{DATASET}/tokenized_with.json",
         "tokenizers/caseops/caseops_8192.model",
     ]
+    record = json.loads((out / "datasets" / DATASET / "tokenized_with.json").read_text())
+    model = (out / "tokenizers" / "caseops" / "caseops_8192.model").read_bytes()
+    assert record == {"tokenizer": record["tokenizer"], "sha256": hashlib.sha256(model).hexdigest()}
+    assert record["tokenizer"]  # the manifest's name for it
     remote = mirror / ROOT / "datasets" / DATASET
     for i in range(len(VAL_TOKENS)):
         name = f"fineweb_val_bytes_{i:06d}.bin"

@@ -289,7 +289,8 @@ def option_problems(doc: Document) -> list[str]:
                 continue
             tools.add(owner)
             if owner == "train_gpt.py":
-                problems.append(f"option {option}: train_gpt.py takes no options")
+                if option not in ("--help", "-h"):  # its only options: the list of settings
+                    problems.append(f"option {option}: train_gpt.py takes no options")
             elif not is_tool(owner):
                 problems.append(f"option {option}: {owner} is not a tool of this repository")
             elif option != "--help":

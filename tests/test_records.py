@@ -15,8 +15,10 @@ tests/test_records_pack.py. The test on logs of real CPU runs of our train_gpt.p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import shlex
 import shutil
 import subprocess
 import sys
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+import train_gpt as tg
 from records.golf import logs as logmod
 from records.golf.check import accepted, check_folder
 from records.golf.cli import main
@@ -688,7 +691,7 @@ def test_a_diverged_run_is_reported_unscored_without_a_traceback(tmp_path, capsy
 def test_nonexistent_folder_fails_without_crashing(tmp_path):
     ok, lines = check(tmp_path / "no such folder")
     assert not ok and lines[0].startswith("FAIL folder:")
-    assert main(["check", str(tmp_path / "no such folder")]) == 1
+    assert main(["check", str(tmp_path / "no such folder")]) == 2  # bad input: one error line
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1177,8 +1180,12 @@ def test_new_from_our_own_train_logs_passes_check(tiny_train_logs, tmp_path):
         assert log.no_gpu or log.gpus  # nvidia-smi output or its "unavailable" line
     args = ["new", *map(str, logs), "--name", "Tiny CPU run", "--author", "CI"]
     args += ["--github-id", "ci", "--date", "2026-05-04", "--hardware", "CPU"]
-    assert main([*args, "--records-dir", str(tmp_path)]) == 0
-    folder = tmp_path / "track_10min_16mb" / "2026-05-04_Tiny_CPU_run"
+    args += ["--records-dir", str(tmp_path)]
+    assert main(args) == 1  # the 10-minute track is 8 GPUs: a CPU run cannot be a record there
+    timed = [f.line() for f in check_folder(tmp_path / "track_10min_16mb/2026-05-04_Tiny_CPU_run")]
+    assert {x.split(":")[0] for x in timed if x.startswith("FAIL")} == {"FAIL track_hardware"}
+    assert main([*args, "--track", "non_record_16mb"]) == 0
+    folder = tmp_path / "track_non_record_16mb" / "2026-05-04_Tiny_CPU_run"
     script = (folder / "train_gpt.py").read_bytes()
     assert script == parsed[0].source
     if (REPO / "train_gpt.py").is_file():
@@ -1193,8 +1200,20 @@ def test_new_from_our_own_train_logs_passes_check(tiny_train_logs, tmp_path):
         assert (folder / f"train_seed{log.seed}.log").read_bytes() == log.path.read_bytes()
     ok, lines = check(folder)
     assert ok, "\n".join(lines)
-    assert any(x.startswith("WARN hardware: CPU") for x in lines)  # warned, not failed
     assert any(x.startswith("PASS source: train_gpt.py runs the source embedded in") for x in lines)
+    # the README's reproduce commands: the logs' own settings, which the script parses back
+    commands = [x for x in (folder / "README.md").read_text().splitlines() if " torchrun " in x]
+    assert len(commands) == len(parsed)
+    for log, command in zip(sorted(parsed, key=lambda lg: lg.seed), commands, strict=True):
+        env = dict(w.split("=", 1) for w in shlex.split(command.split(" torchrun ")[0]))
+        assert env["NUM_LAYERS"] == "2" and env["SEED"] == str(log.seed)
+        world_size = int(command.split("--nproc_per_node=")[1].split()[0])
+        cfg = tg.Hyperparameters.from_env(env | {"RUN_ID": "r"}, world_size)
+        dump = next(
+            x for x in log.path.read_text().splitlines() if x.startswith("hyperparameters:")
+        )
+        logged = json.loads(dump.removeprefix("hyperparameters:"))
+        assert dataclasses.asdict(cfg) | {"run_id": logged["run_id"]} == logged
 
 
 # ---------------------------------------------------------------------------------------------

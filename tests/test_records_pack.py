@@ -12,6 +12,7 @@ import base64
 import bz2
 import json
 import lzma
+import re
 import subprocess
 import sys
 import zlib
@@ -264,3 +265,27 @@ def test_check_accepts_logs_of_a_run_of_the_packed_file(tmp_path):
     (folder / "train_gpt.py").write_bytes(packed)
     findings = check_folder(folder)
     assert accepted(findings) and not [f for f in findings if f.status == "WARN"]
+
+
+def test_the_pack_sizes_in_records_readme_are_those_of_the_commit_it_names():
+    """records/README.md quotes `pack`'s output for train_gpt.py at a named commit: packing that
+    commit's script gives exactly those numbers (the script itself changes every week)."""
+    readme = (REPO / "records" / "README.md").read_text()
+    commit = re.search(r"for `train_gpt\.py` as of commit ([0-9a-f]{7,40})", readme).group(1)
+    shown = subprocess.run(
+        ["git", "show", f"{commit}:train_gpt.py"], cwd=REPO, capture_output=True, timeout=60
+    )
+    if shown.returncode != 0:  # a shallow clone without that commit
+        pytest.skip(f"commit {commit} is not in this clone's history")
+    source = shown.stdout
+    packed = pack_source(source)
+    sizes = packmod.compressor_sizes(source)
+    line = (
+        f"packed train_gpt.py -> packed/train_gpt.py: {len(source):,} -> {len(packed):,} bytes, "
+        f"{len(source) - len(packed):,} code bytes saved"
+    )
+    assert line in readme
+    assert "payload by compressor: " + "; ".join(f"{k} {v:,}" for k, v in sizes.items()) in readme
+    bz2_, lzma9 = sizes["bz2 level 9"], sizes["lzma preset 9"]
+    why = f"bz2 is {lzma9 - bz2_:,} payload bytes smaller than lzma and "
+    assert why + f"{sizes['zlib level 9'] - bz2_:,} smaller than zlib" in readme.replace("\n", " ")

@@ -36,6 +36,7 @@ from .rules import (
     SCORE_DECIMALS_TOL,
     SCRIPT_NAME,
     TIMED_TRACKS,
+    TRACK_GPUS,
     TRACKS,
     TRAIN_LIMIT_MS,
     severity,
@@ -605,9 +606,37 @@ def check_compliance(ctx: Context) -> Checks:
         yield good("compliance", "compliance claims agree with the logs")
 
 
+def _gpu_count(hardware: str | None) -> int | None:
+    """0 for 'CPU', 8 for '8xH100 80GB SXM'; None when unknown."""
+    if hardware == "CPU":
+        return 0
+    m = re.match(r"(\d+)x", hardware or "")
+    return int(m.group(1)) if m else None
+
+
+def _short_of_gpus(ctx: Context) -> list[TrainLog]:
+    counts = [(lg, _gpu_count(lg.hardware)) for lg in ctx.logs] if ctx.timed else []
+    return [lg for lg, n in counts if n is not None and n < TRACK_GPUS]
+
+
+def check_track_hardware(ctx: Context) -> Checks:
+    """The logs the claim rests on ran where the track is timed: 8 GPUs, not a CPU."""
+    if not ctx.timed:
+        return
+    for lg in _short_of_gpus(ctx):
+        what = f"{lg.name} ran on {lg.hardware}: the 10-minute track is timed on {TRACK_GPUS}xH100"
+        fix = "submit it to the non_record_16mb track (--track non_record_16mb), or rerun on 8xH100"
+        yield bad("track_hardware", what, fix)
+    known = [lg for lg in ctx.logs if _gpu_count(lg.hardware) is not None]
+    if known and not _short_of_gpus(ctx):
+        yield good("track_hardware", f"{len(known)} log(s) ran on {TRACK_GPUS} GPUs or more")
+
+
 def check_hardware(ctx: Context) -> Checks:
     found = next((lg.hardware for lg in ctx.logs if lg.hardware), None)
     hardware = ctx.sub.get("hardware") or found
+    if _short_of_gpus(ctx):  # track_hardware says it
+        return
     if hardware is None:
         yield bad("hardware", "hardware unknown (no nvidia-smi table or JSON hardware)", "add it")
     elif ctx.timed and "H100" not in str(hardware):
@@ -648,6 +677,7 @@ CHECKS = (
     check_train_time,
     check_eval_time,
     check_compliance,
+    check_track_hardware,
     check_hardware,
     check_pytorch,
 )

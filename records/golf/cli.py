@@ -14,7 +14,8 @@ new    builds records/<track>/YYYY-MM-DD_<Name>/ from train logs: the script tha
        writes into this repository's records/ unless --records-dir or --out says otherwise.
 check  says whether the challenge would accept a record folder: FAIL only for what breaks a
        rule (no code, a score no log backs, artifact > 16,000,000 bytes, training or scored
-       evaluation over 600 s, no readable submission.json); a WARN, with its fix, otherwise.
+       evaluation over 600 s, a CPU or fewer than 8 GPUs on the 10-minute track, no readable
+       submission.json); a WARN, with its fix, otherwise.
 stats  one-sided Welch t-test of per-seed val_loss against the previous record (0.005 nats,
        p < 0.01); reads the same runs as check.
 pack   writes the self-extracting form of a script (bz2 + base85 + exec) and checks it.
@@ -39,12 +40,18 @@ from pathlib import Path
 
 from .check import check_folder
 from .errors import SubmissionError
+from .folders import record_folder
 from .pack import TINY_RUN_ENV, compressor_sizes, verify_runs, write_packed
 from .rules import ALPHA, MARGIN_NATS, TRACKS, rules_help
 from .scaffold import create_record
 from .stats import describe, gather, one_sample_test, report_ttest, require_scipy, welch_test
 
 CHALLENGE_REPO = "https://github.com/openai/parameter-golf"
+PREVIOUS_HINT = (
+    f"; the previous record's folder is in a clone of the challenge (git clone {CHALLENGE_REPO}"
+    " ../parameter-golf, then --old ../parameter-golf/records/track_10min_16mb/<newest>), or "
+    "give its val_loss as --sota VAL_LOSS"
+)
 
 # -----------------------------
 # COMMANDS
@@ -94,9 +101,10 @@ def cmd_new(args) -> int:
 
 
 def cmd_check(args) -> int:
+    folders = [record_folder(folder, "check") for folder in args.folders]  # all, before any output
     results = [
         _print_check(folder, check_folder(folder, track=args.track), args.quiet)
-        for folder in args.folders
+        for folder in folders
     ]
     return 0 if all(results) else 1
 
@@ -109,7 +117,7 @@ def _stats_inputs(args) -> bool:
         return False
     if not args.new:
         raise SubmissionError("give --new values (per-seed val_loss: numbers, logs, folders, JSON)")
-    raise SubmissionError("give --old (the previous record's per-seed val_loss) or --sota")
+    raise SubmissionError("give --old (the previous record's per-seed val_loss)" + PREVIOUS_HINT)
 
 
 def cmd_stats(args) -> int:
@@ -121,12 +129,13 @@ def cmd_stats(args) -> int:
     if not _stats_inputs(args):
         return 0
     require_scipy()  # says how to install scipy before any work
-    new, sources = gather(args.new)
+    new, sources = gather(args.new, "--new")
+    if args.old is not None:  # both read before anything is printed
+        old, old_sources = gather(args.old, "--old", PREVIOUS_HINT)
     print(f"new: {describe(new)}  [{'; '.join(sources)}]")
     results = []
     if args.old is not None:
-        old, sources = gather(args.old)
-        print(f"old: {describe(old)}  [{'; '.join(sources)}]")
+        print(f"old: {describe(old)}  [{'; '.join(old_sources)}]")
         two = len(old) > 1
         results.append(
             welch_test(new, old, args.margin) if two else one_sample_test(new, old[0], args.margin)
@@ -313,9 +322,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+PATH_ARGUMENTS = ("logs", "script", "records_dir", "out", "verify_run", "tokenizer")
+
+
+def _no_empty_paths(args) -> None:
+    """'' names the current directory: an unset shell variable, refused rather than followed."""
+    for attr in PATH_ARGUMENTS:
+        values = getattr(args, attr, None)
+        for value in values if isinstance(values, list) else [values]:
+            if value is not None and not value.strip():
+                what = attr.replace("_", "-")
+                raise SubmissionError(f"{args.command} {what} {value!r}: an empty path")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _no_empty_paths(args)
         return args.func(args)
     except SubmissionError as exc:
         print(f"error: {exc}", file=sys.stderr)

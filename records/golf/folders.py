@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import SubmissionError
 from .logs import TrainLog, read_log
 from .numbers import JsonFloat, as_number, load_json_file
 from .rules import JSON_NAME, LOG_SUFFIXES, README_NAME, SCORE_KEYS, SCRIPT_NAME, TRACKS
@@ -101,6 +102,29 @@ def find_json(folder: Path) -> tuple[Path | None, bool]:
         if len(others) == 1:
             return others[0], False
     return p, exact
+
+
+def record_folder(text: str, what: str) -> Path:
+    """The record folder an argument names, or a SubmissionError: never '' (the current
+    directory), a missing path, or a folder with neither a submission JSON nor a train log."""
+    if not text.strip():
+        raise SubmissionError(f"{what} {text!r}: an empty path, not a record folder")
+    path = Path(text)
+    if not path.is_dir():
+        raise SubmissionError(f"{what} {text}: no such folder")
+    top_logs = [p for p in _files(path, 0) if _looks_like_log(p)]
+    if find_json(path)[0] is None and not any(map(_is_train_log, top_logs)):
+        raise SubmissionError(
+            f"{what} {text}: not a record folder (no {JSON_NAME} and no train log in it)"
+        )
+    return path
+
+
+def _is_train_log(path: Path) -> bool:
+    try:
+        return read_log(path).is_train_log
+    except OSError:
+        return False
 
 
 def track_of_folder(folder: Path) -> str | None:

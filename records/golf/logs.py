@@ -145,6 +145,7 @@ class TrainLog:
     gpus: list[str] = field(default_factory=list)  # names from the nvidia-smi table
     no_gpu: bool = False  # "nvidia-smi: unavailable"
     seed_line: int | None = None  # from a `seed:N` line
+    settings: list[str] | None = None  # the KEY=VALUE words of our script's `settings:` line
     val_slice: str | None = None  # "N of M tokens": the run scored a MAX_VAL_TOKENS slice
     seed_assigned: int | None = None  # the JSON's seed for a log that prints another one
     rescored: str | None = None  # the name of the log whose evaluations these are (`rescored_by`)
@@ -418,6 +419,9 @@ def _parse_header(log: TrainLog, line: str) -> bool:
             log.gpus.append(m.group(2).strip())
     elif m := _SEED.match(line):
         log.seed_line = int(m.group(1))
+    elif line.startswith("settings: "):  # `settings: A=1 B=2 (all of them: logs/x.txt)`
+        words = line.removeprefix("settings: ").split(" (all of them")[0]
+        log.settings = [] if words == "the defaults" else words.split()
     elif m := _PART_OF_VAL.search(line):
         log.val_slice = f"{m.group(2)} of {m.group(3)} tokens"
     else:

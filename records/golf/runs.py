@@ -191,3 +191,8 @@ def _rest_claim(runs: Runs, options: list[list[TrainLog]], claim: float | None) 
                 runs.logs = list(chosen)
                 runs.side = [(options[i][0], why) for i, why in side.items() if i not in keep]
                 return
+    # No mean backs it: a claim the other runs back without the side runs (one run's score, a
+    # mean of some) does not rest on them either, and they are not held to the caps.
+    if side and rest and ev.backing(claim, [options[i][0] for i in rest], "val_bpb") is not None:
+        runs.logs = [options[i][0] for i in rest]
+        runs.side = [(options[i][0], why) for i, why in side.items()]

@@ -11,6 +11,7 @@ import datetime as _dt
 import json
 import os
 import re
+import shlex
 import shutil
 import statistics
 import tempfile
@@ -271,13 +272,26 @@ def _readme_compliance(sub: dict) -> list[str]:
     ]
 
 
+def reproduce_environment(lg: TrainLog) -> list[str]:
+    """KEY=VALUE words, shell-quoted, that rerun `lg`: its `settings:` line (every setting that
+    is not the default) with its seed; the seed alone when the log has no such line."""
+    words = [] if lg.settings is None else list(lg.settings)
+    if not any(w.startswith("SEED=") for w in words):
+        words.insert(0, f"SEED={lg.seed}")
+    return [f"{k}={shlex.quote(v)}" for k, _, v in (w.partition("=") for w in words)]
+
+
 def _readme_reproduce(logs: list[TrainLog], packed: bool) -> list[str]:
     ws = next((lg.world_size for lg in logs if lg.world_size), None) or 8
     lines = ["## Reproduce", "", "```bash"]
     lines += [
-        f"SEED={lg.seed} torchrun --standalone --nproc_per_node={ws} {SCRIPT_NAME}" for lg in logs
+        f"{' '.join(reproduce_environment(lg))} torchrun --standalone --nproc_per_node={ws} "
+        f"{SCRIPT_NAME}"
+        for lg in logs
     ]
     lines += ["```", ""]
+    if any(lg.settings is None for lg in logs):
+        lines += ["The logs print no `settings:` line: add the variables the runs set.", ""]
     if packed:
         lines += [
             f"`{SCRIPT_NAME}` is the packed form (`python records/submission.py pack`) of "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SubmissionError
-from .folders import find_json, load_record
+from .folders import find_json, load_record, record_folder
 from .logs import read_log
 from .numbers import is_number, load_json_file
 from .rules import ALPHA, MARGIN_NATS
@@ -127,14 +127,17 @@ def _from_json(path: Path) -> tuple[list[float], str]:
     raise SubmissionError(f"{path}: no per-seed val_loss (seed_results) and no val_loss")
 
 
-def val_losses_from(item: str) -> tuple[list[float], str]:
-    """Per-seed val_loss (nats) from a number, a log file, a record folder or a submission.json."""
+def val_losses_from(item: str, option: str = "", hint: str = "") -> tuple[list[float], str]:
+    """Per-seed val_loss (nats) from a number, a log file, a record folder or a submission.json.
+    An empty value (an unset shell variable) is an error, `hint` says what to give instead."""
     path = Path(item)
     v = _number(item)
     if v is not None and not path.exists():
         return [v], item
+    if not item.strip():
+        raise SubmissionError(f"{option} {item!r}: an empty value, not a number or a path{hint}")
     if path.is_dir():
-        return _from_folder(path)
+        return _from_folder(record_folder(item, f"{option} folder".strip()))
     if path.is_file() and path.suffix.lower() == ".json":
         return _from_json(path)
     if path.is_file():
@@ -142,13 +145,14 @@ def val_losses_from(item: str) -> tuple[list[float], str]:
         if log.scored is None:
             raise SubmissionError(f"{item}: no val_loss result of a final evaluation in this log")
         return [log.scored.val_loss], path.name
-    raise SubmissionError(f"{item!r} is neither a number nor an existing log, folder or JSON file")
+    what = f"{option} {item!r}".strip()
+    raise SubmissionError(f"{what} is neither a number nor an existing log, folder or JSON file")
 
 
-def gather(items: list[str]) -> tuple[list[float], list[str]]:
+def gather(items: list[str], option: str = "", hint: str = "") -> tuple[list[float], list[str]]:
     vals, sources = [], []
     for item in items:
-        v, src = val_losses_from(item)
+        v, src = val_losses_from(item, option, hint)
         vals += v
         sources.append(src)
     return vals, sources

@@ -1,0 +1,153 @@
+"""`python train_gpt.py --help` (issue 32): every setting with its default, one line each, quickly,
+and no run; docs/environment.md documents every setting with the same default (a new field of
+Hyperparameters must be documented there too). And an artifact that does not fit the configured
+network names the settings that differ."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+import train_gpt as tg  # noqa: E402
+
+ENV_DOC = REPO / "docs" / "environment.md"
+
+
+def run_script(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
+    """The run and the CPU seconds it took (user + system: what a busy machine does not
+    inflate; on an idle machine, its wall time)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "train_gpt.py"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return proc, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def help_defaults(text: str) -> dict[str, str]:
+    """NAME -> default as --help prints it (`  NAME=default  comment`)."""
+    return dict(re.findall(r"^  ([A-Z][A-Z0-9_]*)=(\S*)", text, re.MULTILINE))
+
+
+@pytest.fixture(scope="module")
+def help_text(tmp_path_factory) -> str:
+    cwd = tmp_path_factory.mktemp("help")
+    seconds = []
+    for _ in range(3):  # the best of up to 3
+        proc, cpu = run_script("--help", cwd=cwd)
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+        seconds.append(cpu)
+        if cpu < 2.0:
+            break
+    assert min(seconds) < 2.0, f"--help took {seconds} CPU seconds"
+    assert not list(cwd.iterdir()), "--help wrote files: a run started"
+    return proc.stdout
+
+
+def test_help_lists_every_setting_with_its_default_one_line_each(help_text):
+    assert help_text.startswith("usage:")
+    shown = help_defaults(help_text)
+    fields = dataclasses.fields(tg.Hyperparameters)
+    assert list(shown) == [f.name.upper() for f in fields]  # each once, in the class's order
+    for f in fields:
+        if f.default is not dataclasses.MISSING:
+            value = int(f.default) if isinstance(f.default, bool) else f.default
+            assert shown[f.name.upper()] == str(value), f.name
+    assert "  WARMUP_STEPS=20  compile warm-up" in help_text  # the field's own comment
+    assert "  ATTENTION_BACKEND=auto  one of auto|fa3|fa2|sdpa" in help_text
+
+
+def test_dash_h_is_the_same_and_other_arguments_are_refused(help_text, tmp_path):
+    proc, _ = run_script("-h", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == help_text
+    proc, _ = run_script("--num-layers", "4", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "error: '--num-layers': train_gpt.py takes no arguments; settings are environment "
+        "variables (python train_gpt.py --help)"
+    ]
+    assert not list(tmp_path.iterdir())
+
+
+def same_default(doc: str, shown: str) -> bool:
+    doc = doc.strip().strip("`")
+    if doc == "(none)":
+        return shown == ""
+    try:
+        return math.isclose(float(doc), float(shown))
+    except ValueError:
+        return doc == shown
+
+
+def test_the_environment_doc_and_help_agree(help_text):
+    doc = ENV_DOC.read_text()
+    rows = dict(re.findall(r"^\| `([A-Z][A-Z0-9_]*)` \| ([^|]*) \|", doc, re.MULTILINE))
+    problems = []
+    for f in dataclasses.fields(tg.Hyperparameters):
+        name, shown = f.name.upper(), help_defaults(help_text)[f.name.upper()]
+        if name not in rows:
+            problems.append(f"{name} (default {shown!r}) is not in docs/environment.md")
+        elif f.default is not dataclasses.MISSING and not same_default(rows[name], shown):
+            problems.append(f"{name}: docs/environment.md says {rows[name]!r}, --help {shown!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_a_disagreement_would_be_seen():
+    assert not same_default("600", "60.0") and not same_default("(none)", "x")
+    assert same_default("`auto`", "auto") and same_default("1e-8", "1e-08")
+
+
+# -----------------------------
+# an artifact of another config: which settings differ
+# -----------------------------
+SMALL = {"NUM_LAYERS": "4", "MODEL_DIM": "64", "NUM_HEADS": "4", "NUM_KV_HEADS": "2"}
+
+
+def state(**env) -> dict:
+    cfg = tg.Hyperparameters.from_env(SMALL | {"RUN_ID": "r"} | env)
+    return tg.GPT(cfg).state_dict()
+
+
+class FakeNetwork:  # what load_weights reads of a Network: its base model
+    def __init__(self):
+        self.base = tg.GPT(tg.Hyperparameters.from_env(SMALL | {"RUN_ID": "r"}))
+
+
+@pytest.mark.parametrize(
+    "file_env, message",
+    [
+        ({"NUM_LAYERS": "3"}, "NUM_LAYERS=4 here, the file has 3 blocks"),
+        ({"MODEL_DIM": "128"}, "MODEL_DIM: embedding width 64 here, 128 in the file"),
+        ({"VOCAB_SIZE": "512"}, "VOCAB_SIZE: embedding rows 1024 here, 512 in the file"),
+        ({"NUM_KV_HEADS": "4"}, "NUM_KV_HEADS: key width 32 here, 64 in the file"),
+        ({"MLP_MULT": "3"}, "MLP_MULT: MLP width 128 here, 192 in the file"),
+        ({"TIE_EMBEDDINGS": "0"}, "TIE_EMBEDDINGS=1 here, the file is untied"),
+    ],
+)
+def test_weights_of_another_config_name_the_setting(file_env, message):
+    with pytest.raises(tg.ConfigError) as info:
+        tg.load_weights(FakeNetwork(), state(**file_env), "EVAL_ONLY_PATH=x.pt")
+    assert str(info.value) == f"EVAL_ONLY_PATH=x.pt: does not fit this model config: {message}"
+
+
+def test_several_differences_are_all_named_and_an_unknown_one_by_its_tensor():
+    both = tg.weights_mismatch(state(), state(NUM_LAYERS="2", MODEL_DIM="32"))
+    assert both.startswith("NUM_LAYERS=4 here, the file has 2 blocks; MODEL_DIM: embedding")
+    other = state()
+    other["skip_weights"] = torch.zeros(3, 64)
+    assert tg.weights_mismatch(state(), other) == "skip_weights: (2, 64) here, (3, 64) in the file"
