@@ -523,9 +523,9 @@ def test_import_has_no_side_effects(tmp_path):
     subprocess.run([sys.executable, "-c", code, str(REPO)], cwd=tmp_path, check=True, timeout=120)
 
 
-def test_script_stays_within_2600_lines_of_at_most_100_characters():
+def test_script_stays_within_3600_lines_of_at_most_100_characters():
     lines = (REPO / "train_gpt.py").read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= 2600
+    assert len(lines) <= 3600
     assert [n for n, line in enumerate(lines, 1) if len(line) > 100] == []
 
 
