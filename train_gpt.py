@@ -194,12 +194,9 @@ class Hyperparameters:
         fields = {f.name.upper(): f for f in dataclasses.fields(cls)}
         env = PRESETS.get(env.get("PRESET", ""), {}) | dict(env)  # a variable beats its preset
         values = {f.name: parse_value(n, env[n], f.type) for n, f in fields.items() if n in env}
-        for name in BUILT_IN_VARIABLES:  # the baseline reads them; here they are constants
-            control = name == "CONTROL_TENSOR_NAME_PATTERNS"  # the record's default too
-            accepted = (BASELINE_PATTERNS,) + (FRONTIER_PATTERNS,) * control
-            if env.get(name, BASELINE_PATTERNS) not in accepted:
-                what = "not read here: the baseline's default patterns are built in; unset it"
-                raise ConfigError(f"{name}={env[name]!r}: {what}")
+        for name, (accepted, what) in FIXED_VARIABLES.items():  # constants here: refused, not
+            if env.get(name, accepted[0]) not in accepted:  # ignored, at another value
+                raise ConfigError(f"{name}={env[name]!r}: not read here: {what}; unset it")
         cfg = cls(**values)
         cfg.validate(world_size)
         return cfg
@@ -534,7 +531,6 @@ def count_target_bytes(tokens: np.ndarray, luts: ByteLuts, chunk: int = 1 << 22)
 # INT8 + ZLIB QUANTIZATION
 # -----------------------------
 
-BUILT_IN_VARIABLES = ("CONTROL_TENSOR_NAME_PATTERNS", "INT8_KEEP_FLOAT_FP32_NAME_PATTERNS")
 BASELINE_PATTERNS = "attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
 BASELINE_PATTERNS += "skip_weight,skip_weights"  # the baseline's default of both variables
 FRONTIER_PATTERNS = BASELINE_PATTERNS + ",skip_gates,parallel_post_lambdas,parallel_resid_lambdas,"
@@ -542,6 +538,16 @@ FRONTIER_PATTERNS += "attn_gate_proj,attn_gate_w,smear_gate,smear_lambda"  # the
 # substrings of the names of the small control tensors (the record's extra ones only exist when
 # their variables are on)
 CONTROL_TENSOR_NAME_PATTERNS = tuple(FRONTIER_PATTERNS.split(","))
+# Variables the baseline or the record reads that are constants here: (accepted values, why).
+FIXED_VARIABLES = {
+    "CONTROL_TENSOR_NAME_PATTERNS": ((BASELINE_PATTERNS, FRONTIER_PATTERNS),
+                                     "the baseline's and the record's patterns are built in"),
+    "INT8_KEEP_FLOAT_FP32_NAME_PATTERNS": ((BASELINE_PATTERNS,), "the baseline's are built in"),
+    "FUSED_CE_ENABLED": (("1", "0"), "the record's Triton loss is speed only; eager runs"),
+    "ATTN_OUT_GATE_ENABLED": (("0",), "the record's AttnOutGate (off in its run) is not here"),
+    "GATED_ATTN_ENABLED": (("0",), "the record's dense GatedAttn (off in its run) is not here"),
+    "ROPE_YARN": (("0",), "YaRN (off in the record's run) is not here"),
+}  # fmt: skip
 INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
 INT8_CLIP_Q = 99.99984 / 100.0
 

@@ -349,3 +349,11 @@ def test_the_records_settings_train_alike_on_one_and_two_ranks(frontier_world_si
     assert scores[1] == pytest.approx(scores[0], abs=1e-3)
     saved = torch.load(two.workdir / "final_model.pt")
     assert list(saved)[:4] == list(tg.BANKS)  # the record's layout
+
+
+def test_the_records_variables_for_what_is_not_here_are_refused_unless_at_its_value():
+    assert tg.Hyperparameters.from_env({"FUSED_CE_ENABLED": "1", "ROPE_YARN": "0", "RUN_ID": "r"})
+    for name, value in [("GATED_ATTN_ENABLED", "1"), ("ATTN_OUT_GATE_ENABLED", "1"),
+                        ("ROPE_YARN", "1"), ("FUSED_CE_ENABLED", "2")]:  # fmt: skip
+        with pytest.raises(tg.ConfigError, match=f"^{name}='{value}': not read here: "):
+            tg.Hyperparameters.from_env({name: value})

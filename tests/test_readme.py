@@ -72,7 +72,7 @@ def known_variables() -> frozenset[str]:
     import train_gpt
 
     names = {f.name.upper() for f in dataclasses.fields(train_gpt.Hyperparameters)}
-    names |= set(train_gpt.BUILT_IN_VARIABLES)  # read only to be refused unless at the default
+    names |= set(train_gpt.FIXED_VARIABLES)  # read only to be refused unless at a fixed value
     text = code_text()
     read = r"(?:environ\.get|environ\[|getenv|env_int)\(?\s*[\"'](" + VARIABLE + r")[\"']"
     names |= set(re.findall(read, text))  # Python
