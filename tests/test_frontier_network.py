@@ -357,3 +357,20 @@ def test_the_records_variables_for_what_is_not_here_are_refused_unless_at_its_va
                         ("ROPE_YARN", "1"), ("FUSED_CE_ENABLED", "2")]:  # fmt: skip
         with pytest.raises(tg.ConfigError, match=f"^{name}='{value}': not read here: "):
             tg.Hyperparameters.from_env({name: value})
+
+
+def test_one_graph_before_the_loops_switch_on_and_one_after():
+    """fullgraph: the whole forward (gates, loops, lanes, SmearGate) traces as one graph, and
+    looping is a guard: the two graphs, primed before the clock, serve every later step."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    rcfg = ref.RecordConfig()
+    model = model_with(rcfg, random_weights(rcfg)).float()
+    compiled = torch.compile(model, backend="eager", dynamic=False, fullgraph=True)
+    x, y = batch(rcfg)
+    for looping in (False, True, False, True):
+        model.looping = looping
+        for _ in range(2):
+            compiled(x, y).backward()
+    assert counters["stats"]["unique_graphs"] == 2

@@ -324,3 +324,39 @@ def test_ttt_chunk_steps_never_wait_on_the_gpu_and_compile_a_fixed_set_of_graphs
     assert len(syncs) <= draws + 2 * len(plan.phases) + 4, [str(w.message) for w in syncs][:5]
     assert counters["stats"]["unique_graphs"] == graphs  # the same shapes: nothing new
     assert first[0] == pytest.approx(eager[0], rel=2e-2)  # bf16 kernels compiled or not
+
+
+def test_frontier_steps_compile_before_the_clock_and_never_wait_on_the_gpu(tmp_path):
+    """PRESET=frontier at a small width, docpack and compiled: the priming steps (unlooped and
+    looped) compile every graph; the loop switch in the middle of training and the steps around
+    it compile nothing and never sync (sync debug mode "error")."""
+    from torch._dynamo.utils import counters
+
+    write_consecutive(tmp_path, [400_000], vocab=1024)
+    env = {
+        "PRESET": "frontier", "DATA_PATH": str(tmp_path), "VOCAB_SIZE": "1024",
+        "NUM_LAYERS": "4", "MODEL_DIM": "64", "NUM_HEADS": "4", "NUM_KV_HEADS": "2",
+        "XSA_LAST_N": "4", "ROPE_DIMS": "8", "LOOP_START": "1", "LOOP_END": "2",
+        "PARALLEL_START_LAYER": "2", "TRAIN_SEQ_LEN": "128", "TRAIN_BATCH_TOKENS": "8192",
+        "ITERATIONS": "40", "WARMUP_STEPS": "2", "TRAIN_LOG_EVERY": "1000",
+        "ENABLE_LOOPING_AT": "0.5", "MAX_WALLCLOCK_SECONDS": "0", "EVAL_TTT": "0",
+    }  # fmt: skip
+    torch._dynamo.reset()
+    cfg = tg.Hyperparameters.from_env(env, 1)
+    rt = tg.Runtime(0, 0, 1, 8, torch.device("cuda", torch.cuda.current_device()), False)
+    net = tg.build_network(cfg, rt)
+    with tg.Trainer(cfg, rt, net, lambda msg, console=True: None) as trainer:
+        trainer.warm_up_and_restore()
+        graphs = counters["stats"]["unique_graphs"]
+        trainer.open_loader()
+        trainer.resume_clock()
+        for _ in range(12):  # steps 1-10 log their loss: those may read it back
+            trainer.train_one_step()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(28):  # the loops switch on at step 20
+                trainer.train_one_step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert trainer.step == 40 and net.base.looping
+    assert counters["stats"]["unique_graphs"] == graphs, "compiled inside the clock"
