@@ -153,17 +153,23 @@ def test_steady_state_training_steps_never_wait_on_the_gpu(tmp_path):
     net = tg.build_network(cfg, rt)
     with tg.Trainer(cfg, rt, net, lambda msg, console=True: None) as trainer:
         trainer.warm_up_and_restore()
-        trainer.open_loader()
-        trainer.resume_clock()
-        for _ in range(12):  # steps 1-10 log their loss: those may read it back
-            trainer.train_one_step()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            for _ in range(30):
-                trainer.train_one_step()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
+        train_without_syncs(trainer, 30)
         assert trainer.step == 42 and not trainer.stopping
+
+
+def train_without_syncs(trainer: tg.Trainer, steps: int) -> None:
+    """12 steps (steps 1-10 log their loss: those may read it back), then `steps` more under
+    sync debug mode "error"."""
+    trainer.open_loader()
+    trainer.resume_clock()
+    for _ in range(12):
+        trainer.train_one_step()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(steps):
+            trainer.train_one_step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
 
 
 def cuda_backends() -> list[tg.Attention]:
@@ -348,15 +354,6 @@ def test_frontier_steps_compile_before_the_clock_and_never_wait_on_the_gpu(tmp_p
     with tg.Trainer(cfg, rt, net, lambda msg, console=True: None) as trainer:
         trainer.warm_up_and_restore()
         graphs = counters["stats"]["unique_graphs"]
-        trainer.open_loader()
-        trainer.resume_clock()
-        for _ in range(12):  # steps 1-10 log their loss: those may read it back
-            trainer.train_one_step()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            for _ in range(28):  # the loops switch on at step 20
-                trainer.train_one_step()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
+        train_without_syncs(trainer, 28)  # the loops switch on at step 20
         assert trainer.step == 40 and net.base.looping
     assert counters["stats"]["unique_graphs"] == graphs, "compiled inside the clock"
