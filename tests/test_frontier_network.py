@@ -318,8 +318,9 @@ def test_the_schedule_and_the_loop_switch_are_the_references(cap, reserve):
 TINY_FRONTIER = dict(
     PRESET="frontier", NUM_LAYERS=4, MODEL_DIM=32, NUM_HEADS=4, NUM_KV_HEADS=2, XSA_LAST_N=4,
     ROPE_DIMS=4, LOOP_START=1, LOOP_END=2, PARALLEL_START_LAYER=2, TRAIN_SEQ_LEN=64,
-    TRAIN_BATCH_TOKENS=1024, VAL_BATCH_SIZE=4096, MAX_VAL_TOKENS=8192, ENABLE_LOOPING_AT=0.5,
-    TRAIN_LOG_EVERY=1, EVAL_TTT=0,
+    TRAIN_BATCH_TOKENS=1024, VAL_BATCH_SIZE=4096, MAX_VAL_TOKENS=6000, ENABLE_LOOPING_AT=0.5,
+    TRAIN_LOG_EVERY=1, EVAL_STRIDE=32, EVAL_SEQ_LEN=64, TTT_BATCH_SIZE=4, TTT_CHUNK_SIZE=16,
+    TTT_EVAL_SEQ_LEN=64, TTT_LORA_RANK=4, PHASED_TTT_PREFIX_DOCS=12, GLOBAL_TTT_CHUNK_TOKENS=2048,
 )  # fmt: skip
 
 
@@ -332,9 +333,10 @@ def frontier_world_sizes(tmp_path_factory, tiny_dataset):
     return runs
 
 
-def test_the_records_settings_train_alike_on_one_and_two_ranks(frontier_world_sizes):
-    """One process accumulating 8 micro-steps and two ranks of 4 compute the same step: the
-    gradient is clipped after the average (the record clips each rank's before it)."""
+def test_the_records_settings_train_and_score_alike_on_one_and_two_ranks(frontier_world_sizes):
+    """One process accumulating 8 micro-steps and two ranks of 4 compute the same step (the
+    gradient is clipped after the average; the record clips each rank's before it), and score
+    alike: plain, sliding windows, phased TTT."""
     one, two = frontier_world_sizes
     assert two.lines("world_size:") == ["world_size:2 grad_accum_steps:4"]
     for run in (one, two):  # the record's network and schedule ran: looped from step 3 of 6
@@ -344,9 +346,13 @@ def test_the_records_settings_train_alike_on_one_and_two_ranks(frontier_world_si
                if "train_loss:" in x] for r in (one, two)]  # fmt: skip
     assert len(losses[0]) == 6 and losses[0][0] == losses[1][0]  # the same tokens, weights
     assert losses[1] == pytest.approx(losses[0], abs=2e-3)
-    scores = [float(r.lines("final_int8_zlib_roundtrip_exact")[0].split("val_bpb:")[1])
-              for r in (one, two)]  # fmt: skip
-    assert scores[1] == pytest.approx(scores[0], abs=1e-3)
+    for label in (
+        "final_int8_zlib_roundtrip_exact",
+        "final_sliding_window_eval_exact",
+        "quantized_ttt_phased_exact",
+    ):  # every evaluation runs the record's network
+        scores = [float(r.lines(label)[0].split("val_bpb:")[1]) for r in (one, two)]
+        assert scores[1] == pytest.approx(scores[0], abs=1e-3), label
     saved = torch.load(two.workdir / "final_model.pt")
     assert list(saved)[:4] == list(tg.BANKS)  # the record's layout
 
