@@ -539,10 +539,11 @@ FRONTIER_PATTERNS += "attn_gate_proj,attn_gate_w,smear_gate,smear_lambda"  # the
 # their variables are on)
 CONTROL_TENSOR_NAME_PATTERNS = tuple(FRONTIER_PATTERNS.split(","))
 # Variables the baseline or the record reads that are constants here: (accepted values, why).
+PATTERNS_BUILT_IN = "the baseline's default patterns are built in"
 FIXED_VARIABLES = {
     "CONTROL_TENSOR_NAME_PATTERNS": ((BASELINE_PATTERNS, FRONTIER_PATTERNS),
-                                     "the baseline's and the record's patterns are built in"),
-    "INT8_KEEP_FLOAT_FP32_NAME_PATTERNS": ((BASELINE_PATTERNS,), "the baseline's are built in"),
+                                     f"{PATTERNS_BUILT_IN} (or the record's)"),
+    "INT8_KEEP_FLOAT_FP32_NAME_PATTERNS": ((BASELINE_PATTERNS,), PATTERNS_BUILT_IN),
     "FUSED_CE_ENABLED": (("1", "0"), "the record's Triton loss is speed only; eager runs"),
     "ATTN_OUT_GATE_ENABLED": (("0",), "the record's AttnOutGate (off in its run) is not here"),
     "GATED_ATTN_ENABLED": (("0",), "the record's dense GatedAttn (off in its run) is not here"),
