@@ -454,3 +454,21 @@ def test_eval_only_rescoring_the_artifact_gives_the_same_number(gptq_run, tiny_d
                     **E2E | {"EVAL_ONLY_PATH": str(truncated)})  # fmt: skip
     assert bad.returncode == 2
     assert f"error: EVAL_ONLY_PATH={truncated}: not a readable artifact (" in bad.stderr
+
+
+def test_pack_record_writes_the_counted_code_and_it_runs(tmp_path, tiny_dataset):
+    """`pack --record`: the record's packed form, as long as the code the log counts, unpacks to
+    the minified source, and trains and scores as the readable script does."""
+    from records.golf.pack import minify_source, unpack, write_packed
+
+    script = Path(tg.__file__)
+    out = tmp_path / "packed" / "train_gpt.py"
+    result = write_packed(script, out, record=True)
+    assert result.packed == tg.counted_code_bytes(script.read_text(), print)
+    assert unpack(out.read_bytes()) == minify_source(script.read_bytes())
+    quick = dict(ITERATIONS=1, WARMUP_STEPS=0, MAX_VAL_TOKENS=4096)
+    runs = [run_train(tmp_path / n, tiny_dataset, nproc=0, script=s, **quick)
+            for n, s in (("plain", script), ("packed", out))]  # fmt: skip
+    assert all(r.returncode == 0 for r in runs), runs[1].why()
+    label = "final_int8_zlib_roundtrip_exact"
+    assert runs[0].lines(label) == runs[1].lines(label) != []
