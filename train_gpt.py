@@ -686,7 +686,6 @@ def atomic_torch_save(obj, path: Path) -> None:
 # GPTQ + SDCLIP + LQER: THE RECORD'S QUANTIZER (QUANTIZER=gptq)
 # -----------------------------
 
-GPTQ_BLOCK = 128  # columns per lazy-update block
 GPTQ_CALIBRATION_ROWS = 48  # sequences per Hessian batch and rank, the record's
 ARTIFACT_FILES = {"int8": "final_model.int8.ptz", "gptq": "final_model.int6.ptz"}
 # The record's code bytes: minified, brotli q11, base85, in this 2-line wrapper (67 bytes).
@@ -720,8 +719,8 @@ def gptq_quantize(w: Tensor, hessian: Tensor, clip_sigmas: float, bits: int) -> 
     W[:, dead[perm]] = 0.0
     U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
     s, Q = scale.float()[:, None], torch.zeros_like(W)
-    for a in range(0, W.size(1), GPTQ_BLOCK):
-        b = min(a + GPTQ_BLOCK, W.size(1))
+    for a in range(0, W.size(1), 128):  # blocks of 128 columns, updated lazily
+        b = min(a + 128, W.size(1))
         block, errors = W[:, a:b].clone(), torch.zeros_like(W[:, a:b])
         for j in range(b - a):
             Q[:, a + j] = torch.clamp(torch.round(block[:, j : j + 1] / s), -R, R)[:, 0]
