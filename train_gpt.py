@@ -18,11 +18,13 @@ import functools
 import glob
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import io
 import itertools
 import json
 import logging
+import lzma
 import math
 import os
 import random
@@ -142,6 +144,23 @@ class Hyperparameters:
     warmdown_frac: float = knob(0.0, 0, 1)  # > 0: warm-down over this fraction of the time budget
     min_lr: float = knob(0.0, 0, 1)  # the warm-down's floor (WARMDOWN_FRAC only)
     gptq_reserve_seconds: float = knob(0.0, 0)  # training stops this much before the cap
+    # the record's quantizer and artifact (docs/frontier.md#the-artifact); int8 = the baseline's
+    quantizer: str = knob("int8", choices=("int8", "gptq"))  # gptq: final_model.int6.ptz
+    matrix_bits: int = knob(6, 2, 8)  # GPTQ's bits for the blocks' matrices
+    embed_bits: int = knob(8, 2, 8)  # GPTQ's bits for the tied embedding
+    matrix_clip_sigmas: float = knob(12.85, above=0)  # SDClip: clip at k row stds (other names)
+    embed_clip_sigmas: float = knob(20.0, above=0)  # ... for tok_emb
+    mlp_clip_sigmas: float = knob(10.0, above=0)  # ... for names with .mlp.
+    attn_clip_sigmas: float = knob(13.0, above=0)  # ... for names with .attn.
+    gptq_calibration_batches: int = knob(16, 1)  # Hessian batches of 48 x TRAIN_SEQ_LEN
+    gated_attn_quant_gate: bool = False  # the attention gates in int8 per row, not fp16
+    lqer_enabled: bool = True  # a low-rank correction of the worst-quantized GPTQ matrices
+    lqer_rank: int = knob(4, 1)
+    lqer_top_k: int = knob(3, 0)  # how many matrices get one (largest error norm first)
+    lqer_asym_enabled: bool = True  # factors in 2 (A) and 4 bits (B, groups of LQER_ASYM_GROUP)
+    lqer_asym_group: int = knob(64, 1)
+    lqer_factor_bits: int = knob(4, 2, 8)  # the symmetric factors' bits (per-row scales)
+    compressor: str = knob("zlib", choices=("zlib", "brotli", "lzma", "pergroup"))
     # input pipeline: the data order, then what changes no token or number
     train_loader: str = knob("stream", choices=("stream", "docpack", "shuffled"))
     train_prefetch: bool = True  # 0 = the baseline's synchronous loader
@@ -251,6 +270,13 @@ class Hyperparameters:
              f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds}: expected less than "
              f"MAX_WALLCLOCK_SECONDS={self.max_wallclock_seconds} (training stops that much "
              f"before the cap)"),
+            (self.compressor == "pergroup",
+             f"COMPRESSOR=pergroup: the record's per-group lrzip path is not implemented here (the "
+             f"lrzip binary is {'' if shutil.which('lrzip') else 'not '}on PATH); use brotli"),
+            ((self.quantizer == "gptq" or self.compressor == "brotli")
+             and importlib.util.find_spec("brotli") is None,
+             f"QUANTIZER={self.quantizer} COMPRESSOR={self.compressor}: needs the brotli package "
+             f"(pip install -r requirements.txt)"),
             (self.eval_stride and self.val_doc_attention,
              "EVAL_STRIDE with VAL_DOC_ATTENTION=1: not supported; sliding windows attend "
              "across documents, as the records' evaluation does"),
@@ -276,7 +302,9 @@ PRESETS = {"frontier": {
     "GRAD_CLIP_NORM": "0.3", "EMA_DECAY": "0.9965", "WARMDOWN_FRAC": "0.85", "MIN_LR": "0.1",
     "GPTQ_RESERVE_SECONDS": "0.5", "TRAIN_BATCH_TOKENS": "786432", "TRAIN_SEQ_LEN": "2048",
     "TRAIN_LOADER": "docpack", "VAL_LOSS_EVERY": "0", "TRAIN_LOG_EVERY": "500",
-    "EVAL_SEQ_LEN": "2048", "EVAL_TTT": "1",
+    "EVAL_SEQ_LEN": "2048", "EVAL_TTT": "1", "QUANTIZER": "gptq", "EMBED_BITS": "7",
+    "EMBED_CLIP_SIGMAS": "14.0", "MLP_CLIP_SIGMAS": "11.5", "GATED_ATTN_QUANT_GATE": "1",
+    "COMPRESSOR": "brotli",  # the run's pergroup needs lrzip (not here): brotli, its default
 }}  # fmt: skip
 
 
@@ -653,6 +681,193 @@ def atomic_torch_save(obj, path: Path) -> None:
         torch.save(obj, staged)
         fsync(staged)
         os.replace(staged, path)
+
+
+# -----------------------------
+# GPTQ + SDCLIP + LQER: THE RECORD'S QUANTIZER (QUANTIZER=gptq)
+# -----------------------------
+
+GPTQ_CALIBRATION_ROWS = 48  # sequences per Hessian batch and rank, the record's
+ARTIFACT_FILES = {"int8": "final_model.int8.ptz", "gptq": "final_model.int6.ptz"}
+# The record's code bytes: minified, brotli q11, base85, in this 2-line wrapper (67 bytes).
+CODE_HEAD, CODE_TAIL = 'import brotli,base64\nexec(brotli.decompress(base64.b85decode("', '")))\n'
+
+
+def quantize_by_max(x: Tensor, divisor: float, low: int, high: int, dim=None) -> tuple:
+    """q = clamp(round(x / s), low, high), s = fp16(max(max|x|, 1e-10) / divisor): the max over
+    `dim` (a scale per slice), or the whole tensor (dim None, a 0-dim scale)."""
+    amax = x.abs().amax() if dim is None else x.abs().amax(dim, keepdim=True)
+    s = (amax.clamp_min(1e-10) / divisor).half()
+    q = torch.clamp(torch.round(x / s.float()), low, high).to(torch.int8)
+    return q, (s if dim is None else s.squeeze(dim))
+
+
+def sdclip_scales(w: Tensor, clip_sigmas: float, bits: int) -> Tensor:
+    """SDClip: each row's step is k standard deviations (unbiased) over the 2^(b-1)-1 levels."""
+    return (clip_sigmas * w.float().std(dim=1) / (2 ** (bits - 1) - 1)).clamp_min(1e-10).half()
+
+
+def gptq_quantize(w: Tensor, hessian: Tensor, clip_sigmas: float, bits: int) -> tuple:
+    """GPTQ (FRONTIER.md 4.2): columns by decreasing Hessian diagonal, each rounded, its error
+    spread over the columns not yet rounded through the upper Cholesky factor of H^-1."""
+    R, scale = 2 ** (bits - 1) - 1, sdclip_scales(w, clip_sigmas, bits)
+    W, H = w.float().clone(), hessian.float().clone()
+    dead = H.diagonal() == 0
+    H[dead, dead] = 1.0
+    H.diagonal().add_(0.01 * H.diagonal().mean())
+    perm = torch.argsort(H.diagonal(), descending=True, stable=True)
+    W, H = W[:, perm], H[perm][:, perm]
+    W[:, dead[perm]] = 0.0
+    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
+    s, Q = scale.float()[:, None], torch.zeros_like(W)
+    for a in range(0, W.size(1), 128):  # blocks of 128 columns, updated lazily
+        b = min(a + 128, W.size(1))
+        block, errors = W[:, a:b].clone(), torch.zeros_like(W[:, a:b])
+        for j in range(b - a):
+            Q[:, a + j] = torch.clamp(torch.round(block[:, j : j + 1] / s), -R, R)[:, 0]
+            errors[:, j] = (block[:, j] - Q[:, a + j] * s[:, 0]) / U[a + j, a + j]
+            block[:, j:] -= errors[:, j : j + 1] * U[a + j, a + j : b][None, :]
+        W[:, b:] -= errors @ U[a:b, b:]
+    return Q[:, torch.argsort(perm)].to(torch.int8).contiguous(), scale
+
+
+def lqer_factors(cfg: Hyperparameters, error: Tensor) -> tuple[dict, str]:
+    """LQER: the rank-r SVD of a matrix's quantization error, A = U_r S_r and B = V_r^T, stored in
+    2 and 4 bits (groups of LQER_ASYM_GROUP), or LQER_FACTOR_BITS with per-row scales."""
+    U, S, Vh = torch.linalg.svd(error.float(), full_matrices=False)
+    r = min(cfg.lqer_rank, S.numel())
+    A, B = U[:, :r] * S[:r], Vh[:r]
+    if cfg.lqer_asym_enabled and B.numel() % cfg.lqer_asym_group == 0:
+        qA, sA = quantize_by_max(A, 1.5, -2, 1)
+        qB, sB = quantize_by_max(B.reshape(-1, cfg.lqer_asym_group), 7.5, -8, 7, dim=1)
+        return {"lqA_a": qA, "lqAs_a": sA, "lqB_a": qB.view(B.shape), "lqBs_a": sB}, "+lqer_asym"
+    R = 2 ** (cfg.lqer_factor_bits - 1) - 1
+    (qA, sA), (qB, sB) = (quantize_by_max(f, R, -R, R, dim=1) for f in (A, B))
+    return {"lqA": qA, "lqAs": sA, "lqB": qB, "lqBs": sB}, "+lqer"
+
+
+def quant_route(cfg: Hyperparameters, name: str, t: Tensor) -> str:
+    """FRONTIER.md 4.3, first match wins: gate (int8 rows), passthrough (fp16) or gptq."""
+    gate = cfg.gated_attn_quant_gate and name.endswith(".attn_gate_w")
+    if gate and t.is_floating_point() and t.ndim == 2 and 32 <= t.numel() <= 8192:
+        return "gate"
+    return "passthrough" if not t.is_floating_point() or t.numel() <= 65_536 else "gptq"
+
+
+def clip_sigmas(cfg: Hyperparameters, name: str) -> float:  # by the first part the name holds
+    parts = ("tok_emb", cfg.embed_clip_sigmas), (".mlp.", cfg.mlp_clip_sigmas)
+    parts += ((".attn.", cfg.attn_clip_sigmas),)
+    return next((k for part, k in parts if part in name), cfg.matrix_clip_sigmas)
+
+
+def quantize_state_dict_gptq(cfg: Hyperparameters, state: dict, hessians: dict) -> dict:
+    """The record's artifact object: {"w": tensors, "m": {name: how}}, in `state`'s order, the
+    LQER factors last (largest error first). A matrix without a Hessian rounds to nearest."""
+    w, meta, errors = {}, {}, {}
+    for name, t in state.items():
+        t, route = t.detach().cpu(), quant_route(cfg, name, t)
+        if route == "gate":
+            w[f"{name}.gq"], w[f"{name}.gs"] = quantize_by_max(t.float(), 127, -127, 127, dim=1)
+            meta[name] = "gate_int8_row"
+        elif route == "passthrough":
+            w[name], meta[name] = t.half() if t.is_floating_point() else t, "passthrough (float16)"
+        else:
+            bits = cfg.embed_bits if "tok_emb" in name else cfg.matrix_bits
+            h = hessians[name] if name in hessians else torch.eye(t.size(1))
+            q, s = gptq_quantize(t, h, clip_sigmas(cfg, name), bits)
+            w[f"{name}.q"], w[f"{name}.scale"] = q, s
+            meta[name] = f"gptq (int{bits})"
+            errors[name] = t.float() - q.float() * s.float()[:, None]
+    ranked = sorted(errors, key=lambda n: float(errors[n].norm()), reverse=True)
+    for name in ranked[: cfg.lqer_top_k] if cfg.lqer_enabled else ():
+        factors, suffix = lqer_factors(cfg, errors[name])
+        w.update({f"{name}.{key}": factor for key, factor in factors.items()})
+        meta[name] += suffix
+    return {"w": w, "m": meta}
+
+
+def dequantize_state_dict_gptq(obj: dict, template: dict[str, Tensor]) -> dict[str, Tensor]:
+    """FRONTIER.md 4.5: each template name the artifact holds, in the template's dtype."""
+    w, out = obj["w"], {}
+    for name, like in template.items():
+        if (how := obj["m"].get(name)) is None:
+            continue  # missing: load_weights names it
+        if how.startswith("passthrough"):
+            out[name] = w[name].to(like.dtype)
+            continue
+        q, s = (".gq", ".gs") if how == "gate_int8_row" else (".q", ".scale")
+        t = w[name + q].float() * w[name + s].float()[:, None]
+        if how.endswith("+lqer_asym"):
+            qB, sB = w[f"{name}.lqB_a"], w[f"{name}.lqBs_a"]
+            B = (qB.float().reshape(sB.numel(), -1) * sB.float()[:, None]).view(qB.shape)
+            t = t + (w[f"{name}.lqA_a"].float() * w[f"{name}.lqAs_a"].float()) @ B
+        elif how.endswith("+lqer"):
+            A = w[f"{name}.lqA"].float() * w[f"{name}.lqAs"].float()[:, None]
+            t = t + A @ (w[f"{name}.lqB"].float() * w[f"{name}.lqBs"].float()[:, None])
+        out[name] = t.to(like.dtype)
+    return out
+
+
+def record_order(state: dict[str, Tensor], num_layers: int) -> list[str]:
+    """The record's unbanked names in its order: each bank's layers at the bank's place, the two
+    kinds of a bank interleaved (c_q0, proj0, c_q1, ...), then its other tensors in order."""
+    names = []
+    for key in bank_state_dict(state, num_layers):
+        kinds = BANKS.get(key, ())
+        names += [f"blocks.{i}.{k}.weight" for i in range(num_layers) for k in kinds] or [key]
+    return names
+
+
+def compress(data: bytes, compressor: str) -> bytes:
+    if compressor == "brotli":  # imported only when used: the defaults need only the baseline's
+        return importlib.import_module("brotli").compress(data, quality=11)
+    return lzma.compress(data, preset=9) if compressor == "lzma" else zlib.compress(data, level=9)
+
+
+def decompress(blob: bytes) -> bytes:
+    """Whichever compressor wrote it: lzma (its magic), zlib, else brotli."""
+    if blob.startswith(b"\xfd7zXZ\x00"):
+        return lzma.decompress(blob)
+    with contextlib.suppress(zlib.error):
+        return zlib.decompress(blob)
+    return importlib.import_module("brotli").decompress(blob)
+
+
+def read_artifact(path: str | Path, source: str) -> dict:
+    """A quantized artifact (ours or the record's brotli/lzma one); one line naming it if not."""
+    try:  # (the record's per-group lrzip file, PGRP, is not read here)
+        obj = torch.load(io.BytesIO(decompress(Path(path).read_bytes())), map_location="cpu")
+    except Exception as e:  # truncated, not compressed, not torch.save's
+        raise DataError(f"{source}: not a readable artifact ({type(e).__name__}: {e})") from None
+    if not isinstance(obj, dict) or not ("__quant_format__" in obj or {"w", "m"} <= set(obj)):
+        raise DataError(f"{source}: not a quantized artifact (int8_clean_per_row_v1 or w/m)")
+    return obj
+
+
+def counted_code_bytes(code: str, log0: Callable) -> int:
+    """FRONTIER.md 4.7: the wrapper's length around base85(brotli q11(minified source))."""
+    try:  # the record's pyminify options; without python-minifier the source as it is
+        code = importlib.import_module("python_minifier").minify(
+            code, rename_locals=False, hoist_literals=False, remove_literal_statements=True,
+            remove_asserts=True, prefer_single_line=True,
+        )  # fmt: skip
+    except ImportError:
+        log0("WARNING: python-minifier is not installed: the code is counted unminified")
+    compressed = importlib.import_module("brotli").compress(code.encode(), quality=11)
+    return len(CODE_HEAD) + len(base64.b85encode(compressed)) + len(CODE_TAIL)
+
+
+def log_quantized_weights(meta: dict[str, str], log0: Callable) -> None:
+    """`Quantized weights:`, then per kind its names without layer indices, as the record."""
+    kinds = collections.defaultdict(set)
+    for name, how in meta.items():
+        parts = name.split(".")
+        if parts[0] == "blocks" and parts[1:2] and parts[1].isdigit():
+            del parts[1]
+        kinds[how].add(".".join(parts[:-1] if parts[-1].isdigit() else parts))
+    log0("Quantized weights:")
+    for how in sorted(kinds):
+        log0(f"  {how}: {', '.join(sorted(kinds[how]))}")
 
 
 # -----------------------------
@@ -2862,9 +3077,11 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
         raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size} does not match {found}")
     luts = build_sentencepiece_luts(sp, cfg.vocab_size)
     shards = None
-    if not cfg.eval_only_path:
+    calibrate = cfg.quantizer == "gptq" and not cfg.eval_only_path.endswith(".ptz")
+    if not cfg.eval_only_path or calibrate:  # (GPTQ's Hessians read them too)
         shards = TrainShards(cfg.train_files, cfg.vocab_size)
         shards.check_order(cfg.train_loader, rt.world_size)  # now, not once the model is compiled
+        shards.check_order("shuffled" if calibrate else cfg.train_loader, rt.world_size)
         if cfg.train_loader == "docpack":
             args = cfg.train_batch_tokens, cfg.train_seq_len, rt.grad_accum_steps, rt.world_size
             shards.check_room(rt.world_size * DocPackOrder.layout(*args).tokens)
@@ -2932,40 +3149,91 @@ def log_network(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable)
     log0(f"seed:{cfg.seed}")
 
 
-def save_artifacts(rt: Runtime, net: Network, code: str, log0: Callable) -> bytes:
-    """final_model.pt and final_model.int8.ptz (rank 0); the int8 payload each rank loads back."""
-    quant_raw, stats = quantize_model(net)
+def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, log0) -> dict:
+    """final_model.pt and the quantized artifact (rank 0 writes them); what each rank scores."""
+    gptq, path = cfg.quantizer == "gptq", Path(ARTIFACT_FILES[cfg.quantizer])
     if rt.rank == 0:
-        code_bytes = len(code.encode("utf-8"))
         atomic_torch_save(file_state_dict(net.base), Path("final_model.pt"))
         model_bytes = os.path.getsize("final_model.pt")
         log0(f"Serialized model: {model_bytes} bytes")
-        log0(f"Code size: {code_bytes} bytes")
-        if not code.startswith(PACKED_HEAD):  # the readable source: what `pack` would make of it
-            bz2_b85 = base64.b85encode(bz2.compress(code.encode("utf-8"), 9))
-            packed = len(PACKED_HEAD) + len(bz2_b85) + len(PACKED_TAIL)
-            log0(f"Code size if packed: {packed} bytes (records/submission.py pack)")
-        log0(f"Total submission size: {model_bytes + code_bytes} bytes")
-        atomic_write_bytes("final_model.int8.ptz", zlib.compress(quant_raw, level=9))
-        quant_file_bytes = os.path.getsize("final_model.int8.ptz")
-        payload = stats["int8_payload_bytes"]
-        ratio = stats["baseline_tensor_bytes"] / max(payload, 1)
-        log0(
-            f"Serialized model int8+zlib: {quant_file_bytes} bytes "
-            f"(payload:{payload} raw_torch:{len(quant_raw)} payload_ratio:{ratio:.2f}x)"
-        )
-        log0(f"Total submission size int8+zlib: {quant_file_bytes + code_bytes} bytes")
-        # the file as written is what rank 0 scores (the other ranks: their own identical bytes)
-        quant_raw = zlib.decompress(Path("final_model.int8.ptz").read_bytes())
+        code_bytes = log_code_size(code, gptq, model_bytes, log0)
+    if gptq:  # every rank computes it (see collect_hessians) and scores the file rank 0 wrote
+        obj, stats = quantize_gptq(cfg, rt, net, log0), None
+    else:
+        obj, stats = quantize_state_dict_int8(net.base.state_dict())
+    torch.save(obj, buf := io.BytesIO())
+    if rt.rank == 0:
+        atomic_write_bytes(path, compress(buf.getvalue(), cfg.compressor))
+        size, detail = path.stat().st_size, ""
+        if stats:  # the baseline's figures
+            payload, tensors = stats["int8_payload_bytes"], stats["baseline_tensor_bytes"]
+            detail = f" (payload:{payload} raw_torch:{buf.tell()} payload_ratio:"
+            detail += f"{tensors / max(payload, 1):.2f}x)"
+        how = f"{'quantized' if gptq else 'int8'}+{cfg.compressor}"  # (quantized: the record's)
+        log0(f"Serialized model {how}: {size} bytes{detail}")
+        log0(f"Total submission size {how}: {size + code_bytes} bytes")
     barrier(rt)
-    return quant_raw
+    return read_artifact(path, str(path)) if gptq or rt.rank == 0 else obj
 
 
-def quantize_model(net: Network) -> tuple[bytes, dict]:
-    quant_obj, stats = quantize_state_dict_int8(net.base.state_dict())
-    buf = io.BytesIO()
-    torch.save(quant_obj, buf)
-    return buf.getvalue(), stats
+def log_code_size(code: str, gptq: bool, model_bytes: int, log0: Callable) -> int:
+    """The code bytes the artifact counts: the record's rule with GPTQ, else the source's."""
+    source_bytes = len(code.encode("utf-8"))
+    if gptq:
+        log0(f"Code size (uncompressed): {source_bytes} bytes")
+        log0(f"Code size (compressed): {(counted := counted_code_bytes(code, log0))} bytes")
+        return counted
+    log0(f"Code size: {source_bytes} bytes")
+    if not code.startswith(PACKED_HEAD):  # the readable source: what `pack` would make of it
+        bz2_b85 = base64.b85encode(bz2.compress(code.encode("utf-8"), 9))
+        packed = len(PACKED_HEAD) + len(bz2_b85) + len(PACKED_TAIL)
+        log0(f"Code size if packed: {packed} bytes (records/submission.py pack)")
+    log0(f"Total submission size: {model_bytes + source_bytes} bytes")
+    return source_bytes
+
+
+def quantize_gptq(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable) -> dict:
+    state = net.base.state_dict()
+    state = {name: state[name] for name in record_order(state, cfg.num_layers)}
+    log0("GPTQ:collecting Hessians from calibration data...")
+    t0 = time.perf_counter()
+    matrices = [name for name, t in state.items() if quant_route(cfg, name, t) == "gptq"]
+    hessians = collect_hessians(cfg, rt, net.base, matrices)
+    log0(f"GPTQ:collected {len(hessians)} Hessians in {time.perf_counter() - t0:.1f}s")
+    t0 = time.perf_counter()
+    obj = quantize_state_dict_gptq(cfg, state, hessians)
+    log0(f"GPTQ:quantized {len(matrices)} matrices in {time.perf_counter() - t0:.1f}s")
+    log_quantized_weights(obj["m"], log0)
+    return obj
+
+
+def collect_hessians(cfg: Hyperparameters, rt: Runtime, model: GPT, names: list) -> dict:
+    """FRONTIER.md 4.1: H = mean over batches of X^T X (fp32), X a matrix's input; looped layers
+    add a term per pass. Every rank draws what the record's rank 0 draws: all compute its file."""
+    hessians, hooks = {}, []
+    modules = {f"{n}.weight": m for n, m in model.named_modules()}
+    modules["tok_emb.weight"] = model.final_norm  # the tied head's input
+
+    def accumulate(name: str, module: nn.Module, args: tuple, out: Tensor) -> None:
+        x = (out if module is model.final_norm else args[0]).detach().float()
+        x = x.reshape(-1, x.size(-1))
+        hessians.setdefault(name, torch.zeros(x.size(1), x.size(1), device=x.device)).addmm_(x.T, x)
+
+    for name in names:  # (an untied embedding has none: it rounds to nearest)
+        if name != "tok_emb.weight" or model.lm_head is None:
+            hooks.append(modules[name].register_forward_hook(functools.partial(accumulate, name)))
+    kind = PrefetchingDistributedTokenLoader if cfg.train_prefetch else DistributedTokenLoader
+    loader = kind(cfg.train_files, 0, rt.world_size, rt.device, vocab_size=cfg.vocab_size,
+                  order="shuffled")  # fmt: skip
+    shape = (GPTQ_CALIBRATION_ROWS * cfg.train_seq_len * rt.world_size, cfg.train_seq_len, 1)
+    model.eval()
+    with loader, torch.no_grad():
+        for _ in range(cfg.gptq_calibration_batches):
+            model(*loader.next_batch(*shape))
+    model.train()
+    for hook in hooks:
+        hook.remove()
+    return {name: (h / cfg.gptq_calibration_batches).cpu() for name, h in hessians.items()}
 
 
 def weights_mismatch(ours: dict, theirs: dict) -> str:
@@ -3011,28 +3279,35 @@ def load_weights(net: Network, state: dict, source: str) -> None:
         raise ConfigError(f"{source}: does not fit this model config: {detail}") from None
 
 
-def load_for_evaluation(path: str, net: Network, evaluate: Callable, log0: Callable) -> bytes:
+def load_for_evaluation(cfg, rt, net: Network, evaluate: Callable, log0: Callable) -> dict:
     """EVAL_ONLY_PATH: a .ptz is scored by the round trip; a .pt as it is, then quantized too."""
+    path = cfg.eval_only_path
+    if path.endswith(".ptz"):
+        return read_artifact(path, f"EVAL_ONLY_PATH={path}")
     try:
-        if path.endswith(".ptz"):
-            return zlib.decompress(Path(path).read_bytes())
         state = torch.load(path, map_location="cpu")
     except Exception as e:  # missing, truncated or not ours: one line
         raise DataError(f"EVAL_ONLY_PATH={path}: unreadable ({type(e).__name__}: {e})") from None
     load_weights(net, state, f"EVAL_ONLY_PATH={path}")
     val_loss, val_bpb = evaluate()
     log0(f"eval_only path:{path} val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f}")
-    return quantize_model(net)[0]
+    if cfg.quantizer == "gptq":
+        return quantize_gptq(cfg, rt, net, log0)
+    return quantize_state_dict_int8(net.base.state_dict())[0]
 
 
-def log_score(label: str, fields: str, rt: Runtime, evaluate: Callable, log0: Callable) -> None:
+def log_score(label, fields, rt, evaluate, log0, record_label="") -> None:
+    """`label` and `label_exact` lines (none if ""); the record's line too under record_label."""
     rt.synchronize()
     t0 = time.perf_counter()
     val_loss, val_bpb = evaluate()
     rt.synchronize()
-    eval_ms = 1000.0 * (time.perf_counter() - t0)
-    log0(f"{label} {fields}val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f} eval_time:{eval_ms:.0f}ms")
-    log0(f"{label}_exact {fields}val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
+    ms = 1000.0 * (time.perf_counter() - t0)
+    if record_label:
+        log0(f"{record_label} val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f} eval_time:{ms:.0f}ms")
+    if label:
+        log0(f"{label} {fields}val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f} eval_time:{ms:.0f}ms")
+        log0(f"{label}_exact {fields}val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
 
 
 def main() -> None:
@@ -3047,7 +3322,7 @@ def main() -> None:
     evaluate = functools.partial(eval_val, cfg, rt, net.compiled, val, device_luts)
     if cfg.eval_only_path:
         net.base.looping = cfg.num_loops > 0  # the record evaluates looped
-        quant_raw = load_for_evaluation(cfg.eval_only_path, net, evaluate, log0)
+        quantized = load_for_evaluation(cfg, rt, net, evaluate, log0)
     else:
         with Trainer(cfg, rt, net, log0) as trainer:
             Interrupted.trainer = trainer  # the step an interruption reports
@@ -3060,11 +3335,16 @@ def main() -> None:
             log0("ema:applying EMA weights")
             net.base.load_state_dict(trainer.ema.state_dict())  # cast to the live dtypes
         net.base.looping = cfg.num_loops > 0  # saved, quantized and scored looped, as the record
-        quant_raw = save_artifacts(rt, net, code, log0)
-    quant_state = torch.load(io.BytesIO(quant_raw), map_location="cpu")
+        if cfg.quantizer == "gptq":
+            log_score("", "", rt, evaluate, log0, "diagnostic pre-quantization post-ema")
+        quantized = save_artifacts(cfg, rt, net, code, log0)
     source = f"EVAL_ONLY_PATH={cfg.eval_only_path}" if cfg.eval_only_path else "the int8 weights"
-    load_weights(net, dequantize_state_dict_int8(quant_state), source)
-    log_score("final_int8_zlib_roundtrip", "", rt, evaluate, log0)
+    if "__quant_format__" in quantized:  # the baseline's, else the record's (w, m)
+        load_weights(net, dequantize_state_dict_int8(quantized), source)
+    else:
+        load_weights(net, dequantize_state_dict_gptq(quantized, net.base.state_dict()), source)
+    record_label = "" if "__quant_format__" in quantized else "diagnostic quantized"
+    log_score("final_int8_zlib_roundtrip", "", rt, evaluate, log0, record_label)
     if windows is not None:  # the records' scored number, on the same round-tripped weights
         sliding = functools.partial(eval_sliding, cfg, rt, net.compiled, windows)
         log_score("final_sliding_window_eval", f"stride:{cfg.eval_stride} ", rt, sliding, log0)

@@ -162,14 +162,15 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
 
 def cmd_pack(args) -> int:
     script, out = Path(args.script), Path(args.out)
-    res = write_packed(script, out)
+    res = write_packed(script, out, record=args.record)
     print(
         f"packed {script} -> {out}: {res.original:,} -> {res.packed:,} bytes, "
         f"{res.saved:,} code bytes saved"
     )
     sizes = compressor_sizes(script.read_bytes())
     print("payload by compressor: " + "; ".join(f"{k} {v:,}" for k, v in sizes.items()))
-    print(f"PASS roundtrip: {out} decompresses to {script.name} byte for byte")
+    what = f"the minified {script.name}" if args.record else f"{script.name} byte for byte"
+    print(f"PASS roundtrip: {out} decompresses to {what}")
     if args.verify_run is None:
         print(
             "SKIP run: the packed file was not run; give --verify-run DATA_PATH --tokenizer "
@@ -299,6 +300,11 @@ def _add_pack(sub) -> None:
     )
     p.add_argument("script", help="the readable script, e.g. train_gpt.py")
     p.add_argument("-o", "--out", required=True, help="the packed file to write")
+    p.add_argument(
+        "--record",
+        action="store_true",
+        help="the frontier record's form: minified (python-minifier), brotli q11, base85",
+    )
     p.add_argument("--verify-run", metavar="DATA_PATH", help="dataset folder for the run check")
     p.add_argument("--tokenizer", metavar="MODEL", help="SentencePiece model of that dataset")
     p.add_argument("--vocab-size", type=int, default=1024, help="default %(default)s")

@@ -10,6 +10,11 @@ two-line script that decompresses and `exec`s the original:
 compressors on our train_gpt.py and on most large Python files (records/README.md has the
 figures), and it needs nothing the challenge machine lacks. `pack_source` is the one definition
 of the format; train_gpt.py computes the same bytes to log what it would pack to.
+
+`pack --record` writes the frontier record's form instead (FRONTIER.md 4.7), the one train_gpt.py
+counts with QUANTIZER=gptq: the source minified by python-minifier with the record's options,
+brotli quality 11, base85, in `import brotli,base64` / `exec(brotli.decompress(base64.b85decode(
+"...")))` and a final newline. It needs the python-minifier and brotli packages (requirements.txt).
 """
 
 from __future__ import annotations
@@ -34,11 +39,44 @@ from .rules import ARTIFACT_LIMIT_BYTES
 PACK_HEAD = b'import bz2,base64\nexec(bz2.decompress(base64.b85decode("'
 PACK_TAIL = b'")))'
 BZ2_LEVEL = 9
+RECORD_HEAD = b'import brotli,base64\nexec(brotli.decompress(base64.b85decode("'
+RECORD_TAIL = b'")))\n'
+# pyminify --no-rename-locals --no-hoist-literals --remove-literal-statements --remove-asserts
+# --prefer-single-line, as python_minifier.minify's keywords
+RECORD_MINIFY = dict(
+    rename_locals=False,
+    hoist_literals=False,
+    remove_literal_statements=True,
+    remove_asserts=True,
+    prefer_single_line=True,
+)
 
 
 def pack_source(source: bytes) -> bytes:
     """The packed file for `source`: deterministic, see the module docstring for the format."""
     return PACK_HEAD + base64.b85encode(bz2.compress(source, BZ2_LEVEL)) + PACK_TAIL
+
+
+def _module(name: str, purpose: str):
+    try:
+        return __import__(name)
+    except ImportError:
+        raise SubmissionError(
+            f"{purpose} needs the {name} package (pip install -r requirements.txt)"
+        ) from None
+
+
+def minify_source(source: bytes) -> bytes:
+    """The record's minified source (RECORD_MINIFY): what its packed form runs."""
+    minifier = _module("python_minifier", "the record's packing (--record)")
+    return minifier.minify(source.decode("utf-8"), **RECORD_MINIFY).encode("utf-8")
+
+
+def record_pack_source(source: bytes) -> bytes:
+    """The frontier record's packed file for `source` (module docstring): its counted code."""
+    brotli = _module("brotli", "the record's packing (--record)")
+    payload = base64.b85encode(brotli.compress(minify_source(source), quality=11))
+    return RECORD_HEAD + payload + RECORD_TAIL
 
 
 def compressor_sizes(source: bytes) -> dict[str, int]:
@@ -79,6 +117,14 @@ def _aliases(imports: bytes) -> dict[str, str]:
 
 def _decompress(module: str, data: bytes) -> bytes | None:
     """Decompress at most _MAX_UNPACKED bytes; None if the data is not that format."""
+    if module == "brotli":  # (the record's form; without the package it is not read)
+        try:
+            import brotli
+
+            out = brotli.decompress(data)
+        except Exception:
+            return None
+        return out if len(out) <= _MAX_UNPACKED else None
     d = zlib.decompressobj() if module == "zlib" else _DECOMPRESSORS[module]()
     try:
         out = d.decompress(data, _MAX_UNPACKED)
@@ -96,7 +142,7 @@ def unpack(packed: bytes) -> bytes | None:
         return None
     names = _aliases(m.group("imports"))
     module, encoder = names.get(m.group("mod").decode()), names.get(m.group("enc").decode())
-    if module not in ("bz2", "lzma", "zlib") or encoder != "base64":
+    if module not in ("bz2", "lzma", "zlib", "brotli") or encoder != "base64":
         return None
     decode = base64.b85decode if m.group("base") == b"85" else base64.b64decode
     try:
@@ -111,15 +157,16 @@ def unpack(packed: bytes) -> bytes | None:
 # -----------------------------
 
 
-def check_packed(source: bytes) -> bytes:
-    """pack_source(source), refused when it would not save bytes or not unpack exactly."""
-    packed = pack_source(source)
+def check_packed(source: bytes, record: bool = False) -> bytes:
+    """pack_source(source) (or record_pack_source), refused when it would not save bytes or not
+    unpack exactly (to the source, or to its minified form)."""
+    packed = record_pack_source(source) if record else pack_source(source)
     if len(packed) >= len(source):
         raise SubmissionError(
             f"packing would grow the script from {len(source):,} to {len(packed):,} bytes; "
             "keep it readable"
         )
-    if unpack(packed) != source:  # cannot happen unless bz2 or base64 is broken
+    if unpack(packed) != (minify_source(source) if record else source):  # (a broken compressor)
         raise SubmissionError("the packed script does not decompress to the original")
     return packed
 
@@ -135,7 +182,7 @@ class PackResult:
         return self.original - self.packed
 
 
-def write_packed(script: Path, out: Path) -> PackResult:
+def write_packed(script: Path, out: Path, record: bool = False) -> PackResult:
     """Pack `script` into `out` (atomically), after checking that it unpacks byte for byte."""
     try:
         source = script.read_bytes()
@@ -147,7 +194,7 @@ def write_packed(script: Path, out: Path) -> PackResult:
         raise SubmissionError(f"{script} is already packed")
     if out.resolve() == script.resolve():
         raise SubmissionError("-o must name a new file, not the script itself")
-    packed = check_packed(source)
+    packed = check_packed(source, record)
     compile(packed, str(out), "exec")
     out.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(out, packed)

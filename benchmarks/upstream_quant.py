@@ -1,0 +1,274 @@
+"""The 2026-04-27 frontier record's quantizer and artifact (PR #1855, val_bpb 1.0611), written from
+the facts in FRONTIER.md (section 4, "Quantizer and artifact"), not from the record's code nor from
+train_gpt.py: a small CPU reference that the tests hold train_gpt.py's QUANTIZER=gptq to.
+
+  Settings / record_settings()     the quantizer's environment variables in lower case; the
+                                   defaults are its code defaults, record_settings() its run
+  sdclip_scale(w, k, bits)         SDClip's per-row fp16 scale (4.2)
+  gptq(w, h, k, bits)              GPTQ on one matrix: (int8 q, fp16 scale) (4.2)
+  gate_int8(w)                     the attention gates' int8 rows (4.3 item 1)
+  lqer(error, settings)            LQER factors, asymmetric or symmetric (4.4)
+  quantize(state, hessians, s)     the artifact object {"w": ..., "m": ...} (4.3, 4.4, 4.6)
+  dequantize(obj, template)        back to tensors (4.5)
+  serialize / deserialize          torch.save + brotli q11 / lzma preset 9 (4.6)
+  counted_code_bytes(source)       the code bytes the record counts (4.7)
+
+Everything is fp32 on the CPU, as the record's GPTQ. Where the facts leave a choice open, it says
+CHOICE (train_gpt.py takes the same one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import io
+import lzma
+
+import torch
+from torch import Tensor
+
+PASSTHROUGH_MAX_NUMEL = 65_536  # 4.3 item 2
+GATE_NUMEL = (32, 8192)  # 4.3 item 1
+BLOCK = 128  # 4.2 item 5
+WRAPPER = ('import brotli,base64\nexec(brotli.decompress(base64.b85decode("', '")))\n')  # 4.7: 67 B
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    matrix_bits: int = 6
+    embed_bits: int = 8
+    matrix_clip_sigmas: float = 12.85
+    embed_clip_sigmas: float = 20.0
+    mlp_clip_sigmas: float = 10.0
+    attn_clip_sigmas: float = 13.0
+    gated_attn_quant_gate: bool = False
+    lqer_enabled: bool = True
+    lqer_rank: int = 4
+    lqer_top_k: int = 3
+    lqer_asym_enabled: bool = True
+    lqer_asym_group: int = 64
+    lqer_factor_bits: int = 4
+
+
+def record_settings() -> Settings:
+    """The seed-42 run's values (§1.1)."""
+    return Settings(
+        embed_bits=7, embed_clip_sigmas=14.0, mlp_clip_sigmas=11.5, gated_attn_quant_gate=True
+    )
+
+
+def levels(bits: int) -> int:
+    """R = 2^(b-1) - 1: the symmetric range [-R, R]."""
+    return (1 << (bits - 1)) - 1
+
+
+def sdclip_scale(w: Tensor, k: float, bits: int) -> Tensor:
+    """s_row = fp16(max(k * std_row(W) / R, 1e-10)), the unbiased std over the row."""
+    std = torch.std(w.to(torch.float32), dim=1, correction=1)
+    return torch.clamp(k * std / levels(bits), min=1e-10).to(torch.float16)
+
+
+def gptq(w: Tensor, h: Tensor, k: float, bits: int) -> tuple[Tensor, Tensor]:
+    """4.2, step by step. CHOICE (tie order of the permutation is unsure): a stable sort."""
+    R = levels(bits)
+    scale = sdclip_scale(w, k, bits)
+    step = scale.to(torch.float32)
+    H = h.to(torch.float32).clone()
+    n = H.shape[0]
+    dead = torch.diagonal(H) == 0  # 1
+    for i in torch.nonzero(dead).flatten().tolist():
+        H[i, i] = 1.0
+    H += torch.eye(n) * (0.01 * torch.diagonal(H).mean())  # 2
+    order = torch.sort(torch.diagonal(H), descending=True, stable=True).indices  # 3
+    W = w.to(torch.float32)[:, order].clone()
+    H = H[order][:, order]
+    W[:, dead[order]] = 0.0
+    L = torch.linalg.cholesky(H)  # 4
+    Hinv = torch.cholesky_inverse(L)
+    U = torch.linalg.cholesky(Hinv, upper=True)
+    Q = torch.empty_like(W)
+    for start in range(0, n, BLOCK):  # 5-6
+        stop = min(start + BLOCK, n)
+        E = torch.empty(W.shape[0], stop - start)
+        for j in range(start, stop):
+            col = W[:, j]
+            q = torch.clamp(torch.round(col / step), -R, R)  # torch.round: half to even
+            Q[:, j] = q
+            e = (col - q * step) / U[j, j]
+            E[:, j - start] = e
+            W[:, j:stop] -= torch.outer(e, U[j, j:stop])
+        W[:, stop:] -= E @ U[start:stop, stop:]
+    unpermuted = torch.empty_like(Q)
+    unpermuted[:, order] = Q  # 7
+    return unpermuted.to(torch.int8), scale
+
+
+def rows_int8(w: Tensor) -> tuple[Tensor, Tensor]:
+    """4.3 item 1: s_r = fp16(max(max|w_r|, 1e-10) / 127), q = clamp(round(w / s), -127, 127)."""
+    s = (torch.clamp(w.abs().max(dim=1).values, min=1e-10) / 127).to(torch.float16)
+    q = torch.clamp(torch.round(w / s.to(torch.float32)[:, None]), -127, 127)
+    return q.to(torch.int8), s
+
+
+def gate_int8(w: Tensor) -> tuple[Tensor, Tensor]:
+    return rows_int8(w.to(torch.float32))
+
+
+def lqer(error: Tensor, s: Settings) -> tuple[dict[str, Tensor], str]:
+    """4.4: thin SVD, A = U_r diag(S_r), B = V_r^T; the asymmetric factors when the groups fit.
+    CHOICE: the fp16 scales are what q divides by (the fp16 value, in fp32)."""
+    U, S, Vh = torch.linalg.svd(error.to(torch.float32), full_matrices=False)
+    r = min(s.lqer_rank, S.shape[0])
+    A = U[:, :r] @ torch.diag(S[:r])
+    B = Vh[:r, :]
+    if s.lqer_asym_enabled and B.numel() % s.lqer_asym_group == 0:
+        sA = (torch.clamp(A.abs().max(), min=1e-10) / 1.5).to(torch.float16)
+        qA = torch.clamp(torch.round(A / sA.to(torch.float32)), -2, 1)
+        groups = B.reshape(-1, s.lqer_asym_group)
+        sB = (torch.clamp(groups.abs().max(dim=1).values, min=1e-10) / 7.5).to(torch.float16)
+        qB = torch.clamp(torch.round(groups / sB.to(torch.float32)[:, None]), -8, 7)
+        return {
+            "lqA_a": qA.to(torch.int8),
+            "lqAs_a": sA,
+            "lqB_a": qB.reshape(B.shape).to(torch.int8),
+            "lqBs_a": sB,
+        }, "+lqer_asym"
+    R = levels(s.lqer_factor_bits)
+    qA, sA = per_row_symmetric(A, R)
+    qB, sB = per_row_symmetric(B, R)
+    return {"lqA": qA, "lqAs": sA, "lqB": qB, "lqBs": sB}, "+lqer"
+
+
+def per_row_symmetric(f: Tensor, R: int) -> tuple[Tensor, Tensor]:
+    """4.4 item 5: fp16 per-row scales max|row| / R, q in [-R, R]."""
+    scale = (torch.clamp(f.abs().max(dim=1).values, min=1e-10) / R).to(torch.float16)
+    q = torch.clamp(torch.round(f / scale.to(torch.float32)[:, None]), -R, R)
+    return q.to(torch.int8), scale
+
+
+def route(name: str, t: Tensor, s: Settings) -> str:
+    """4.3, first match wins."""
+    floating = t.is_floating_point()
+    if (
+        s.gated_attn_quant_gate
+        and name.endswith(".attn_gate_w")
+        and floating
+        and t.dim() == 2
+        and GATE_NUMEL[0] <= t.numel() <= GATE_NUMEL[1]
+    ):
+        return "gate"
+    if not floating or t.numel() <= PASSTHROUGH_MAX_NUMEL:
+        return "passthrough"
+    return "gptq"
+
+
+def clip_and_bits(name: str, s: Settings) -> tuple[float, int]:
+    if "tok_emb" in name:
+        return s.embed_clip_sigmas, s.embed_bits
+    if ".mlp." in name:
+        return s.mlp_clip_sigmas, s.matrix_bits
+    if ".attn." in name:
+        return s.attn_clip_sigmas, s.matrix_bits
+    return s.matrix_clip_sigmas, s.matrix_bits
+
+
+def quantize(state: dict[str, Tensor], hessians: dict[str, Tensor], s: Settings) -> dict:
+    """{"w": tensors, "m": meta} in the state's order, LQER keys last by descending ||E||_F."""
+    w, m, err = {}, {}, []
+    for name, t in state.items():
+        kind = route(name, t, s)
+        if kind == "gate":
+            w[name + ".gq"], w[name + ".gs"] = gate_int8(t)
+            m[name] = "gate_int8_row"
+        elif kind == "passthrough":
+            w[name] = t.to(torch.float16) if t.is_floating_point() else t
+            m[name] = "passthrough (float16)"
+        else:
+            k, bits = clip_and_bits(name, s)
+            q, scale = gptq(t, hessians[name], k, bits)
+            w[name + ".q"], w[name + ".scale"] = q, scale
+            m[name] = f"gptq (int{bits})"
+            E = t.to(torch.float32) - q.to(torch.float32) * scale.to(torch.float32)[:, None]
+            err.append((torch.linalg.matrix_norm(E).item(), name, E))
+    if s.lqer_enabled:
+        err.sort(key=lambda item: -item[0])
+        for _, name, E in err[: s.lqer_top_k]:
+            factors, tag = lqer(E, s)
+            for key, value in factors.items():
+                w[f"{name}.{key}"] = value
+            m[name] += tag
+    return {"w": w, "m": m}
+
+
+def dequantize(obj: dict, template: dict[str, Tensor]) -> dict[str, Tensor]:
+    """4.5: for each template name with a meta entry, cast to the template's dtype."""
+    w, m, out = obj["w"], obj["m"], {}
+    f32 = torch.float32
+    for name, like in template.items():
+        if name not in m:
+            continue
+        meta = m[name]
+        if meta == "passthrough (float16)":
+            out[name] = w[name].to(like.dtype)
+        elif meta == "gate_int8_row":
+            out[name] = (w[name + ".gq"].to(f32) * w[name + ".gs"].to(f32)[:, None]).to(like.dtype)
+        else:
+            W = w[name + ".q"].to(f32) * w[name + ".scale"].to(f32)[:, None]
+            if meta.endswith("+lqer_asym"):
+                qB, sB = w[name + ".lqB_a"].to(f32), w[name + ".lqBs_a"].to(f32)
+                group = qB.numel() // sB.numel()
+                B = (qB.reshape(-1, group) * sB[:, None]).reshape(qB.shape)
+                W = W + (w[name + ".lqA_a"].to(f32) * w[name + ".lqAs_a"].to(f32)) @ B
+            elif meta.endswith("+lqer"):
+                A = w[name + ".lqA"].to(f32) * w[name + ".lqAs"].to(f32)[:, None]
+                B = w[name + ".lqB"].to(f32) * w[name + ".lqBs"].to(f32)[:, None]
+                W = W + A @ B
+            out[name] = W.to(like.dtype)
+    return out
+
+
+def serialize(obj: dict, compressor: str = "brotli") -> bytes:
+    """4.6: brotli quality 11 (default lgwin and mode) or lzma preset 9 of torch.save(obj)."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    if compressor == "lzma":
+        return lzma.compress(buf.getvalue(), preset=9)
+    import brotli
+
+    return brotli.compress(buf.getvalue(), quality=11)
+
+
+def deserialize(blob: bytes) -> dict:
+    if blob[:6] == b"\xfd7zXZ\x00":
+        raw = lzma.decompress(blob)
+    else:
+        import brotli
+
+        raw = brotli.decompress(blob)
+    return torch.load(io.BytesIO(raw), map_location="cpu")
+
+
+def counted_code_bytes(source: str) -> int:
+    """4.7: pyminify with the record's options, brotli q11, base85, inside the wrapper."""
+    import brotli
+    import python_minifier
+
+    minified = python_minifier.minify(
+        source,
+        rename_locals=False,
+        hoist_literals=False,
+        remove_literal_statements=True,
+        remove_asserts=True,
+        prefer_single_line=True,
+    )
+    payload = base64.b85encode(brotli.compress(minified.encode("utf-8"), quality=11)).decode()
+    return len(WRAPPER[0] + payload + WRAPPER[1])
+
+
+def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,474 @@
+"""QUANTIZER=gptq, the frontier record's quantizer and artifact (issue 31), held to the reference
+written from the facts, benchmarks/upstream_quant.py: the same integers, scales and LQER factors for
+the same weights and Hessians (rounding ties aside), the record's layout both ways, its code bytes;
+GPTQ beats round-to-nearest, LQER lowers the error it targets; the int8+zlib default is unchanged;
+a bad file is refused in one line; end to end on 2 CPU ranks, re-scored from the artifact."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import re
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+
+import train_gpt as tg
+from benchmarks import upstream_quant as ref
+from conftest import run_train
+from records.golf.logs import parse_log
+
+brotli = pytest.importorskip("brotli")
+CPU = torch.device("cpu")
+SETTINGS = {  # our variables as the reference's fields
+    "record run": ref.record_settings(),
+    "code defaults": ref.Settings(),
+    "symmetric LQER": dataclasses.replace(ref.record_settings(), lqer_asym_enabled=False),
+}
+
+
+def ours(s: ref.Settings, **extra) -> tg.Hyperparameters:
+    return tg.Hyperparameters(quantizer="gptq", **dataclasses.asdict(s), **extra)
+
+
+def correlated_inputs(n: int, d: int, seed: int, dead: tuple = ()) -> torch.Tensor:
+    """Rows of X with strongly correlated columns (a random mixing of few factors plus noise)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d // 4, generator=g) @ torch.randn(d // 4, d, generator=g)
+    x = x + 0.1 * torch.randn(n, d, generator=g)
+    x[:, list(dead)] = 0.0  # columns no input ever reaches: GPTQ's dead columns
+    return x
+
+
+def hessian(x: torch.Tensor) -> torch.Tensor:
+    return x.T @ x / x.shape[0]
+
+
+def weights(rows: int, cols: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, cols, generator=g) * 0.02
+
+
+def assert_same_integers(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Equal but where fp32 summation order moved a value across a rounding tie (and the error
+    it spreads): rare, and off by one step."""
+    differ = a.to(torch.int16) != b.to(torch.int16)
+    assert a.dtype == b.dtype == torch.int8 and a.shape == b.shape
+    assert differ.float().mean() <= 2e-3, f"{int(differ.sum())} of {a.numel()} differ"
+    assert (a.to(torch.int16) - b.to(torch.int16)).abs().max() <= 1
+
+
+# One matrix --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bits,k", [(6, 12.85), (7, 14.0), (8, 20.0), (4, 3.0)])
+def test_gptq_gives_the_references_integers_and_scales(bits, k):
+    w, h = weights(96, 320, 1), hessian(correlated_inputs(2048, 320, 2, dead=(5, 200)))
+    q, s = tg.gptq_quantize(w, h, k, bits)
+    rq, rs = ref.gptq(w, h, k, bits)
+    assert torch.equal(s, rs) and s.dtype == torch.float16
+    assert_same_integers(q, rq)
+    assert q.abs().max() <= 2 ** (bits - 1) - 1
+
+
+def test_sdclip_scales_are_k_row_stds_over_the_levels():
+    w = weights(64, 200, 3)
+    w[7] = 0.0  # a constant row: the 1e-10 floor
+    for k, bits in [(12.85, 6), (14.0, 7), (11.5, 6)]:
+        s = tg.sdclip_scales(w, k, bits)
+        std = w.double().std(dim=1, unbiased=True)
+        want = (k * std / (2 ** (bits - 1) - 1)).clamp_min(1e-10)
+        assert s.dtype == torch.float16
+        live = torch.arange(64) != 7
+        assert torch.allclose(s[live].double(), want[live], rtol=2**-10, atol=0)  # fp16 rounding
+        assert torch.equal(s, ref.sdclip_scale(w, k, bits))
+        assert s[7] == 0  # the 1e-10 floor underflows fp16, as the record's does
+
+
+@pytest.mark.parametrize("bits", [4, 6])
+def test_gptq_beats_round_to_nearest_on_correlated_inputs(bits):
+    """The same scales, so the same bits: GPTQ's output error ||X (W - W_q)^T|| is lower."""
+    x = correlated_inputs(4096, 256, 4)
+    w = weights(128, 256, 5)
+    q, s = tg.gptq_quantize(w, hessian(x), 12.85 if bits == 6 else 4.0, bits)
+    R, step = 2 ** (bits - 1) - 1, s.float()[:, None]
+    nearest = torch.clamp(torch.round(w / step), -R, R)
+    error = {n: (x @ (w - v * step).T).norm() for n, v in [("gptq", q.float()), ("rtn", nearest)]}
+    assert error["gptq"] < 0.8 * error["rtn"], error
+
+
+def test_gptq_with_uncorrelated_inputs_rounds_to_nearest_and_zeroes_dead_columns():
+    """A diagonal Hessian spreads no error: round to nearest; a column no input reaches is 0."""
+    w = weights(32, 130, 6)
+    h = torch.diag(torch.rand(130, generator=torch.Generator().manual_seed(0)) + 0.5)
+    h[17, 17] = 0.0
+    q, s = tg.gptq_quantize(w, h, 12.85, 6)
+    nearest = torch.clamp(torch.round(w / s.float()[:, None]), -31, 31).to(torch.int8)
+    nearest[:, 17] = 0
+    assert torch.equal(q, nearest)
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_lqer_factors_are_the_references_and_reduce_the_error(setting):
+    s = SETTINGS[setting]
+    w = weights(256, 192, 7)
+    q, scale = tg.gptq_quantize(w, torch.eye(192), 12.85, 6)
+    error = w - q.float() * scale.float()[:, None]
+    factors, suffix = tg.lqer_factors(ours(s), error)
+    want, want_suffix = ref.lqer(error, s)
+    assert suffix == want_suffix == ("+lqer_asym" if s.lqer_asym_enabled else "+lqer")
+    assert list(factors) == list(want)
+    for key in want:
+        assert factors[key].dtype == want[key].dtype and torch.equal(factors[key], want[key]), key
+    name = "blocks.0.mlp.fc.weight"
+    obj = {"w": {f"{name}.q": q, f"{name}.scale": scale}, "m": {name: "gptq (int6)" + suffix}}
+    obj["w"].update({f"{name}.{k}": v for k, v in factors.items()})
+    corrected = tg.dequantize_state_dict_gptq(obj, {name: w})[name]
+    assert (w - corrected).norm() < error.norm()  # (white noise: rank 4 of 192 gains little)
+
+
+def test_lqer_falls_back_to_symmetric_when_the_groups_do_not_fit():
+    error = weights(100, 60, 8)  # B is 4 x 60 = 240 values: not a multiple of 64
+    factors, suffix = tg.lqer_factors(ours(ref.record_settings()), error)
+    assert suffix == "+lqer" and set(factors) == {"lqA", "lqAs", "lqB", "lqBs"}
+    assert factors["lqAs"].shape == (100,) and factors["lqBs"].shape == (4,)
+
+
+# A state dict -------------------------------------------------------------------------------------
+
+
+def record_like_state(seed: int = 9) -> dict[str, torch.Tensor]:
+    """The record's kinds of tensors at a small width, in an unbanked order."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(*shape, std=0.02):
+        return torch.randn(*shape, generator=g) * std
+
+    return {
+        "skip_weights": torch.ones(2, 64),
+        "tok_emb.weight": rand(1100, 64, std=0.005),
+        "blocks.0.attn_scale": torch.ones(64),
+        "blocks.0.attn.q_gain": torch.full((8,), 5.0),
+        "blocks.0.attn.attn_gate_w": rand(8, 12, std=0.1),
+        "blocks.0.attn.c_q.weight": rand(1040, 64),
+        "blocks.0.mlp.fc.weight": rand(1056, 64),
+        "blocks.0.mlp.proj.weight": rand(64, 1056),
+        "blocks.1.attn.proj.weight": rand(1030, 64),  # 4 x 64: asymmetric LQER
+        "blocks.1.mlp.fc.weight": rand(1030, 66),  # 4 x 66: symmetric LQER
+        "smear_gate.weight": torch.zeros(1, 12),
+    }
+
+
+def record_like_hessians(state) -> dict[str, torch.Tensor]:
+    cols = {t.shape[1] for n, t in state.items() if t.numel() > 65_536}
+    by_cols = {c: hessian(correlated_inputs(512, c, c, dead=(3,))) for c in cols}
+    return {n: by_cols[t.shape[1]] for n, t in state.items() if t.numel() > 65_536}
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_the_artifact_object_is_the_references(setting):
+    s = dataclasses.replace(SETTINGS[setting], lqer_top_k=4)
+    state = record_like_state()
+    hessians = record_like_hessians(state)
+    obj = tg.quantize_state_dict_gptq(ours(s), state, hessians)
+    want = ref.quantize(state, hessians, s)
+    assert obj["m"] == want["m"] and list(obj["m"]) == list(want["m"]) == list(state)
+    assert list(obj["w"]) == list(want["w"])  # the order: entries, then LQER by error
+    for key, t in want["w"].items():
+        if key.endswith(".q"):
+            assert_same_integers(obj["w"][key], t)
+        else:  # scales, passthroughs, gates; the LQER factors of identical integers
+            assert obj["w"][key].dtype == t.dtype and torch.equal(obj["w"][key], t), key
+    kinds = set(want["m"].values())
+    assert {"gate_int8_row", "passthrough (float16)", "gptq (int6)"} <= kinds or not (
+        s.gated_attn_quant_gate
+    )
+    assert any("+lqer" in k for k in kinds)
+    dequantized = tg.dequantize_state_dict_gptq(obj, state)
+    assert list(dequantized) == list(state)
+    for name, t in ref.dequantize(obj, state).items():  # the same object: bitwise
+        assert torch.equal(dequantized[name], t), name
+
+
+def test_the_record_routes_tok_emb_and_gates_and_keeps_dtypes():
+    s = ref.record_settings()
+    state = record_like_state()
+    state["tok_emb.weight"] = state["tok_emb.weight"].bfloat16()  # as on a GPU
+    obj = tg.quantize_state_dict_gptq(ours(s), state, record_like_hessians(state))
+    assert obj["m"]["tok_emb.weight"].startswith("gptq (int7)")
+    assert obj["m"]["blocks.0.attn.attn_gate_w"] == "gate_int8_row"
+    assert obj["w"]["blocks.0.attn.attn_gate_w.gq"].shape == (8, 12)
+    assert obj["m"]["blocks.0.attn.c_q.weight"].startswith("gptq (int6)")
+    back = tg.dequantize_state_dict_gptq(obj, state)
+    assert back["tok_emb.weight"].dtype == torch.bfloat16
+    assert tg.clip_sigmas(ours(s), "tok_emb.weight") == 14.0
+    assert tg.clip_sigmas(ours(s), "blocks.3.mlp.proj.weight") == 11.5
+    assert tg.clip_sigmas(ours(s), "blocks.3.attn.c_k.weight") == 13.0
+    assert tg.clip_sigmas(ours(s), "lm_head.weight") == 12.85
+
+
+def test_the_record_order_interleaves_each_banks_layers():
+    cfg = tg.Hyperparameters(num_layers=2, model_dim=32, num_heads=4, num_kv_heads=2)
+    names = tg.record_order(tg.build_model(cfg, CPU).state_dict(), 2)
+    banked = [n for n in names if n.endswith(("c_q.weight", "proj.weight", "c_k.weight"))]
+    assert banked[:4] == ["blocks.0.attn.c_q.weight", "blocks.0.attn.proj.weight",
+                          "blocks.1.attn.c_q.weight", "blocks.1.attn.proj.weight"]  # fmt: skip
+    assert names.index("blocks.0.attn.c_k.weight") < names.index("blocks.0.mlp.fc.weight")
+    assert sorted(names) == sorted(tg.build_model(cfg, CPU).state_dict())
+
+
+# Files ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compressor", ["brotli", "lzma", "zlib"])
+def test_artifacts_round_trip_and_load_both_ways(tmp_path, compressor):
+    s = ref.record_settings()
+    state = record_like_state()
+    obj = tg.quantize_state_dict_gptq(ours(s), state, record_like_hessians(state))
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    ours_file = tmp_path / "final_model.int6.ptz"
+    ours_file.write_bytes(tg.compress(buf.getvalue(), compressor))
+    back = tg.read_artifact(ours_file, "x")
+    want = tg.dequantize_state_dict_gptq(obj, state)
+    got = tg.dequantize_state_dict_gptq(back, state)
+    assert all(torch.equal(got[n], want[n]) for n in want)  # exactly, through the file
+    if compressor != "zlib":  # the record reads ours, and we read the record's
+        assert ref.deserialize(ours_file.read_bytes())["m"] == obj["m"]
+        theirs = tmp_path / "theirs.ptz"
+        theirs.write_bytes(
+            ref.serialize(ref.quantize(state, record_like_hessians(state), s), compressor)
+        )
+        assert tg.read_artifact(theirs, "x")["m"] == obj["m"]
+
+
+def test_a_truncated_or_foreign_file_is_refused_in_one_line(tmp_path):
+    state = record_like_state()
+    obj = tg.quantize_state_dict_gptq(ours(ref.Settings()), state, record_like_hessians(state))
+    blob = ref.serialize(obj)
+    cases = {
+        "truncated.ptz": blob[: len(blob) // 2],
+        "text.ptz": b"not an artifact at all\n" * 40,
+        "other.ptz": zlib.compress(torch_bytes({"something": torch.ones(3)})),
+        "empty.ptz": b"",
+    }
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(tg.DataError, match=f"^EVAL_ONLY_PATH={name}: ") as info:
+            tg.read_artifact(tmp_path / name, f"EVAL_ONLY_PATH={name}")
+        assert "\n" not in str(info.value)
+
+
+def torch_bytes(obj) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def test_the_int8_zlib_default_is_the_baselines_byte_for_byte(tmp_path, monkeypatch):
+    """The default writes what the baseline wrote: zlib -9 of torch.save of int8_clean_per_row_v1,
+    and the same log lines."""
+    cfg = tg.Hyperparameters(num_layers=2, model_dim=64, num_heads=4, num_kv_heads=2)
+    assert (cfg.quantizer, cfg.compressor) == ("int8", "zlib")
+    model = tg.build_model(cfg, CPU)
+    net = tg.Network(model, model, model, [], None, "sdpa")
+    rt = tg.Runtime(0, 0, 1, 8, CPU, False)
+    monkeypatch.chdir(tmp_path)
+    lines = []
+    obj = tg.save_artifacts(cfg, rt, net, "print(1)\n", lines.append)
+    baseline = zlib.compress(torch_bytes(tg.quantize_state_dict_int8(model.state_dict())[0]), 9)
+    assert Path("final_model.int8.ptz").read_bytes() == baseline
+    assert obj["__quant_format__"] == "int8_clean_per_row_v1"
+    assert [line.split(":")[0] for line in lines] == [
+        "Serialized model", "Code size", "Code size if packed", "Total submission size",
+        "Serialized model int8+zlib", "Total submission size int8+zlib",
+    ]  # fmt: skip
+    assert "(payload:" in lines[4] and "payload_ratio:" in lines[4]
+    assert not Path("final_model.int6.ptz").exists()
+
+
+def test_the_code_is_counted_as_the_record_counts_it():
+    source = (Path(tg.__file__)).read_text()
+    counted = tg.counted_code_bytes(source, print)
+    assert counted == ref.counted_code_bytes(source)
+    assert len(tg.CODE_HEAD) + len(tg.CODE_TAIL) == 67
+    assert counted < len(source) // 3
+    wrapped = tg.CODE_HEAD + base64_payload("x = 6 * 7\n") + tg.CODE_TAIL
+    scope = {}
+    exec(wrapped, scope)
+    assert scope["x"] == 42
+
+
+def base64_payload(code: str) -> str:
+    import base64
+
+    return base64.b85encode(brotli.compress(code.encode(), quality=11)).decode()
+
+
+def test_the_quantized_weights_lines_are_the_records():
+    lines = []
+    meta = {
+        "blocks.0.attn.c_q.weight": "gptq (int6)",
+        "blocks.10.attn.c_q.weight": "gptq (int6)",
+        "blocks.1.mlp.fc.weight": "gptq (int6)+lqer_asym",
+        "tok_emb.weight": "gptq (int7)+lqer_asym",
+        "skip_weights": "passthrough (float16)",
+        "blocks.3.attn.attn_gate_w": "gate_int8_row",
+    }
+    tg.log_quantized_weights(meta, lines.append)
+    assert lines == [
+        "Quantized weights:",
+        "  gate_int8_row: blocks.attn.attn_gate_w",
+        "  gptq (int6): blocks.attn.c_q.weight",
+        "  gptq (int6)+lqer_asym: blocks.mlp.fc.weight",
+        "  gptq (int7)+lqer_asym: tok_emb.weight",
+        "  passthrough (float16): skip_weights",
+    ]
+
+
+def test_the_quantizer_variables_and_the_preset():
+    cfg = tg.Hyperparameters.from_env({"PRESET": "frontier", "RUN_ID": "r"})
+    assert (cfg.quantizer, cfg.compressor, cfg.embed_bits, cfg.matrix_bits) == (
+        "gptq",
+        "brotli",
+        7,
+        6,
+    )
+    assert (cfg.embed_clip_sigmas, cfg.mlp_clip_sigmas, cfg.attn_clip_sigmas) == (14.0, 11.5, 13.0)
+    assert cfg.gated_attn_quant_gate and cfg.lqer_enabled and cfg.gptq_calibration_batches == 16
+    assert (cfg.lqer_rank, cfg.lqer_top_k, cfg.lqer_asym_group, cfg.lqer_factor_bits) == (
+        4,
+        3,
+        64,
+        4,
+    )
+    with pytest.raises(
+        tg.ConfigError, match=re.escape("COMPRESSOR=pergroup: the record's per-group lrzip")
+    ):
+        tg.Hyperparameters.from_env({"COMPRESSOR": "pergroup"})
+    with pytest.raises(
+        tg.ConfigError, match=re.escape("QUANTIZER='gptq4': expected one of int8, gptq")
+    ):
+        tg.Hyperparameters.from_env({"QUANTIZER": "gptq4"})
+    with pytest.raises(
+        tg.ConfigError, match=re.escape("MATRIX_BITS=9: expected a value >= 2 and <= 8")
+    ):
+        tg.Hyperparameters.from_env({"MATRIX_BITS": "9"})
+
+
+# Hessians from the training data, as the record draws them --------------------------------------
+
+
+def test_every_rank_collects_rank_0s_hessians_and_the_world_size_picks_the_data(tiny_dataset):
+    """All ranks of a run agree (each draws what the record's rank 0 draws); a world size of 1
+    reads other shards (rank 0 owns shards 0, W, 2W, ... as in the record), so other Hessians.
+    Q, K and V read one input: one Hessian under three names."""
+    cfg = tg.Hyperparameters(
+        data_path=str(tiny_dataset.dataset_dir), num_layers=2, model_dim=32, num_heads=4,
+        num_kv_heads=2, train_seq_len=32, gptq_calibration_batches=2, quantizer="gptq",
+        num_loops=1, loop_start=0, loop_end=0,
+    )  # fmt: skip
+    model = tg.build_model(cfg, CPU)
+    model.looping = True
+    names = ["tok_emb.weight", "blocks.0.attn.c_q.weight", "blocks.0.attn.c_k.weight",
+             "blocks.0.attn.c_v.weight", "blocks.1.mlp.proj.weight"]  # fmt: skip
+
+    def collect(rank, world):
+        return tg.collect_hessians(cfg, tg.Runtime(rank, rank, world, 1, CPU, False), model, names)
+
+    r0, r1, alone = collect(0, 2), collect(1, 2), collect(0, 1)
+    assert set(r0) == set(names) and model.training
+    assert all(torch.equal(r0[n], r1[n]) for n in names)
+    assert not torch.equal(r0["blocks.1.mlp.proj.weight"], alone["blocks.1.mlp.proj.weight"])
+    assert torch.equal(r0["blocks.0.attn.c_q.weight"], r0["blocks.0.attn.c_k.weight"])
+    assert torch.equal(r0["blocks.0.attn.c_q.weight"], r0["blocks.0.attn.c_v.weight"])
+    assert r0["blocks.1.mlp.proj.weight"].shape == (64, 64)  # the MLP's hidden width
+    tokens_dim = 48 * 32 * 32  # a batch's rows x tokens, times the width: unit-RMS inputs
+    assert torch.trace(r0["tok_emb.weight"]) == pytest.approx(tokens_dim, rel=1e-3)  # final norm
+    h = r0["blocks.0.attn.c_q.weight"]  # layer 0 loops: two passes, two terms
+    assert torch.allclose(h, h.T) and torch.trace(h) == pytest.approx(2 * tokens_dim, rel=1e-3)
+
+
+# End to end ------------------------------------------------------------------------------------
+
+E2E = dict(  # PRESET=frontier at a width where the embedding and the MLPs go through GPTQ
+    PRESET="frontier", NUM_LAYERS=4, MODEL_DIM=128, MLP_MULT=4.5, NUM_HEADS=4, NUM_KV_HEADS=2,
+    XSA_LAST_N=4, ROPE_DIMS=4, LOOP_START=1, LOOP_END=2, PARALLEL_START_LAYER=2,
+    TRAIN_SEQ_LEN=64, TRAIN_BATCH_TOKENS=1024, VAL_BATCH_SIZE=4096, MAX_VAL_TOKENS=6000,
+    ENABLE_LOOPING_AT=0.5, EVAL_TTT=0, GPTQ_CALIBRATION_BATCHES=2, ITERATIONS=4, VAL_LOSS_EVERY=0,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gptq_run(tmp_path_factory, tiny_dataset):
+    run = run_train(tmp_path_factory.mktemp("gptq"), tiny_dataset, nproc=2, **E2E)
+    assert run.returncode == 0, run.why()
+    return run
+
+
+def test_a_frontier_run_writes_the_records_artifact_and_logs_its_lines(gptq_run):
+    out = gptq_run.stdout.splitlines()
+    order = ["diagnostic pre-quantization post-ema val_loss:", "Serialized model: ",
+             "Code size (uncompressed): ", "Code size (compressed): ",
+             "GPTQ:collecting Hessians from calibration data...", "GPTQ:collected 9 Hessians in ",
+             "Quantized weights:", "Serialized model quantized+brotli: ",
+             "Total submission size quantized+brotli: ", "diagnostic quantized val_loss:",
+             "final_int8_zlib_roundtrip val_loss:",
+             "final_int8_zlib_roundtrip_exact val_loss:"]  # fmt: skip
+    at = [next(i for i, line in enumerate(out) if line.startswith(p)) for p in order]
+    assert at == sorted(at), order
+    artifact = gptq_run.workdir / "final_model.int6.ptz"
+    size = artifact.stat().st_size
+    assert f"Serialized model quantized+brotli: {size} bytes" in out
+    obj = ref.deserialize(artifact.read_bytes())  # the record's reader
+    assert obj["m"]["tok_emb.weight"] == "gptq (int7)" or obj["m"]["tok_emb.weight"].startswith(
+        "gptq (int7)+lqer"
+    )
+    assert obj["m"]["blocks.0.attn.attn_gate_w"] == "gate_int8_row"
+    assert sum("+lqer" in m for m in obj["m"].values()) == 3
+    log = parse_log(gptq_run.stdout)  # the records tools read the new lines
+    code = int(gptq_run.lines("Code size (compressed): ")[0].split()[3])
+    assert (log.model_bytes, log.compressed_code_bytes, log.total_bytes) == (
+        size,
+        code,
+        size + code,
+    )
+    assert log.scored.label == "final_int8_zlib_roundtrip_exact"
+    diagnostic = gptq_run.lines("diagnostic quantized ")[0].split()[2]
+    assert diagnostic == gptq_run.lines("final_int8_zlib_roundtrip_exact")[0].split()[1]
+
+
+def test_eval_only_rescoring_the_artifact_gives_the_same_number(gptq_run, tiny_dataset):
+    rescored = run_train(
+        gptq_run.workdir / "rescore", tiny_dataset, nproc=2,
+        **E2E | {"EVAL_ONLY_PATH": str(gptq_run.workdir / "final_model.int6.ptz")},
+    )  # fmt: skip
+    assert rescored.returncode == 0, rescored.why()
+    label = "final_int8_zlib_roundtrip_exact"
+    assert rescored.lines(label) == gptq_run.lines(label)
+    truncated = gptq_run.workdir / "truncated.ptz"
+    truncated.write_bytes((gptq_run.workdir / "final_model.int6.ptz").read_bytes()[:5000])
+    bad = run_train(gptq_run.workdir / "bad", tiny_dataset, nproc=0,
+                    **E2E | {"EVAL_ONLY_PATH": str(truncated)})  # fmt: skip
+    assert bad.returncode == 2
+    assert f"error: EVAL_ONLY_PATH={truncated}: not a readable artifact (" in bad.stderr
+
+
+def test_pack_record_writes_the_counted_code_and_it_runs(tmp_path, tiny_dataset):
+    """`pack --record`: the record's packed form, as long as the code the log counts, unpacks to
+    the minified source, and trains and scores as the readable script does."""
+    from records.golf.pack import minify_source, unpack, write_packed
+
+    script = Path(tg.__file__)
+    out = tmp_path / "packed" / "train_gpt.py"
+    result = write_packed(script, out, record=True)
+    assert result.packed == tg.counted_code_bytes(script.read_text(), print)
+    assert unpack(out.read_bytes()) == minify_source(script.read_bytes())
+    quick = dict(ITERATIONS=1, WARMUP_STEPS=0, MAX_VAL_TOKENS=4096)
+    runs = [run_train(tmp_path / n, tiny_dataset, nproc=0, script=s, **quick)
+            for n, s in (("plain", script), ("packed", out))]  # fmt: skip
+    assert all(r.returncode == 0 for r in runs), runs[1].why()
+    label = "final_int8_zlib_roundtrip_exact"
+    assert runs[0].lines(label) == runs[1].lines(label) != []
