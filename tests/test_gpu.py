@@ -318,7 +318,7 @@ def test_ttt_chunk_steps_never_wait_on_the_gpu_and_compile_a_fixed_set_of_graphs
     first = tg.eval_ttt(cfg, rt, compiled, tg.TTTPlan(cfg, rt, val), quiet)
     graphs = counters["stats"]["unique_graphs"]
     plan = tg.TTTPlan(cfg, rt, val)
-    draws = sum(len(d) for *_, d in plan.work)
+    draws = sum(len(batch.draws) for batch in plan.work)
     torch.cuda.set_sync_debug_mode("warn")  # the same compiled model again (trained: no matter)
     try:
         with warnings.catch_warnings(record=True) as caught:

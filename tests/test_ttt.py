@@ -20,7 +20,16 @@ import re
 import numpy as np
 import pytest
 import torch
-from test_ttt_reference import OFF, SMALL, SPLIT, config, luts, random_gpt, sampled_documents
+from test_ttt_reference import (
+    OFF,
+    SMALL,
+    SPLIT,
+    config,
+    luts,
+    random_gpt,
+    sampled_documents,
+    split_of,
+)
 
 import train_gpt as tg
 from benchmarks import upstream_ttt as ut
@@ -57,10 +66,13 @@ def ours(model, folder, split, **kw) -> tuple:
 @pytest.mark.parametrize(
     "overrides",
     [
-        {},  # batches of 3, chunks of 8, windows of 24, 2 phases
+        {},  # batches of 3, chunks of 8, windows of 24, 2 phases of 3 SGD steps
+        # 2 sequences of 16 per phase chunk; the first batch passes 2 boundaries (one phase)
         dict(ttt_batch_size=4, phased_ttt_num_phases=3, global_ttt_chunk_tokens=40),
-        dict(ttt_batch_size=1, phased_ttt_num_phases=0),  # plain per-document TTT
+        dict(ttt_batch_size=1, phased_ttt_prefix_docs=0),  # plain per-document TTT
         dict(ttt_chunk_size=24, ttt_eval_seq_len=24, ttt_beta1=0.9),
+        dict(ttt_batch_size=5, ttt_beta1=0.9),  # the longest batch partial: its own adapters
+        dict(phased_ttt_num_phases=0),  # as the record: max(1, N)
     ],
 )
 def test_the_numbers_are_the_references(tmp_path, model, overrides):
@@ -72,12 +84,23 @@ def test_the_numbers_are_the_references(tmp_path, model, overrides):
     assert got[0] != pytest.approx(ours(model, tmp_path, SPLIT, **(kw | OFF))[0], rel=1e-6)
 
 
+def test_batches_whose_longest_documents_tie_run_as_the_references(tmp_path, model):
+    """Batches of 2 of 9 documents: four of longest 20 run in ascending order, the partial one
+    last (adapters of its own), then [12, 12], which warm-starts from the last full batch."""
+    split = split_of([20, 20, 20, 20, 12, 20, 20, 12, 20], 2)
+    kw = SMALL | dict(ttt_batch_size=2, ttt_lora_lr=1e-3, phased_ttt_prefix_docs=4)
+    want = ut.reference_ttt(model, split, luts(), **kw)
+    got = ours(model, tmp_path, split, **kw)
+    assert got[2:] == want[2:]
+    assert got[:2] == pytest.approx(want[:2], rel=1e-6)
+
+
 def test_every_target_counts_once_as_in_the_plain_evaluation(tmp_path, model):
     cfg, plan = plan_for(tmp_path, SPLIT, **SMALL)
     val = tg.ValidationSet(cfg, runtime(), luts())
     assert (plan.target_tokens, plan.target_bytes) == (val.target_tokens, val.target_bytes)
     assert plan.target_tokens == SPLIT.size - 1
-    scored = sum(int(table[:, :, 2].sum()) for _, _, table, _ in plan.work)
+    scored = sum(int(batch.table[:, :, 2].sum()) for batch in plan.work)
     assert scored == plan.target_tokens  # the chunk tables score each target once
 
 
@@ -123,28 +146,34 @@ def test_a_plan_scores_once(tmp_path, model):
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 4])
-def test_every_batch_runs_on_one_rank_costliest_first_between_phases(tmp_path, world_size):
+def test_every_batch_runs_on_one_rank_costliest_first_between_phases(
+    tmp_path, model, monkeypatch, world_size
+):
+    """And each rank's SGD steps of every phase are the reference's slices for that rank: whole
+    sequences, each document with its closing BOS, segments at every BOS and every EVAL_SEQ_LEN,
+    the last chunk skipped, the cosine over the others."""
     lengths = np.random.default_rng(5).integers(1, 90, 40)
     split = np.concatenate([[tg.BOS_ID, *np.full(n - 1, 7)] for n in lengths] + [[tg.BOS_ID]])
     kw = SMALL | dict(phased_ttt_prefix_docs=30, phased_ttt_num_phases=3)
     plans = [plan_for(tmp_path, split, r, world_size, **kw)[1] for r in range(world_size)]
-    owned = [[j for j, *_ in p.work] for p in plans]
+    owned = [[b.index for b in p.work] for p in plans]
     assert sorted(j for js in owned for j in js) == list(range(plans[0].batch_count))
     assert all(js == sorted(js) for js in owned)
     after = [j for j, _ in plans[0].phases]
     assert after == sorted(after) and all(j < plans[0].batch_count - 1 for j in after)
-    for p in plans:  # each rank's part of every phase row, cut at a document boundary
-        for _, rows in p.phases:
-            for x, y, cu, row_tokens in rows:
-                assert x.shape == y.shape and x.size(1) <= row_tokens
-                assert int(cu[0]) == 0 or x.numel() == 0
-    totals = [sum(x.numel() for x, *_ in rows) for p in plans for _, rows in p.phases]
-    whole = [sum(x.numel() for x, *_ in rows) for _, rows in plans_whole(tmp_path, split, kw)]
-    assert sum(totals) == sum(whole)  # the ranks' parts add up to the rows
-
-
-def plans_whole(folder, split, kw):
-    return plan_for(folder, split, **kw)[1].phases
+    chosen = []
+    monkeypatch.setattr(ut, "global_phase", lambda m, t, d, c, *a, **k: chosen.append(c))
+    ut.reference_ttt(model, split, luts(), **(kw | dict(ttt_lora_lr=0.0)))
+    docs, cfg = ut.documents(split), ut.TTTConfig(**kw)
+    assert len(plans[0].phases) == 3 and all(len(s) > 1 for _, s in plans[0].phases)
+    for r, p in enumerate(plans):
+        for k, (_, steps) in enumerate(p.phases):
+            want = ut.phase_steps(split, docs, chosen[k], cfg, r, world_size)
+            assert len(steps) == len(want)
+            for (x, y, cu, factor), (wx, wy, wcu, _, lr) in zip(steps, want, strict=True):
+                assert x.tolist() == wx.tolist() and y.tolist() == wy.tolist()
+                assert cu.tolist() == wcu.tolist() + [x.size(1)] * (cu.numel() - wcu.numel())
+                assert factor * cfg.global_ttt_lr == pytest.approx(lr, abs=1e-15)
 
 
 # 5. the cost ------------------------------------------------------------------------------------
@@ -159,13 +188,13 @@ def test_a_chunk_steps_work_does_not_grow_with_its_documents(tmp_path, model):
         ops, steps = [], []
         for docs in (6, 12):
             split = np.concatenate([[tg.BOS_ID, *np.arange(2, 34)]] * docs + [[tg.BOS_ID]])
-            kw = SMALL | dict(ttt_batch_size=batch, phased_ttt_num_phases=0)
+            kw = SMALL | dict(ttt_batch_size=batch, phased_ttt_prefix_docs=0)
             cfg, plan = plan_for(tmp_path, split, **kw)
             copied, counter = copy.deepcopy(model), OpCounter()
             with counter:
                 tg.eval_ttt(cfg, runtime(), copied, plan, lambda m: None)
             ops.append(counter.ops)
-            steps.append(sum(len(widths) for _, widths, _, _ in plan.work))
+            steps.append(sum(len(b.steps) for b in plan.work))
         per_step.append((ops[1] - ops[0]) / (steps[1] - steps[0]))
     assert per_step[1] == pytest.approx(per_step[0], abs=0.5)  # no loop over the documents
 
@@ -186,7 +215,7 @@ def test_a_compiled_chunk_step_computes_the_adapters_gradients_only(tmp_path, mo
 
     forward = lambda graph, example_inputs: make_boxed_func(graph.forward)  # noqa: E731
     backend = aot_autograd(fw_compiler=forward, bw_compiler=backward)
-    cfg, plan = plan_for(tmp_path, SPLIT, **(SMALL | dict(phased_ttt_num_phases=0)))
+    cfg, plan = plan_for(tmp_path, SPLIT, **(SMALL | dict(phased_ttt_prefix_docs=0)))
     copied = copy.deepcopy(model)
     compiled = torch.compile(copied, backend=backend, dynamic=False, fullgraph=True)
     torch._dynamo.reset()
