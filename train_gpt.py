@@ -2170,10 +2170,10 @@ def warm_up_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> None:
     model.eval()
     base.requires_grad_(False)
     for rows, width in sorted(shapes):
-        x = torch.zeros(rows, width, dtype=torch.int64, device=rt.device)
+        x, y = (torch.zeros(rows, width, dtype=torch.int64, device=rt.device) for _ in "xy")
         lora.select(0, rows)
         with rt.autocast():
-            nll = model(x, x, "none", lora=lora)
+            nll = model(x, y, "none", lora=lora)  # (not x twice: an aliasing guard)
         torch.autograd.grad(nll.sum(), (lora.A_all, lora.B_all))
     base.requires_grad_(True)
     for x, y, cu, _ in [s for _, steps in plan.phases for s in steps if s[0].numel()][:1]:

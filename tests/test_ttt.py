@@ -227,6 +227,55 @@ def test_a_compiled_chunk_step_computes_the_adapters_gradients_only(tmp_path, mo
     assert all(p.requires_grad for p in copied.parameters())  # as it was, for what follows
 
 
+def test_after_the_warm_up_the_timed_evaluation_compiles_nothing(tmp_path, model):
+    """Every chunk-step shape (rows x columns, gradients on) is compiled by warm_up_ttt, before
+    the clock; eval_ttt then adds no graph (dynamo's counter, the eager backend on the CPU). The
+    warm-up changes no weight: the score is the uncompiled one. (The phases' one shape per rank
+    needs the CUDA varlen kernel to compile whole: tests/test_gpu.py.)"""
+    from torch._dynamo.utils import counters
+
+    kw = SMALL | dict(ttt_batch_size=4, phased_ttt_prefix_docs=0)
+    cfg, plan = plan_for(tmp_path, SPLIT, **kw)
+    lines, copied = [], copy.deepcopy(model)
+    compiled = torch.compile(copied, backend="eager", dynamic=False, fullgraph=True)
+    torch._dynamo.reset()
+    try:
+        tg.warm_up_ttt(cfg, runtime(), compiled, plan, lines.append)
+        warmed = counters["stats"]["unique_graphs"]
+        got = tg.eval_ttt(cfg, runtime(), compiled, plan, lines.append)
+        assert counters["stats"]["unique_graphs"] == warmed
+    finally:
+        torch._dynamo.reset()
+    shapes = {(b.table.size(1) - lo, width) for b in plan.work for width, _, lo in b.steps}
+    assert re.fullmatch(rf"ttt_warmup shapes:{len(shapes)} graphs:\d+ time:\d+\.\ds", lines[0])
+    assert int(re.search(r"graphs:(\d+)", lines[0])[1]) == len(shapes) > 2
+    assert got == pytest.approx(ours(model, tmp_path, SPLIT, **kw)[:2], rel=1e-6)
+    progress = [line for line in lines if line.startswith("ttt_progress ")]
+    assert 3 <= len(progress) <= 11 and progress[-1].startswith("ttt_progress scored:100% ")
+
+
+RECORD_TTT_VARIABLES = dict(
+    TTT_GRAD_STEPS="1", TTT_OPTIMIZER="adam", TTT_K_LORA="1", TTT_MLP_LORA="1", TTT_O_LORA="1",
+    TTT_WARM_START_A="1", TTT_EVAL_ONLY="0", PHASED_TTT_ENABLED="1", GLOBAL_TTT_EPOCHS="1",
+    GLOBAL_TTT_BATCH_SEQS="32", GLOBAL_TTT_WARMUP_CHUNKS="0", GLOBAL_TTT_RESPECT_DOC_BOUNDARIES="1",
+)  # fmt: skip
+
+
+def test_the_records_ttt_variables_are_read_or_refused_at_another_value():
+    cfg = tg.Hyperparameters.from_env(RECORD_TTT_VARIABLES | dict(EVAL_TTT="1", RUN_ID="r"))
+    assert cfg.eval_ttt and not tg.misspelt_variables(RECORD_TTT_VARIABLES)
+    for name, value in RECORD_TTT_VARIABLES.items():
+        other = "sgd" if value == "adam" else str(1 - int(value)) if value in "01" else "16"
+        with pytest.raises(tg.ConfigError, match=f"^{name}='{other}': not read here: "):
+            tg.Hyperparameters.from_env({name: other})
+    warned = tg.misspelt_variables({"GLOBAL_TTT_WARMUP_START_LR": "0", "TTT_CHUNK_TOKENS": "1"})
+    assert len(warned) == 2 and all("not a variable of this script" in w for w in warned)
+    for tokens in ("1024", "67584"):  # 1 to 32 sequences of EVAL_SEQ_LEN per phase step
+        env = dict(EVAL_TTT="1", EVAL_SEQ_LEN="2048", GLOBAL_TTT_CHUNK_TOKENS=tokens)
+        with pytest.raises(tg.ConfigError, match=f"^GLOBAL_TTT_CHUNK_TOKENS={tokens}: expected"):
+            tg.Hyperparameters.from_env(env)
+
+
 # end to end ------------------------------------------------------------------------------------
 
 
@@ -247,10 +296,12 @@ def test_an_evaluation_only_run_scores_with_ttt_reproducibly(tmp_path, tiny_run,
     for run in runs:
         assert run.returncode == 0, run.why()
         assert re.fullmatch(
-            r"quantized_ttt_phased val_loss:\d+\.\d{4} val_bpb:\d+\.\d{4} eval_time:\d+ms",
+            r"quantized_ttt_phased val_loss:\d+\.\d{8} val_bpb:\d+\.\d{8} eval_time:\d+ms",
             run.lines("quantized_ttt_phased ")[0],
         )
-        assert run.lines("ttt_barrier end busy_s:")
+        assert run.lines("ttt_barrier end busy_s:") and run.lines("ttt_warmup shapes:")
+        assert re.fullmatch(r"total_eval_time:\d+\.\ds", run.lines("total_eval_time:")[0])
+        assert run.lines("ttt_progress scored:100% elapsed:")
         # a slice of the split: the record tools refuse it as a score
         assert parse_log(run.stdout).val_slice.startswith("5952 of ")
     assert ttt_lines(runs[0]) == ttt_lines(runs[1])
