@@ -169,11 +169,11 @@ class Hyperparameters:
     ttt_beta1: float = knob(0.0, 0, below=1)
     ttt_beta2: float = knob(0.99, 0, below=1)
     ttt_weight_decay: float = knob(0.5, 0)
-    phased_ttt_prefix_docs: int = knob(2500, 0)  # phases train on the first this many documents
-    phased_ttt_num_phases: int = knob(3, 0)  # 0 = per-document TTT only
+    phased_ttt_prefix_docs: int = knob(2500, 0)  # phases train on up to this many docs; 0 = none
+    phased_ttt_num_phases: int = knob(3, 0)  # 0 counts as 1, as in the record
     global_ttt_lr: float = knob(1e-3, 0)
     global_ttt_momentum: float = knob(0.9, 0, 1)
-    global_ttt_chunk_tokens: int = knob(32768, 1)
+    global_ttt_chunk_tokens: int = knob(32768, 1)  # a phase's SGD step: 1-32 EVAL_SEQ_LEN rows
     global_ttt_grad_clip: float = knob(1.0, 0)  # 0 = none
     # observability (changes no number either)
     training_timing_breakdown: bool = False
