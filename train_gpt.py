@@ -14,6 +14,7 @@ import collections
 import contextlib
 import copy
 import dataclasses
+import datetime
 import functools
 import glob
 import hashlib
@@ -187,11 +188,11 @@ class Hyperparameters:
     ttt_beta1: float = knob(0.0, 0, below=1)
     ttt_beta2: float = knob(0.99, 0, below=1)
     ttt_weight_decay: float = knob(0.5, 0)
-    phased_ttt_prefix_docs: int = knob(2500, 0)  # phases train on the first this many documents
-    phased_ttt_num_phases: int = knob(3, 0)  # 0 = per-document TTT only
+    phased_ttt_prefix_docs: int = knob(2500, 0)  # phases train on up to this many docs; 0 = none
+    phased_ttt_num_phases: int = knob(3, 0)  # 0 counts as 1, as in the record
     global_ttt_lr: float = knob(1e-3, 0)
     global_ttt_momentum: float = knob(0.9, 0, 1)
-    global_ttt_chunk_tokens: int = knob(32768, 1)
+    global_ttt_chunk_tokens: int = knob(32768, 1)  # a phase's SGD step: 1-32 EVAL_SEQ_LEN rows
     global_ttt_grad_clip: float = knob(1.0, 0)  # 0 = none
     # observability (changes no number either)
     training_timing_breakdown: bool = False
@@ -248,6 +249,9 @@ class Hyperparameters:
             (self.eval_stride > self.window,
              f"EVAL_STRIDE={self.eval_stride}: expected at most EVAL_SEQ_LEN={self.window} (a "
              f"window scores its last EVAL_STRIDE targets)"),
+            (self.eval_ttt and not 1 <= self.global_ttt_chunk_tokens // self.window <= 32,
+             f"GLOBAL_TTT_CHUNK_TOKENS={self.global_ttt_chunk_tokens}: expected 1 to 32 sequences "
+             f"of EVAL_SEQ_LEN={self.window} (one SGD step: GLOBAL_TTT_BATCH_SEQS=32)"),
             (self.ttt_chunk_size > self.ttt_eval_seq_len,
              f"TTT_CHUNK_SIZE={self.ttt_chunk_size}: expected at most "
              f"TTT_EVAL_SEQ_LEN={self.ttt_eval_seq_len}"),
@@ -576,6 +580,18 @@ FIXED_VARIABLES = {
     "ATTN_OUT_GATE_ENABLED": (("0",), "the record's AttnOutGate (off in its run) is not here"),
     "GATED_ATTN_ENABLED": (("0",), "the record's dense GatedAttn (off in its run) is not here"),
     "ROPE_YARN": (("0",), "YaRN (off in the record's run) is not here"),
+    # the 1.0611 record's TTT variables for what is fixed here at its run's value
+    "TTT_GRAD_STEPS": (("1",), "one AdamW step per chunk, as the record's run"),
+    "TTT_OPTIMIZER": (("adam",), "the adapters train with AdamW, as the record's run"),
+    **dict.fromkeys(("TTT_K_LORA", "TTT_O_LORA", "TTT_MLP_LORA"),
+                    (("1",), "adapters on K, O and the MLP are always on, as the record's run")),
+    "TTT_WARM_START_A": (("1",), "A is kept between batches until a phase, as the record's run"),
+    "TTT_EVAL_ONLY": (("0",), "EVAL_ONLY_PATH scores a saved model"),
+    "PHASED_TTT_ENABLED": (("1",), "EVAL_TTT=1 runs phases; PHASED_TTT_PREFIX_DOCS=0: none"),
+    "GLOBAL_TTT_EPOCHS": (("1",), "a phase trains on its documents once, as the record's run"),
+    "GLOBAL_TTT_BATCH_SEQS": (("32",), "a phase's SGD step is one GLOBAL_TTT_CHUNK_TOKENS chunk"),
+    "GLOBAL_TTT_WARMUP_CHUNKS": (("0",), "a phase's learning rate has no warm-up"),
+    "GLOBAL_TTT_RESPECT_DOC_BOUNDARIES": (("1",), "a phase's attention never crosses a BOS"),
 }  # fmt: skip
 INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
 INT8_CLIP_Q = 99.99984 / 100.0
@@ -2188,8 +2204,8 @@ LORA_SEED_STRIDE = 1_000_003  # a slot's A comes from a generator seeded SEED * 
 
 class LoRA:
     """Per-slot adapters: delta(h) = alpha/rank * h A^T B^T for Q, K, V, O and the MLP of every
-    block and for the logits. All A of a slot are one row of A_all (B: of B_all), so the whole
-    optimizer is a few elementwise operations on two tensors."""
+    block and for the logits. All A of a slot are one row of A_all (B: of B_all), so AdamW runs
+    over two whole tensors: every slot, every step."""
 
     def __init__(self, model: GPT, slots: int, rank: int, alpha: float):
         vocab, dim = model.tok_emb.weight.shape
@@ -2204,13 +2220,10 @@ class LoRA:
         device = model.tok_emb.weight.device
         self.A_all = torch.zeros(slots, a, device=device, requires_grad=True)
         self.B_all = torch.zeros(slots, b, device=device, requires_grad=True)
-        self.moments = [
-            (torch.zeros_like(t), torch.zeros_like(t)) for t in (self.A_all, self.B_all)
-        ]
         self.rank, self.dim, self.scale = rank, dim, alpha / rank
 
     def select(self, lo: int, hi: int) -> tuple[Tensor, Tensor]:
-        """Slots lo..hi-1 (the rows of the next forward): their A and B, to differentiate."""
+        """Slots lo..hi-1 (the rows of the next forward): their A and B."""
         self.A, self.B = self.A_all[lo:hi], self.B_all[lo:hi]
         return self.A, self.B
 
@@ -2223,8 +2236,13 @@ class LoRA:
         B = self.B[:, b : b + out * r].view(-1, out, r)
         return self.scale * torch.bmm(torch.bmm(h, A.mT), B.mT)
 
-    def reset(self) -> None:  # a new batch: B and the moments start again at zero, A is kept
-        torch._foreach_zero_([self.B_all, *itertools.chain(*self.moments)])
+    def optimizer(self, cfg: Hyperparameters) -> torch.optim.AdamW:
+        betas, cuda = (cfg.ttt_beta1, cfg.ttt_beta2), self.A_all.is_cuda
+        return torch.optim.AdamW([self.A_all, self.B_all], cfg.ttt_lora_lr, betas, 1e-10,
+                                 cfg.ttt_weight_decay, fused=cuda, foreach=not cuda)  # fmt: skip
+
+    def reset(self, opt: torch.optim.AdamW) -> None:  # a new batch: B, moments, step count to 0
+        torch._foreach_zero_([self.B_all, *(t for s in opt.state.values() for t in s.values())])
 
 
 def lora_layers(cfg: Hyperparameters) -> int:
@@ -2241,14 +2259,24 @@ def draw_lora_a(cfg: Hyperparameters, document: int) -> Tensor:
     return (2 * u - 1) / math.sqrt(cfg.model_dim)
 
 
+class TTTBatch(NamedTuple):  # one of this rank's batches, as eval_ttt runs it
+    index: int  # in the run order
+    steps: list  # per chunk step: (columns, any slot trains, first row)
+    table: Tensor  # (steps, slots, 4): window start, columns, scored columns, 1 if it trains
+    draws: list  # (slot, A) copied in at its start
+    scored: int  # its predictions
+    throwaway: bool  # a partial batch: adapters of its own, the reusable set left untouched
+
+
 class TTTPlan:
     """EVAL_TTT's work, fixed on the CPU before the clock. Documents: each BOS starts one, which
     runs to the next BOS inclusive (the last: to the split's end). Sorted by length (then index)
-    into batches of TTT_BATCH_SIZE, longest batch first; a document's slot is its place in its
-    batch. Per chunk step of a batch: every slot's window (its document's preceding tokens, at
-    most TTT_EVAL_SEQ_LEN columns), scored columns and whether it trains. The phases: after which
-    batch, on which documents, as packed rows cut for the ranks at document boundaries. Batches
-    go to ranks statically: between two phases, the costliest first to the least loaded rank."""
+    into batches of TTT_BATCH_SIZE, run longest batch first (ties: in that order); a document's
+    slot is its place in its batch. Per chunk step of a batch: every slot's window (its
+    document's preceding tokens, at most TTT_EVAL_SEQ_LEN columns), scored columns and whether
+    it trains. The phases: after which batch (at most one after any), this rank's slice of each
+    SGD step. Batches go to ranks statically: between two phases, the costliest first to the
+    least loaded rank; a rank draws its reusable A afresh after every phase."""
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, val: ValidationSet):
         total = val.scored_targets(cfg, cfg.window, "EVAL_SEQ_LEN")
@@ -2257,38 +2285,45 @@ class TTTPlan:
         preds = np.diff(np.append(starts, total))
         order = np.lexsort((np.arange(starts.size), preds))
         S, device = cfg.ttt_batch_size, rt.device
-        batches = [order[i : i + S] for i in range(0, order.size, S)][::-1]
-        self.phases = []  # (after batch j, this rank's packed rows); none after the last batch
-        n, done = cfg.phased_ttt_num_phases, np.cumsum([b.size for b in batches])
+        batches = [order[i : i + S] for i in range(0, order.size, S)]
+        batches.sort(key=lambda b: -preds[b[-1]])  # stable: equal longest keep ascending order
+        phases, j = [], -1  # (after batch j, this rank's SGD steps); none after the last batch
+        n, done = max(1, cfg.phased_ttt_num_phases), np.cumsum([b.size for b in batches])
         prefix = min(cfg.phased_ttt_prefix_docs, starts.size)
-        for bound in sorted({prefix * k // n for k in range(1, n + 1)} - {0}) if n else []:
-            j = int(np.searchsorted(done, bound))  # the batch after which `bound` are scored
+        for bound in sorted({prefix * k // n for k in range(1, n + 1)} - {0}):
+            j = max(int(np.searchsorted(done, bound)), j + 1)  # at most one phase after a batch
             scored = np.concatenate(batches[: j + 1])
-            chosen = scored[np.lexsort((scored, preds[scored]))][:bound]  # the shortest
+            chosen = scored[np.lexsort((scored, preds[scored]))][:bound]  # = by (batch, slot)
             if j < len(batches) - 1:
-                rows = self.phase_rows(cfg, rt, split, starts[chosen], preds[chosen])
-                self.phases.append((j, rows))
+                phases.append((j, self.phase_steps(cfg, rt, split, starts[chosen], preds[chosen])))
+        size = pad_to_64(max([cu.size for _, s in phases for _, _, cu, _ in s], default=0))
+        for _, s in phases:  # on the device, every segment table of one size: one shape
+            for k, (x, y, cu, lr) in enumerate(s):
+                cu = np.pad(cu, (0, size - cu.size), "edge")
+                s[k] = (*(torch.from_numpy(t).to(device) for t in (x[None], y[None], cu)), lr)
+        self.phases = phases
         steps = [self.chunk_steps(cfg, starts[b], preds[b]) for b in batches]
         cost = [
             sum(width * (b.size - lo) for width, _, lo in s)
             for b, (s, _) in zip(batches, steps, strict=True)
         ]
-        stretches = [0, *sorted({j + 1 for j, _ in self.phases}), len(batches)]
-        mine = []
+        stretches = [0, *sorted({j + 1 for j, _ in phases}), len(batches)]
+        self.work = []
         for lo, hi in itertools.pairwise(stretches):
-            load = [0] * rt.world_size
+            load, mine, fresh = [0] * rt.world_size, [], True
             for j in sorted(range(lo, hi), key=lambda j: (-cost[j], j)):
                 owner = min(range(rt.world_size), key=lambda r: (load[r], r))
                 load[owner] += cost[j]
                 mine += [j] * (owner == rt.rank)
-        self.work, filled = [], set()  # (batch, steps, chunk table, slots that get their A)
-        for j in sorted(mine):
-            fresh = [(k, int(d)) for k, d in enumerate(batches[j]) if k not in filled]
-            filled |= {k for k, _ in fresh}
-            draws = [(k, draw_lora_a(cfg, d)) for k, d in fresh]
-            widths, table = steps[j]
-            self.work.append((j, widths, torch.from_numpy(table).to(device), draws))
-        self.batch_count, self.used = len(batches), False
+            for j in sorted(mine):  # the first full batch after a phase draws every slot's A
+                (widths, table), throwaway = steps[j], batches[j].size < S
+                draw = enumerate(batches[j]) if fresh or throwaway else ()
+                draws = [(k, draw_lora_a(cfg, int(d))) for k, d in draw]
+                scored, table = int(table[..., 2].sum()), torch.from_numpy(table).to(device)
+                self.work.append(TTTBatch(j, widths, table, draws, scored, throwaway))
+                fresh = fresh and throwaway
+        self.batch_count, self.used, self.lora = len(batches), False, None
+        self.scored = max(1, sum(b.scored for b in self.work))  # this rank's predictions
         tail = np.zeros(cfg.ttt_eval_seq_len + 1, dtype=np.int64)  # room for padded windows
         self.split = torch.from_numpy(np.append(split, tail)).to(device)
         first, last = (0, total) if rt.rank == 0 else (0, 0)
@@ -2316,32 +2351,55 @@ class TTTPlan:
         return steps, table
 
     @staticmethod
-    def phase_rows(cfg, rt, split: np.ndarray, starts: np.ndarray, preds: np.ndarray) -> list:
-        """The documents concatenated, in rows of GLOBAL_TTT_CHUNK_TOKENS predictions, each cut
-        for the ranks at document boundaries (attention never crosses one, so the ranks' parts
-        add up to the row's gradient): this rank's (inputs, targets, cu_seqlens, row tokens)."""
-        positions = np.concatenate(
-            [np.arange(s, s + p) for s, p in zip(starts, preds, strict=True)]
-        )
-        bounds, n = np.cumsum(preds)[:-1], positions.size
-        rows = []
-        for a in range(0, n, cfg.global_ttt_chunk_tokens):
-            b = min(a + cfg.global_ttt_chunk_tokens, n)
-            cuts = np.union1d([a, b], bounds[(bounds > a) & (bounds < b)])
-            ideal = a + (b - a) * np.arange(rt.world_size + 1) // rt.world_size
-            lo, hi = cuts[np.abs(cuts[None, :] - ideal[:, None]).argmin(1)][rt.rank : rt.rank + 2]
-            pieces = cuts[(cuts >= lo) & (cuts < hi)] - lo
-            cu = np.full(pad_to_64(pieces.size + 1), hi - lo, dtype=np.int32)
-            cu[: pieces.size] = pieces
-            x, y = (torch.from_numpy(split[positions[lo:hi] + k]) for k in (0, 1))
-            on = functools.partial(torch.Tensor.to, device=rt.device)
-            rows.append((on(x[None]), on(y[None]), on(torch.from_numpy(cu)), b - a))
-        return rows
+    def phase_steps(cfg, rt, split: np.ndarray, starts: np.ndarray, preds: np.ndarray) -> list:
+        """The documents' tokens, each with its closing BOS (a BOS->BOS target at each join),
+        concatenated, in chunks of GLOBAL_TTT_CHUNK_TOKENS predictions; the last chunk never
+        trains. Of each, whole sequences of EVAL_SEQ_LEN, rank r of W the contiguous [m*r//W,
+        m*(r+1)//W), attention segments from every BOS and every EVAL_SEQ_LEN tokens. Per SGD
+        step, on the CPU: this rank's (inputs, targets, segment bounds, cosine lr factor)."""
+        at = np.concatenate([np.arange(s, s + p + 1) for s, p in zip(starts, preds, strict=True)])
+        C, L, W = cfg.global_ttt_chunk_tokens, cfg.window, rt.world_size
+        lo, hi = (C // L * r // W * L for r in (rt.rank, rt.rank + 1))
+        n, out = -(-(at.size - 1) // C), []
+        for i in range(n - 1):
+            x, y = (split[at[i * C + lo + k : i * C + hi + k]] for k in (0, 1))
+            bos = np.union1d([0], np.flatnonzero(x == BOS_ID))
+            pieces = [np.arange(a, b, L) for a, b in zip(bos, [*bos[1:], x.size], strict=True)]
+            cu = np.append(np.concatenate(pieces), x.size).astype(np.int32)
+            out.append((x, y, cu, 0.5 * (1 + math.cos(math.pi * i / (n - 1)))))
+        return out
 
 
 def pow2_at_least(n: int, low: int, high: int) -> int:
     """The smallest power of two >= n, within [low, high]: few shapes, little padding."""
     return min(high, max(low, 1 << (int(n) - 1).bit_length()))
+
+
+def warm_up_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> None:
+    """Before the clock: every shape eval_ttt will run, forward and backward, on scratch inputs
+    (one graph per rows x columns of a chunk step, one for this rank's phase steps). No weight
+    changes; the adapters are the plan's, so the timed evaluation compiles nothing."""
+    base, t0 = getattr(model, "_orig_mod", model), time.perf_counter()
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    plan.lora = lora = LoRA(base, cfg.ttt_batch_size, cfg.ttt_lora_rank, cfg.ttt_lora_alpha)
+    shapes = {(b.table.size(1) - lo, width) for b in plan.work for width, _, lo in b.steps}
+    model.eval()
+    base.requires_grad_(False)
+    for rows, width in sorted(shapes):
+        x, y = (torch.zeros(rows, width, dtype=torch.int64, device=rt.device) for _ in "xy")
+        lora.select(0, rows)
+        with rt.autocast():
+            nll = model(x, y, "none", lora=lora)  # (not x twice: an aliasing guard)
+        torch.autograd.grad(nll.sum(), (lora.A_all, lora.B_all))
+    base.requires_grad_(True)
+    for x, y, cu, _ in [s for _, steps in plan.phases for s in steps if s[0].numel()][:1]:
+        with rt.autocast():
+            model(x, y, "mean", cu_seqlens=cu, max_seqlen=cfg.window).backward()
+        base.zero_grad(set_to_none=True)
+    model.train()
+    rt.synchronize()
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
+    log0(f"ttt_warmup shapes:{len(shapes)} graphs:{graphs} time:{time.perf_counter() - t0:.1f}s")
 
 
 def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, float]:
@@ -2352,47 +2410,60 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
         raise RuntimeError("a TTTPlan scores once: build another")
     plan.used = True
     base = getattr(model, "_orig_mod", model)  # compiled: its GPT
-    lora = LoRA(base, cfg.ttt_batch_size, cfg.ttt_lora_rank, cfg.ttt_lora_alpha)
+    lora = plan.lora or LoRA(base, cfg.ttt_batch_size, cfg.ttt_lora_rank, cfg.ttt_lora_alpha)
+    opt, params = lora.optimizer(cfg), (lora.A_all, lora.B_all)
     columns = torch.arange(cfg.ttt_eval_seq_len, device=rt.device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
     phases, timeline, mark = list(plan.phases), [], time.perf_counter()
+    start, done, tenth = mark, 0, 1
 
-    def barrier_and_phase(rows) -> None:  # every rank: the critical path ends here
+    def barrier_and_phase(steps) -> None:  # every rank: the critical path ends here
         nonlocal mark
         rt.synchronize()
         arrived = time.perf_counter()
         barrier(rt)
         timeline.append((arrived - mark, time.perf_counter() - arrived))
         mark = time.perf_counter()
-        if rows is not None:
+        if steps is not None:
             base.requires_grad_(True)
-            train_phase(cfg, rt, model, list(base.parameters()), rows)
+            train_phase(cfg, rt, model, list(base.parameters()), steps)
             base.requires_grad_(False)
 
     model.eval()
     base.requires_grad_(False)  # chunk steps differentiate the adapters only, compiled ones too
-    for j, widths, table, draws in plan.work:
-        while phases and phases[0][0] < j:
+    for batch in plan.work:
+        while phases and phases[0][0] < batch.index:
             barrier_and_phase(phases.pop(0)[1])
         with torch.no_grad():
-            lora.reset()
-            for slot, a in draws:
+            kept = lora.A_all.clone() if batch.throwaway else None
+            lora.reset(opt)
+            for slot, a in batch.draws:
                 lora.A_all[slot].copy_(a)
-            draws.clear()  # each drawn once: not kept for the whole evaluation
-        for c, (width, trains, lo) in enumerate(widths):
-            start, cols, scored, train = table[c, lo:].unbind(1)
+            batch.draws.clear()  # each drawn once: not kept for the whole evaluation
+        for c, (width, trains, lo) in enumerate(batch.steps):
+            begin, cols, scored, train = batch.table[c, lo:].unbind(1)
             at = columns[:width]
-            idx = start[:, None] + at
+            idx = begin[:, None] + at
             keep = (at >= (cols - scored)[:, None]) & (at < cols[:, None])
-            adapters = lora.select(lo, table.size(1))
-            with torch.set_grad_enabled(trains), rt.autocast():
+            lora.select(lo, batch.table.size(1))
+            with rt.autocast():  # gradients on even where none trains: one graph per shape
                 nll = model(plan.split[idx], plan.split[idx + 1], "none", lora=lora)
             nll = nll.view(-1, width) * keep
             loss_sum += nll.detach().sum(dtype=torch.float64)  # scored before any update
-            if trains:
+            if trains:  # AdamW over every slot (zero gradients: decay), as the record's
                 means = nll.sum(1) / scored.clamp(min=1)
-                grads = torch.autograd.grad((means * train).sum(), adapters)
-                adamw_step(cfg, lora, grads, train, c + 1, lo)
+                lora.A_all.grad, lora.B_all.grad = torch.autograd.grad(
+                    (means * train).sum(), params
+                )
+                opt.step()
+        if kept is not None:
+            with torch.no_grad():
+                lora.A_all.copy_(kept)
+        done += batch.scored
+        if done * 10 >= tenth * plan.scored:  # rank 0's log: every tenth of its predictions
+            tenth = done * 10 // plan.scored + 1
+            elapsed = time.perf_counter() - start
+            log0(f"ttt_progress scored:{done / plan.scored:.0%} elapsed:{elapsed:.1f}s")
     while phases:
         barrier_and_phase(phases.pop(0)[1])
     barrier_and_phase(None)
@@ -2402,39 +2473,21 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
     return score(rt, loss_sum, plan.target_tokens, plan.target_bytes)
 
 
-def adamw_step(cfg, lora: LoRA, grads: tuple, train: Tensor, step: int, lo: int) -> None:
-    """torch.optim.AdamW's update of the slots from `lo` on that train at this step."""
-    lr, b1, b2 = cfg.ttt_lora_lr, cfg.ttt_beta1, cfg.ttt_beta2
-    keep, hi = train.to(torch.float32)[:, None], lo + train.numel()
-    rows = [(lora.A_all[lo:hi], *(t[lo:hi] for t in lora.moments[0]))]
-    rows += [(lora.B_all[lo:hi], *(t[lo:hi] for t in lora.moments[1]))]
-    with torch.no_grad():
-        for (p, m, v), g in zip(rows, grads, strict=True):
-            m.lerp_(g, 1 - b1)
-            v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            denom = (v.sqrt() / math.sqrt(1 - b2**step)).add_(1e-10)
-            update = (m / denom).mul_(lr / (1 - b1**step)).add_(p, alpha=lr * cfg.ttt_weight_decay)
-            p.sub_(update * keep)
-
-
-def train_phase(cfg, rt, model, params: list, rows: list) -> None:
-    """One phase: SGD (momentum, cosine lr, clipped) on the base weights, a step per packed row;
-    each rank its part of the row, the gradients summed in one flat all-reduce."""
+def train_phase(cfg, rt, model, params: list, steps: list) -> None:
+    """One phase: SGD (momentum, cosine lr, clipped) on the base weights; per step each rank's
+    mean loss on its slice, the gradients averaged over the ranks in one flat all-reduce."""
     opt = torch.optim.SGD(params, lr=cfg.global_ttt_lr, momentum=cfg.global_ttt_momentum)
-    for k, (x, y, cu, row_tokens) in enumerate(rows):
+    for x, y, cu, factor in steps:
         for group in opt.param_groups:
-            group["lr"] = cfg.global_ttt_lr * 0.5 * (1 + math.cos(math.pi * k / len(rows)))
+            group["lr"] = cfg.global_ttt_lr * factor
         if x.numel():
-            torch._dynamo.maybe_mark_dynamic(x, 1)
-            torch._dynamo.maybe_mark_dynamic(cu, 0)
             with rt.autocast():
-                kwargs = {"cu_seqlens": cu, "max_seqlen": cfg.global_ttt_chunk_tokens}
-                loss = model(x, y, "sum", **kwargs)
-            (loss / row_tokens).backward()
+                model(x, y, "mean", cu_seqlens=cu, max_seqlen=cfg.window).backward()
         grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
         if rt.distributed:
             flat = torch._utils._flatten_dense_tensors(grads)
             dist.all_reduce(flat)
+            flat /= rt.world_size
             torch._foreach_copy_(grads, torch._utils._unflatten_dense_tensors(flat, grads))
         for p, g in zip(params, grads, strict=True):
             p.grad = g
@@ -2928,7 +2981,9 @@ def configure() -> tuple[Hyperparameters, Runtime]:
         torch.backends.cuda.enable_math_sdp(False)
     if distributed:
         cuda = device.type == "cuda"
-        dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
+        wait = datetime.timedelta(hours=1) if cfg.eval_ttt else None  # EVAL_TTT: a phase's
+        device_id = device if cuda else None  # barrier waits for the slowest rank's batches
+        dist.init_process_group("nccl" if cuda else "gloo", device_id=device_id, timeout=wait)
         shared = [cfg.run_id]  # one RUN_ID for all ranks: it names the log
         dist.broadcast_object_list(shared, src=0)
         cfg = dataclasses.replace(cfg, run_id=shared[0])
@@ -2983,17 +3038,18 @@ class RunLog:
 
 
 LAUNCHER_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")  # torchrun's
+PREFIXES = ("TRAIN_", "VAL_", "EVAL_", "MUON_", "CHECKPOINT_", "TTT_", "GLOBAL_TTT_", "PHASED_TTT_")
 
 
 def misspelt_variables(env) -> list[str]:
     """A warning per variable that looks like one of ours but is not (NUM_LAYER, TRAIN_SEQLEN)."""
-    known = {name.upper() for name in DEFAULTS} | set(LAUNCHER_VARIABLES)
+    known = {name.upper() for name in DEFAULTS} | set(LAUNCHER_VARIABLES) | set(FIXED_VARIABLES)
     warnings = []
     for name in sorted(set(env) - known):
         near = [k for k in sorted(known) if k[0] == name[0] and abs(len(k) - len(name)) <= 2]
         close = min(near, key=lambda k: edit_distance(name, k), default=None)
         typo = len(name) >= 6 and close is not None and edit_distance(name, close) <= 2
-        if typo or name.startswith(("TRAIN_", "VAL_", "EVAL_", "MUON_", "CHECKPOINT_")):
+        if typo or name.startswith(PREFIXES):
             guess = f"did you mean {close}?" if typo else "see the Hyperparameters class"
             warnings.append(f"WARNING: {name} is not a variable of this script; {guess}")
     return warnings
@@ -3296,7 +3352,7 @@ def load_for_evaluation(cfg, rt, net: Network, evaluate: Callable, log0: Callabl
     return quantize_state_dict_int8(net.base.state_dict())[0]
 
 
-def log_score(label, fields, rt, evaluate, log0, record_label="") -> None:
+def log_score(label, fields, rt, evaluate, log0, record_label="", digits=4) -> None:
     """`label` and `label_exact` lines (none if ""); the record's line too under record_label."""
     rt.synchronize()
     t0 = time.perf_counter()
@@ -3306,7 +3362,8 @@ def log_score(label, fields, rt, evaluate, log0, record_label="") -> None:
     if record_label:
         log0(f"{record_label} val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f} eval_time:{ms:.0f}ms")
     if label:
-        log0(f"{label} {fields}val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f} eval_time:{ms:.0f}ms")
+        scores = f"val_loss:{val_loss:.{digits}f} val_bpb:{val_bpb:.{digits}f}"
+        log0(f"{label} {fields}{scores} eval_time:{ms:.0f}ms")
         log0(f"{label}_exact {fields}val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
 
 
@@ -3344,13 +3401,17 @@ def main() -> None:
     else:
         load_weights(net, dequantize_state_dict_gptq(quantized, net.base.state_dict()), source)
     record_label = "" if "__quant_format__" in quantized else "diagnostic quantized"
+    rt.synchronize()
+    evals_start = time.perf_counter()
     log_score("final_int8_zlib_roundtrip", "", rt, evaluate, log0, record_label)
     if windows is not None:  # the records' scored number, on the same round-tripped weights
         sliding = functools.partial(eval_sliding, cfg, rt, net.compiled, windows)
         log_score("final_sliding_window_eval", f"stride:{cfg.eval_stride} ", rt, sliding, log0)
     if plan is not None:  # the frontier's score; last, as its phases train the weights
+        warm_up_ttt(cfg, rt, net.compiled, plan, log0)  # compiles, outside eval_time
         ttt = functools.partial(eval_ttt, cfg, rt, net.compiled, plan, log0)
-        log_score("quantized_ttt_phased", "", rt, ttt, log0)
+        log_score("quantized_ttt_phased", "", rt, ttt, log0, digits=8)
+        log0(f"total_eval_time:{time.perf_counter() - evals_start:.1f}s")  # every evaluation
     if rt.distributed:  # ordered: loaders are closed, every rank is done, then the group goes
         dist.barrier()
         dist.destroy_process_group()

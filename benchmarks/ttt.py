@@ -163,7 +163,7 @@ class MarkedWork:
 
     def __iter__(self):
         for item in self.work:
-            self.clock.mark(item[0])
+            self.clock.mark(item.index)
             yield item
         self.clock.mark(None)
 
@@ -230,7 +230,8 @@ def main(argv=None) -> int:
     luts = tg.ByteLuts(ids % 5 + 1, ids % 3 == 0, ids < 4)
     ttt = dict(
         seed=1337, ttt_batch_size=args.batch_size, ttt_chunk_size=args.chunk_size,
-        ttt_eval_seq_len=args.eval_seq_len, ttt_lora_rank=args.lora_rank,
+        ttt_eval_seq_len=args.eval_seq_len, eval_seq_len=args.eval_seq_len,
+        ttt_lora_rank=args.lora_rank,
         ttt_lora_alpha=args.lora_alpha, ttt_lora_lr=args.lora_lr,
         phased_ttt_prefix_docs=args.prefix_docs, phased_ttt_num_phases=args.phases,
         global_ttt_chunk_tokens=args.global_chunk_tokens,
@@ -290,7 +291,7 @@ def main(argv=None) -> int:
     def run_upstream(clock):
         return upstream_style_ttt(model, tokens, luts, device=device, **ttt)[0]
 
-    steps = sum(len(widths) for _, widths, _, _ in plan.work)
+    steps = sum(len(batch.steps) for batch in plan.work)
     lengths = np.diff(np.append(np.flatnonzero(tokens[:-1] == tg.BOS_ID), tokens.size - 1))
     print(
         f"device:{device} torch:{torch.__version__} model:{args.model} documents:{args.docs} "
@@ -346,7 +347,7 @@ def main(argv=None) -> int:
             if not rank_plan.target_tokens:  # ranks > 0 own no totals: a score to discard
                 rank_plan.target_tokens = rank_plan.target_bytes = 1
             run_ours(clock, rank_plan, rt)
-        cost = {j: estimated_cost(chunks, table) for j, chunks, table, _ in rank_plan.work}
+        cost = {b.index: estimated_cost(b.steps, b.table) for b in rank_plan.work}
         ranks.append(
             {"batch_s": clock.batch_seconds(), "cost": cost, "phase_s": clock.seconds["phase"]}
         )

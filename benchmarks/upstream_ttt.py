@@ -29,8 +29,9 @@ values as defaults (TTTConfig). The numbers are those of ONE rank doing all the 
        documents tile targets 1..total: every target is scored exactly once.
   [T3] Order: documents sorted stably by P ascending (ties: document index), cut from the front
        into batches of TTT_BATCH_SIZE (the last batch holds the longest and may be short); the
-       batches run in reverse (longest batch first). Within a batch, a document's SLOT is its
-       position in that batch (0 = its shortest).
+       batches run longest first: a stable sort by their longest P, descending (batches whose
+       longest documents are equally long keep their ascending order). Within a batch, a
+       document's SLOT is its position in that batch (0 = its shortest).
   [T4] Chunks: a document of P predictions has C = ceil(P / TTT_CHUNK_SIZE) chunks; chunk c
        scores predictions [s, e) with s = K*c, e = min(s + K, P), K = TTT_CHUNK_SIZE. Its window
        is the document's inputs [max(0, e - W), e) (W = TTT_EVAL_SEQ_LEN >= K columns, RoPE
@@ -45,38 +46,51 @@ values as defaults (TTTConfig). The numbers are those of ONE rank doing all the 
   [T6] Init: B = 0. A = (2 * U - 1) / sqrt(in), U = torch.rand((rank, in)) in fp32 from a CPU
        torch.Generator seeded with SEED * 1_000_003 + document index, drawn in [T5]'s order. A
        slot's A is drawn when the slot first receives a document (from that document's index)
-       and then kept across batches, trained (warm start); at every document B, the AdamW state
-       and its step count start from zero.
-  [T7] Per-document AdamW on that document's A and B only (torch.optim.AdamW semantics: decoupled
-       decay p *= 1 - lr*wd, bias-corrected moments, eps 1e-10), lr TTT_LORA_LR, betas
-       (TTT_BETA1, TTT_BETA2), weight decay TTT_WEIGHT_DECAY. Chunk c is scored first (its nll
-       sums in float64 into the totals); then, unless c = C - 1 (the last chunk: never trained
-       on), one step on the mean nll of its scored predictions from that same forward. The base
-       weights do not change during a batch.
-  [T8] Phases (PHASED_TTT_NUM_PHASES = N > 0): prefix = min(PHASED_TTT_PREFIX_DOCS, documents);
-       boundaries = the distinct non-zero values of prefix * k // N, k = 1..N (833, 1666, 2500).
-       After each batch, for each boundary b not yet run with b <= documents scored so far (in
-       increasing order): a phase on the b shortest of the scored documents (by (P, index)),
-       concatenated in that order. So each phase trains again on the earlier phases' documents
-       (while they stay among the b shortest scored). With N = 0: plain per-document TTT.
-  [T9] A phase: the concatenated predictions (each document's inputs/targets as in [T2]) cut
-       into chunks of GLOBAL_TTT_CHUNK_TOKENS predictions; a chunk is one packed row with
-       cu_seqlens at its documents' pieces (attention within a document's piece: document-masked;
-       RoPE positions the row's, as train_gpt's packed rows). Step j of n (one per chunk, in
-       order): loss = model(x, y, "mean", cu_seqlens, max_seqlen); the gradient of every base
-       parameter; clip_grad_norm_ GLOBAL_TTT_GRAD_CLIP (0 = none); SGD (momentum
-       GLOBAL_TTT_MOMENTUM, no dampening, no Nesterov, no decay; momentum fresh per phase) at
-       lr = GLOBAL_TTT_LR * (1 + cos(pi * j / n)) / 2. Scoring resumes with the updated weights.
+       and then kept across batches, trained (warm start), until the next phase: after every
+       phase every slot draws its A afresh. A batch shorter than TTT_BATCH_SIZE (the longest
+       batch, when the documents do not fill it) gets adapters of its own, every A drawn from
+       its documents, thrown away after it: the slots' kept A are left untouched. At every
+       document B, the AdamW state and its step count start from zero.
+  [T7] Per-document torch.optim.AdamW on that document's A and B (decoupled decay
+       p *= 1 - lr*wd, bias-corrected moments, eps 1e-10), lr TTT_LORA_LR, betas (TTT_BETA1,
+       TTT_BETA2), weight decay TTT_WEIGHT_DECAY. Chunk c is scored first (its nll sums in
+       float64 into the totals); then, unless c = C - 1 (the last chunk: never trained on), one
+       step on the mean nll of its scored predictions from that same forward. The batch steps
+       together while any of its documents trains (Cmax - 1 steps, Cmax its most chunks), and
+       AdamW runs over every slot at every step: a document with C chunks takes Cmax - C more
+       steps with a zero gradient after its own (decay, moments), which its kept A carries into
+       the next batch. The base weights do not change during a batch.
+  [T8] Phases: N = max(1, PHASED_TTT_NUM_PHASES); prefix = min(PHASED_TTT_PREFIX_DOCS,
+       documents); boundaries = the distinct non-zero values of prefix * k // N, k = 1..N (833,
+       1666, 2500; none with PHASED_TTT_PREFIX_DOCS = 0: plain per-document TTT). After each
+       batch, if the next boundary b not yet run has b <= documents scored so far: ONE phase (at
+       most one after any batch; a boundary the same batch also passed waits for the next
+       batch's end) on the b shortest of the scored documents (by (P, index), which is their
+       (batch, slot) order), concatenated in that order. So each phase trains again on the
+       earlier phases' documents (while they stay among the b shortest scored).
+  [T9] A phase: each document's tokens [s, s + P] INCLUDING its closing BOS, concatenated (each
+       join reads BOS BOS: one BOS->BOS target); the stream's predictions cut into chunks of
+       GLOBAL_TTT_CHUNK_TOKENS; the LAST chunk is never trained on (n chunks: n - 1 steps, none
+       for n = 1). A chunk holds m = GLOBAL_TTT_CHUNK_TOKENS // EVAL_SEQ_LEN whole sequences of
+       EVAL_SEQ_LEN predictions (a partial one at its end is dropped); rank r of W takes the
+       contiguous sequences [m*r//W, m*(r+1)//W) as one packed row whose attention segments
+       start at every BOS of its inputs and every EVAL_SEQ_LEN tokens from each segment's start
+       (RoPE positions from each segment's start; relative, so the same scores up to rounding as
+       the record's offsets in the slice). Step i of n - 1: loss = the mean nll over the rank's
+       predictions; each gradient averaged over the ranks; clip_grad_norm_ GLOBAL_TTT_GRAD_CLIP
+       (0 = none); SGD (momentum GLOBAL_TTT_MOMENTUM, no dampening, no Nesterov, no decay;
+       momentum fresh per phase) at lr = GLOBAL_TTT_LR * (1 + cos(pi * i / (n - 1))) / 2.
+       Scoring resumes with the updated weights.
   [T10] Totals: nll (float64), scored targets and their bytes (integers: sidecar `counts[i]` for
        target i, else the BPB rule with (base_bytes, has_leading_space, is_boundary) of
        train_gpt.ByteLuts: base_bytes[t] + (has_leading_space[t] and not is_boundary[p]) with
        p = tokens[i-1], also across a BOS). val_loss = nll / tokens; val_bpb = val_loss / ln 2 *
        tokens / bytes.
 
-Not covered: several ranks (upstream's racy batch claims, each rank's slice of a phase's rows:
-with a process group, upstream_style_ttt all-reduces and averages every gradient but gives each
-rank the same rows); bf16/autocast (everything here is fp32; `device` other than the CPU is
-untested).
+Not covered: several ranks (upstream's racy batch claims; phase_steps states each rank's slice,
+but the two forms run world size 1: with a process group, upstream_style_ttt all-reduces and
+averages every gradient but gives each rank the same rows); bf16/autocast (everything here is
+fp32; `device` other than the CPU is untested).
 """
 
 from __future__ import annotations
@@ -114,6 +128,7 @@ class TTTConfig:
     ttt_batch_size: int = 64
     ttt_chunk_size: int = 48
     ttt_eval_seq_len: int = 2048
+    eval_seq_len: int = 2048  # a phase's sequences (train_gpt: EVAL_SEQ_LEN, else TRAIN_SEQ_LEN)
     ttt_lora_rank: int = 80
     ttt_lora_alpha: float = 144.0
     ttt_lora_lr: float = 1e-4
@@ -151,7 +166,7 @@ def batches(docs: list[tuple[int, int]], batch_size: int) -> list[list[int]]:
     """[T3] Document indices per batch, in run order (longest batch first); slot = position."""
     order = sorted(range(len(docs)), key=lambda d: (docs[d][1], d))
     cut = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    return cut[::-1]
+    return sorted(cut, key=lambda batch: -docs[batch[-1]][1])  # stable: ties keep their order
 
 
 def chunk_spans(predictions: int, cfg: TTTConfig) -> list[tuple[int, int, int]]:
@@ -166,9 +181,7 @@ def chunk_spans(predictions: int, cfg: TTTConfig) -> list[tuple[int, int, int]]:
 
 def phase_boundaries(n_docs: int, cfg: TTTConfig) -> list[int]:
     """[T8]"""
-    n = cfg.phased_ttt_num_phases
-    if n == 0:
-        return []
+    n = max(1, cfg.phased_ttt_num_phases)
     prefix = min(cfg.phased_ttt_prefix_docs, n_docs)
     return sorted({prefix * k // n for k in range(1, n + 1)} - {0})
 
@@ -279,40 +292,54 @@ def lora_logits(model: tg.GPT, x: torch.Tensor, lora: Lora | None) -> torch.Tens
     return model.logit_softcap * torch.tanh(logits / model.logit_softcap)
 
 
-def packed_phase_rows(tokens: np.ndarray, docs, chosen: list[int], chunk_tokens: int):
-    """[T9] Per step: (x, y, cu_seqlens, max_seqlen) of one packed row, on the CPU."""
-    xs, ys, piece_starts = [], [], []
-    n = 0
-    for d in chosen:
-        s, p = docs[d]
-        xs.append(tokens[s : s + p])
-        ys.append(tokens[s + 1 : s + p + 1])
-        piece_starts.append(n)
-        n += p
-    x, y = np.concatenate(xs), np.concatenate(ys)
-    rows = []
-    for a in range(0, n, chunk_tokens):
-        b = min(a + chunk_tokens, n)
-        bounds = sorted({a, b} | {p for p in piece_starts if a < p < b})
-        cu = torch.tensor([p - a for p in bounds], dtype=torch.int32)
-        longest = max(q - p for p, q in itertools.pairwise(bounds))
-        row_x, row_y = (torch.from_numpy(t[a:b].astype(np.int64))[None] for t in (x, y))
-        rows.append((row_x, row_y, cu, longest))
-    return rows
+def phase_stream(tokens: np.ndarray, docs, chosen: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """[T9] The phase's inputs and targets: each document's tokens with its closing BOS."""
+    stream = np.concatenate([tokens[docs[d][0] : docs[d][0] + docs[d][1] + 1] for d in chosen])
+    return stream[:-1], stream[1:]
+
+
+def segment_starts(x: np.ndarray, seq_len: int) -> list[int]:
+    """[T9] Where attention segments start in a rank's slice: at 0, at every BOS, and every
+    seq_len tokens from each segment's start."""
+    out = []
+    for i in range(len(x)):
+        if i == 0 or x[i] == tg.BOS_ID or i - out[-1] == seq_len:
+            out.append(i)
+    return out
+
+
+def phase_steps(tokens, docs, chosen, cfg: TTTConfig, rank: int = 0, world_size: int = 1):
+    """[T9] Per SGD step of a phase: (x, y, cu_seqlens, max_seqlen, lr) of rank `rank`'s slice,
+    on the CPU; an empty slice (fewer sequences than ranks) has x of size 0."""
+    x, y = phase_stream(tokens, docs, chosen)
+    C, L = cfg.global_ttt_chunk_tokens, cfg.eval_seq_len
+    n = math.ceil(len(x) / C)
+    m = C // L  # whole sequences per chunk
+    steps = []
+    for i in range(n - 1):  # the last chunk is never trained on
+        a = i * C + L * (m * rank // world_size)
+        b = i * C + L * (m * (rank + 1) // world_size)
+        row_x, row_y = x[a:b], y[a:b]
+        bounds = [*segment_starts(row_x, L), len(row_x)]
+        cu = torch.tensor(bounds, dtype=torch.int32)
+        longest = max((q - p for p, q in itertools.pairwise(bounds)), default=0)
+        lr = cfg.global_ttt_lr * 0.5 * (1 + math.cos(math.pi * i / (n - 1)))
+        row_x, row_y = (torch.from_numpy(t.astype(np.int64))[None] for t in (row_x, row_y))
+        steps.append((row_x, row_y, cu, longest, lr))
+    return steps
 
 
 def global_phase(model, tokens, docs, chosen, cfg: TTTConfig, device, all_reduce=False) -> None:
-    """[T9] One phase of SGD on the base weights, in place. all_reduce: upstream's per-parameter
-    all-reduce of the gradients (when a process group exists)."""
-    rows = packed_phase_rows(tokens, docs, chosen, cfg.global_ttt_chunk_tokens)
+    """[T9] One phase of SGD on the base weights, in place (world size 1). all_reduce:
+    upstream's per-parameter all-reduce of the gradients (when a process group exists)."""
     params = list(model.parameters())
     for p in params:
         p.requires_grad_(True)
     opt = torch.optim.SGD(params, lr=cfg.global_ttt_lr, momentum=cfg.global_ttt_momentum)
     reduce = all_reduce and dist.is_available() and dist.is_initialized()
-    for j, (x, y, cu, longest) in enumerate(rows):
+    for x, y, cu, longest, lr in phase_steps(tokens, docs, chosen, cfg):
         for group in opt.param_groups:
-            group["lr"] = cfg.global_ttt_lr * 0.5 * (1 + math.cos(math.pi * j / len(rows)))
+            group["lr"] = lr
         opt.zero_grad(set_to_none=True)
         x, y = x.to(device), y.to(device)  # pageable copies, as upstream
         loss = model(x, y, "mean", cu_seqlens=cu.to(device), max_seqlen=longest)
@@ -353,14 +380,18 @@ def reference_ttt(model, tokens, luts=None, counts=None, *, record=None, **kwarg
     cfg, tokens, model = prepare(model, tokens, kwargs)
     docs = documents(tokens)
     boundaries = phase_boundaries(len(docs), cfg)
-    slot_a: dict[int, dict] = {}  # [T6] each slot's A, kept across batches
+    slot_a: dict[int, dict] = {}  # [T6] each slot's A, kept across batches until a phase
     loss_sum, count, nbytes = 0.0, 0, 0
     scored: list[int] = []
     for batch in batches(docs, cfg.ttt_batch_size):
+        throwaway = len(batch) < cfg.ttt_batch_size  # [T6] adapters of its own
+        batch_steps = max(len(chunk_spans(docs[d][1], cfg)) for d in batch) - 1  # [T7]
         for slot, d in enumerate(batch):
-            if slot not in slot_a:
-                slot_a[slot] = draw_a(model, cfg.seed, d, cfg.ttt_lora_rank)
-            a = {k: v.clone().requires_grad_(True) for k, v in slot_a[slot].items()}
+            if throwaway or slot not in slot_a:
+                initial = draw_a(model, cfg.seed, d, cfg.ttt_lora_rank)
+            else:
+                initial = slot_a[slot]  # warm start
+            a = {k: v.clone().requires_grad_(True) for k, v in initial.items()}
             b = {
                 key: torch.zeros((fan_out, cfg.ttt_lora_rank), requires_grad=True)
                 for key, _, fan_out in adapter_shapes(model)
@@ -392,11 +423,17 @@ def reference_ttt(model, tokens, luts=None, counts=None, *, record=None, **kwarg
                     opt.zero_grad()
                     nll.mean().backward()
                     opt.step()
-            slot_a[slot] = {k: v.detach().clone() for k, v in a.items()}
+            for _ in range(batch_steps - (len(spans) - 1)):  # [T7] the batch's other steps
+                for p in opt.param_groups[0]["params"]:
+                    p.grad = torch.zeros_like(p)
+                opt.step()
+            if not throwaway:
+                slot_a[slot] = {k: v.detach().clone() for k, v in a.items()}
             scored.append(d)
-        while boundaries and boundaries[0] <= len(scored):  # [T8]
+        if boundaries and boundaries[0] <= len(scored):  # [T8] at most one phase per batch
             chosen = phase_documents(docs, scored, boundaries.pop(0))
             global_phase(model, tokens, docs, chosen, cfg, torch.device("cpu"))
+            slot_a.clear()  # [T6] A drawn afresh after every phase
     return finish(loss_sum, count, nbytes)
 
 
@@ -405,8 +442,9 @@ def reference_ttt(model, tokens, luts=None, counts=None, *, record=None, **kwarg
 
 def upstream_style_ttt(model, tokens, luts=None, counts=None, *, device="cpu", **kwargs):
     """reference_ttt's numbers, computed as upstream computes them: a batch's documents advance
-    chunk by chunk together, each slot its own LoRA (bmm); per chunk step a Python loop over the
-    documents fills padded CPU tensors copied with .to(device); per batch .item() reads."""
+    chunk by chunk together, each slot its own LoRA (bmm), torch.optim.AdamW over the whole
+    adapter tensors; per chunk step a Python loop over the documents fills padded CPU tensors
+    copied with .to(device); per batch .item() reads."""
     cfg, tokens, model = prepare(model, tokens, kwargs)
     device = torch.device(device)
     model = model.to(device)
@@ -415,22 +453,26 @@ def upstream_style_ttt(model, tokens, luts=None, counts=None, *, device="cpu", *
     shapes, r, S = adapter_shapes(model), cfg.ttt_lora_rank, cfg.ttt_batch_size
     slot_a = {key: torch.zeros((S, r, fan_in), device=device) for key, fan_in, _ in shapes}
     drawn = [False] * S
-    b1, b2, lr, wd = cfg.ttt_beta1, cfg.ttt_beta2, cfg.ttt_lora_lr, cfg.ttt_weight_decay
     cpu_tokens = torch.from_numpy(tokens)  # pageable
     loss_sum, count, nbytes = 0.0, 0, 0
     scored: list[int] = []
     for batch in batches(docs, S):
         n = len(batch)
+        throwaway = n < S  # adapters of its own, drawn fresh, thrown away
+        a = {k: v[:n].clone() for k, v in slot_a.items()}
         for slot, d in enumerate(batch):
-            if not drawn[slot]:
+            if throwaway or not drawn[slot]:
                 for key, value in draw_a(model, cfg.seed, d, r).items():
-                    slot_a[key][slot] = value.to(device)
-                drawn[slot] = True
-        a = {k: v[:n].clone().requires_grad_(True) for k, v in slot_a.items()}
+                    a[key][slot] = value.to(device)
+                drawn[slot] = drawn[slot] or not throwaway
+        for v in a.values():
+            v.requires_grad_(True)
         b = {k: torch.zeros((n, o, r), device=device, requires_grad=True) for k, _, o in shapes}
         params = [*a.values(), *b.values()]
-        m1 = [torch.zeros_like(p) for p in params]
-        m2 = [torch.zeros_like(p) for p in params]
+        opt = torch.optim.AdamW(
+            params, lr=cfg.ttt_lora_lr, betas=(cfg.ttt_beta1, cfg.ttt_beta2), eps=ADAM_EPS,
+            weight_decay=cfg.ttt_weight_decay,
+        )  # fmt: skip
 
         def lora(key, h, a=a, b=b):
             return cfg.scale * torch.bmm(
@@ -470,24 +512,17 @@ def upstream_style_ttt(model, tokens, luts=None, counts=None, *, device="cpu", *
             loss = (means * train).sum()
             if not bool(train.any()):
                 continue
-            grads = torch.autograd.grad(loss, params)
-            step = c + 1  # every slot that trains at chunk c has trained at chunks 0..c-1
-            keep = train.bool()[:, None, None]
-            with torch.no_grad():  # AdamW per slot, only where the slot trains
-                for p, g, m, v in zip(params, grads, m1, m2, strict=True):
-                    m_new = b1 * m + (1 - b1) * g
-                    v_new = b2 * v + (1 - b2) * g * g
-                    denom = (v_new.sqrt() / math.sqrt(1 - b2**step)).add_(ADAM_EPS)
-                    p_new = p * (1 - lr * wd) - (lr / (1 - b1**step)) * m_new / denom
-                    p.copy_(torch.where(keep, p_new, p))
-                    m.copy_(torch.where(keep, m_new, m))
-                    v.copy_(torch.where(keep, v_new, v))
+            for p, g in zip(params, torch.autograd.grad(loss, params), strict=True):
+                p.grad = g
+            opt.step()  # every slot, also those done or on their last chunk (zero gradient)
         loss_sum += batch_loss.item()  # per batch reads
         count += int(batch_count.item())
-        for key in slot_a:  # warm start: A kept; B and the moments start again at zero
-            slot_a[key][:n] = a[key].detach()
+        if not throwaway:
+            for key in slot_a:  # warm start: A kept; B and the moments start again at zero
+                slot_a[key][:n] = a[key].detach()
         scored += batch
-        while boundaries and boundaries[0] <= len(scored):
+        if boundaries and boundaries[0] <= len(scored):  # at most one phase per batch
             chosen = phase_documents(docs, scored, boundaries.pop(0))
             global_phase(model, tokens, docs, chosen, cfg, device, all_reduce=True)
+            drawn = [False] * S  # A drawn afresh after every phase
     return finish(loss_sum, count, nbytes)

@@ -282,7 +282,7 @@ def test_sliding_evaluation_never_waits_on_the_gpu_and_compiles_one_graph(tmp_pa
 
 
 def test_ttt_chunk_steps_never_wait_on_the_gpu_and_compile_a_fixed_set_of_graphs(tmp_path):
-    """EVAL_TTT with the compiled model: the second run (same shapes) compiles nothing new, and
+    """EVAL_TTT with the compiled model: after warm_up_ttt the evaluation compiles nothing, and
     syncs only where the design says (each slot's A copied in once, the phase barriers, the
     score), never per chunk step; the number equals the uncompiled model's to bf16 rounding."""
     import copy
@@ -315,15 +315,15 @@ def test_ttt_chunk_steps_never_wait_on_the_gpu_and_compile_a_fixed_set_of_graphs
     eager = tg.eval_ttt(cfg, rt, copy.deepcopy(model), tg.TTTPlan(cfg, rt, val), quiet)
     torch._dynamo.reset()
     compiled = torch.compile(copy.deepcopy(model), dynamic=False, fullgraph=True)
-    first = tg.eval_ttt(cfg, rt, compiled, tg.TTTPlan(cfg, rt, val), quiet)
-    graphs = counters["stats"]["unique_graphs"]
     plan = tg.TTTPlan(cfg, rt, val)
-    draws = sum(len(d) for *_, d in plan.work)
-    torch.cuda.set_sync_debug_mode("warn")  # the same compiled model again (trained: no matter)
+    tg.warm_up_ttt(cfg, rt, compiled, plan, quiet)  # every shape, the phases' too
+    graphs = counters["stats"]["unique_graphs"]
+    draws = sum(len(batch.draws) for batch in plan.work)
+    torch.cuda.set_sync_debug_mode("warn")
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            tg.eval_ttt(cfg, rt, compiled, plan, quiet)
+            first = tg.eval_ttt(cfg, rt, compiled, plan, quiet)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     syncs = [w for w in caught if "synchroniz" in str(w.message)]

@@ -20,7 +20,16 @@ import re
 import numpy as np
 import pytest
 import torch
-from test_ttt_reference import OFF, SMALL, SPLIT, config, luts, random_gpt, sampled_documents
+from test_ttt_reference import (
+    OFF,
+    SMALL,
+    SPLIT,
+    config,
+    luts,
+    random_gpt,
+    sampled_documents,
+    split_of,
+)
 
 import train_gpt as tg
 from benchmarks import upstream_ttt as ut
@@ -57,10 +66,13 @@ def ours(model, folder, split, **kw) -> tuple:
 @pytest.mark.parametrize(
     "overrides",
     [
-        {},  # batches of 3, chunks of 8, windows of 24, 2 phases
+        {},  # batches of 3, chunks of 8, windows of 24, 2 phases of 3 SGD steps
+        # 2 sequences of 16 per phase chunk; the first batch passes 2 boundaries (one phase)
         dict(ttt_batch_size=4, phased_ttt_num_phases=3, global_ttt_chunk_tokens=40),
-        dict(ttt_batch_size=1, phased_ttt_num_phases=0),  # plain per-document TTT
+        dict(ttt_batch_size=1, phased_ttt_prefix_docs=0),  # plain per-document TTT
         dict(ttt_chunk_size=24, ttt_eval_seq_len=24, ttt_beta1=0.9),
+        dict(ttt_batch_size=5, ttt_beta1=0.9),  # the longest batch partial: its own adapters
+        dict(phased_ttt_num_phases=0),  # as the record: max(1, N)
     ],
 )
 def test_the_numbers_are_the_references(tmp_path, model, overrides):
@@ -72,12 +84,23 @@ def test_the_numbers_are_the_references(tmp_path, model, overrides):
     assert got[0] != pytest.approx(ours(model, tmp_path, SPLIT, **(kw | OFF))[0], rel=1e-6)
 
 
+def test_batches_whose_longest_documents_tie_run_as_the_references(tmp_path, model):
+    """Batches of 2 of 9 documents: four of longest 20 run in ascending order, the partial one
+    last (adapters of its own), then [12, 12], which warm-starts from the last full batch."""
+    split = split_of([20, 20, 20, 20, 12, 20, 20, 12, 20], 2)
+    kw = SMALL | dict(ttt_batch_size=2, ttt_lora_lr=1e-3, phased_ttt_prefix_docs=4)
+    want = ut.reference_ttt(model, split, luts(), **kw)
+    got = ours(model, tmp_path, split, **kw)
+    assert got[2:] == want[2:]
+    assert got[:2] == pytest.approx(want[:2], rel=1e-6)
+
+
 def test_every_target_counts_once_as_in_the_plain_evaluation(tmp_path, model):
     cfg, plan = plan_for(tmp_path, SPLIT, **SMALL)
     val = tg.ValidationSet(cfg, runtime(), luts())
     assert (plan.target_tokens, plan.target_bytes) == (val.target_tokens, val.target_bytes)
     assert plan.target_tokens == SPLIT.size - 1
-    scored = sum(int(table[:, :, 2].sum()) for _, _, table, _ in plan.work)
+    scored = sum(int(batch.table[:, :, 2].sum()) for batch in plan.work)
     assert scored == plan.target_tokens  # the chunk tables score each target once
 
 
@@ -123,28 +146,34 @@ def test_a_plan_scores_once(tmp_path, model):
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 4])
-def test_every_batch_runs_on_one_rank_costliest_first_between_phases(tmp_path, world_size):
+def test_every_batch_runs_on_one_rank_costliest_first_between_phases(
+    tmp_path, model, monkeypatch, world_size
+):
+    """And each rank's SGD steps of every phase are the reference's slices for that rank: whole
+    sequences, each document with its closing BOS, segments at every BOS and every EVAL_SEQ_LEN,
+    the last chunk skipped, the cosine over the others."""
     lengths = np.random.default_rng(5).integers(1, 90, 40)
     split = np.concatenate([[tg.BOS_ID, *np.full(n - 1, 7)] for n in lengths] + [[tg.BOS_ID]])
     kw = SMALL | dict(phased_ttt_prefix_docs=30, phased_ttt_num_phases=3)
     plans = [plan_for(tmp_path, split, r, world_size, **kw)[1] for r in range(world_size)]
-    owned = [[j for j, *_ in p.work] for p in plans]
+    owned = [[b.index for b in p.work] for p in plans]
     assert sorted(j for js in owned for j in js) == list(range(plans[0].batch_count))
     assert all(js == sorted(js) for js in owned)
     after = [j for j, _ in plans[0].phases]
     assert after == sorted(after) and all(j < plans[0].batch_count - 1 for j in after)
-    for p in plans:  # each rank's part of every phase row, cut at a document boundary
-        for _, rows in p.phases:
-            for x, y, cu, row_tokens in rows:
-                assert x.shape == y.shape and x.size(1) <= row_tokens
-                assert int(cu[0]) == 0 or x.numel() == 0
-    totals = [sum(x.numel() for x, *_ in rows) for p in plans for _, rows in p.phases]
-    whole = [sum(x.numel() for x, *_ in rows) for _, rows in plans_whole(tmp_path, split, kw)]
-    assert sum(totals) == sum(whole)  # the ranks' parts add up to the rows
-
-
-def plans_whole(folder, split, kw):
-    return plan_for(folder, split, **kw)[1].phases
+    chosen = []
+    monkeypatch.setattr(ut, "global_phase", lambda m, t, d, c, *a, **k: chosen.append(c))
+    ut.reference_ttt(model, split, luts(), **(kw | dict(ttt_lora_lr=0.0)))
+    docs, cfg = ut.documents(split), ut.TTTConfig(**kw)
+    assert len(plans[0].phases) == 3 and all(len(s) > 1 for _, s in plans[0].phases)
+    for r, p in enumerate(plans):
+        for k, (_, steps) in enumerate(p.phases):
+            want = ut.phase_steps(split, docs, chosen[k], cfg, r, world_size)
+            assert len(steps) == len(want)
+            for (x, y, cu, factor), (wx, wy, wcu, _, lr) in zip(steps, want, strict=True):
+                assert x.tolist() == wx.tolist() and y.tolist() == wy.tolist()
+                assert cu.tolist() == wcu.tolist() + [x.size(1)] * (cu.numel() - wcu.numel())
+                assert factor * cfg.global_ttt_lr == pytest.approx(lr, abs=1e-15)
 
 
 # 5. the cost ------------------------------------------------------------------------------------
@@ -159,13 +188,13 @@ def test_a_chunk_steps_work_does_not_grow_with_its_documents(tmp_path, model):
         ops, steps = [], []
         for docs in (6, 12):
             split = np.concatenate([[tg.BOS_ID, *np.arange(2, 34)]] * docs + [[tg.BOS_ID]])
-            kw = SMALL | dict(ttt_batch_size=batch, phased_ttt_num_phases=0)
+            kw = SMALL | dict(ttt_batch_size=batch, phased_ttt_prefix_docs=0)
             cfg, plan = plan_for(tmp_path, split, **kw)
             copied, counter = copy.deepcopy(model), OpCounter()
             with counter:
                 tg.eval_ttt(cfg, runtime(), copied, plan, lambda m: None)
             ops.append(counter.ops)
-            steps.append(sum(len(widths) for _, widths, _, _ in plan.work))
+            steps.append(sum(len(b.steps) for b in plan.work))
         per_step.append((ops[1] - ops[0]) / (steps[1] - steps[0]))
     assert per_step[1] == pytest.approx(per_step[0], abs=0.5)  # no loop over the documents
 
@@ -186,7 +215,7 @@ def test_a_compiled_chunk_step_computes_the_adapters_gradients_only(tmp_path, mo
 
     forward = lambda graph, example_inputs: make_boxed_func(graph.forward)  # noqa: E731
     backend = aot_autograd(fw_compiler=forward, bw_compiler=backward)
-    cfg, plan = plan_for(tmp_path, SPLIT, **(SMALL | dict(phased_ttt_num_phases=0)))
+    cfg, plan = plan_for(tmp_path, SPLIT, **(SMALL | dict(phased_ttt_prefix_docs=0)))
     copied = copy.deepcopy(model)
     compiled = torch.compile(copied, backend=backend, dynamic=False, fullgraph=True)
     torch._dynamo.reset()
@@ -196,6 +225,55 @@ def test_a_compiled_chunk_step_computes_the_adapters_gradients_only(tmp_path, mo
         torch._dynamo.reset()
     assert grads_out and set(grads_out) == {2}  # A and B of the slots run: nothing else
     assert all(p.requires_grad for p in copied.parameters())  # as it was, for what follows
+
+
+def test_after_the_warm_up_the_timed_evaluation_compiles_nothing(tmp_path, model):
+    """Every chunk-step shape (rows x columns, gradients on) is compiled by warm_up_ttt, before
+    the clock; eval_ttt then adds no graph (dynamo's counter, the eager backend on the CPU). The
+    warm-up changes no weight: the score is the uncompiled one. (The phases' one shape per rank
+    needs the CUDA varlen kernel to compile whole: tests/test_gpu.py.)"""
+    from torch._dynamo.utils import counters
+
+    kw = SMALL | dict(ttt_batch_size=4, phased_ttt_prefix_docs=0)
+    cfg, plan = plan_for(tmp_path, SPLIT, **kw)
+    lines, copied = [], copy.deepcopy(model)
+    compiled = torch.compile(copied, backend="eager", dynamic=False, fullgraph=True)
+    torch._dynamo.reset()
+    try:
+        tg.warm_up_ttt(cfg, runtime(), compiled, plan, lines.append)
+        warmed = counters["stats"]["unique_graphs"]
+        got = tg.eval_ttt(cfg, runtime(), compiled, plan, lines.append)
+        assert counters["stats"]["unique_graphs"] == warmed
+    finally:
+        torch._dynamo.reset()
+    shapes = {(b.table.size(1) - lo, width) for b in plan.work for width, _, lo in b.steps}
+    assert re.fullmatch(rf"ttt_warmup shapes:{len(shapes)} graphs:\d+ time:\d+\.\ds", lines[0])
+    assert int(re.search(r"graphs:(\d+)", lines[0])[1]) == len(shapes) > 2
+    assert got == pytest.approx(ours(model, tmp_path, SPLIT, **kw)[:2], rel=1e-6)
+    progress = [line for line in lines if line.startswith("ttt_progress ")]
+    assert 3 <= len(progress) <= 11 and progress[-1].startswith("ttt_progress scored:100% ")
+
+
+RECORD_TTT_VARIABLES = dict(
+    TTT_GRAD_STEPS="1", TTT_OPTIMIZER="adam", TTT_K_LORA="1", TTT_MLP_LORA="1", TTT_O_LORA="1",
+    TTT_WARM_START_A="1", TTT_EVAL_ONLY="0", PHASED_TTT_ENABLED="1", GLOBAL_TTT_EPOCHS="1",
+    GLOBAL_TTT_BATCH_SEQS="32", GLOBAL_TTT_WARMUP_CHUNKS="0", GLOBAL_TTT_RESPECT_DOC_BOUNDARIES="1",
+)  # fmt: skip
+
+
+def test_the_records_ttt_variables_are_read_or_refused_at_another_value():
+    cfg = tg.Hyperparameters.from_env(RECORD_TTT_VARIABLES | dict(EVAL_TTT="1", RUN_ID="r"))
+    assert cfg.eval_ttt and not tg.misspelt_variables(RECORD_TTT_VARIABLES)
+    for name, value in RECORD_TTT_VARIABLES.items():
+        other = "sgd" if value == "adam" else str(1 - int(value)) if value in "01" else "16"
+        with pytest.raises(tg.ConfigError, match=f"^{name}='{other}': not read here: "):
+            tg.Hyperparameters.from_env({name: other})
+    warned = tg.misspelt_variables({"GLOBAL_TTT_WARMUP_START_LR": "0", "TTT_CHUNK_TOKENS": "1"})
+    assert len(warned) == 2 and all("not a variable of this script" in w for w in warned)
+    for tokens in ("1024", "67584"):  # 1 to 32 sequences of EVAL_SEQ_LEN per phase step
+        env = dict(EVAL_TTT="1", EVAL_SEQ_LEN="2048", GLOBAL_TTT_CHUNK_TOKENS=tokens)
+        with pytest.raises(tg.ConfigError, match=f"^GLOBAL_TTT_CHUNK_TOKENS={tokens}: expected"):
+            tg.Hyperparameters.from_env(env)
 
 
 # end to end ------------------------------------------------------------------------------------
@@ -218,10 +296,12 @@ def test_an_evaluation_only_run_scores_with_ttt_reproducibly(tmp_path, tiny_run,
     for run in runs:
         assert run.returncode == 0, run.why()
         assert re.fullmatch(
-            r"quantized_ttt_phased val_loss:\d+\.\d{4} val_bpb:\d+\.\d{4} eval_time:\d+ms",
+            r"quantized_ttt_phased val_loss:\d+\.\d{8} val_bpb:\d+\.\d{8} eval_time:\d+ms",
             run.lines("quantized_ttt_phased ")[0],
         )
-        assert run.lines("ttt_barrier end busy_s:")
+        assert run.lines("ttt_barrier end busy_s:") and run.lines("ttt_warmup shapes:")
+        assert re.fullmatch(r"total_eval_time:\d+\.\ds", run.lines("total_eval_time:")[0])
+        assert run.lines("ttt_progress scored:100% elapsed:")
         # a slice of the split: the record tools refuse it as a score
         assert parse_log(run.stdout).val_slice.startswith("5952 of ")
     assert ttt_lines(runs[0]) == ttt_lines(runs[1])

@@ -35,9 +35,9 @@ BOS = tg.BOS_ID
 SMALL = dict(
     ttt_batch_size=3, ttt_chunk_size=8, ttt_eval_seq_len=24, ttt_lora_rank=4, ttt_lora_alpha=8.0,
     ttt_lora_lr=3e-2, phased_ttt_prefix_docs=7, phased_ttt_num_phases=2, global_ttt_lr=3e-2,
-    global_ttt_chunk_tokens=64,
+    global_ttt_chunk_tokens=32, eval_seq_len=16,
 )  # fmt: skip
-OFF = dict(ttt_lora_lr=0.0, phased_ttt_num_phases=0)
+OFF = dict(ttt_lora_lr=0.0, phased_ttt_prefix_docs=0)
 
 
 def config(folder=".", **overrides) -> tg.Hyperparameters:
@@ -129,10 +129,110 @@ def test_documents_batches_and_phases_follow_the_conventions():
     assert [docs[d][1] for d in order[-1]] == [1, 1, 5]  # ties by document index
     cfg = ut.TTTConfig(**SMALL)
     assert ut.phase_boundaries(len(docs), cfg) == [3, 7]
-    assert ut.phase_boundaries(len(docs), ut.TTTConfig(phased_ttt_num_phases=0)) == []
+    assert ut.phase_boundaries(len(docs), ut.TTTConfig(phased_ttt_num_phases=0)) == [
+        12
+    ]  # max(1, N)
+    assert ut.phase_boundaries(len(docs), ut.TTTConfig(phased_ttt_prefix_docs=0)) == []
     assert ut.chunk_spans(30, ut.TTTConfig(ttt_chunk_size=8, ttt_eval_seq_len=24)) == [
         (0, 0, 8), (0, 8, 16), (0, 16, 24), (6, 24, 30),
     ]  # fmt: skip
+
+
+def test_batches_with_equally_long_longest_documents_keep_their_ascending_order():
+    docs = [(0, p) for p in (9, 4, 9, 9, 2, 9, 9)]  # ascending: [4, 2 | ...] no: sorted by P
+    order = ut.batches(docs, 2)  # sorted: 2, 4, 9, 9, 9, 9, 9 -> [2,4] [9,9] [9,9] [9]
+    assert order == [[0, 2], [3, 5], [6], [4, 1]]  # the three of longest 9 in ascending order
+
+
+# the phases [T8], [T9] ---------------------------------------------------------------------------
+
+PHASE_CFG = ut.TTTConfig(global_ttt_chunk_tokens=8, eval_seq_len=4, global_ttt_lr=1.0)
+
+
+def test_at_most_one_phase_runs_after_a_batch(model, monkeypatch):
+    """Batches of 4; boundaries 2, 4 and 7 (prefix 7, 3 phases): the first batch passes 2 and 4,
+    so the phase at 4 waits for the second batch and trains on the 4 shortest of 8 scored."""
+    phases = []
+    monkeypatch.setattr(ut, "global_phase", lambda m, t, docs, chosen, *a, **k: phases.append(
+        sorted(docs[d][1] for d in chosen)))  # fmt: skip
+    kw = SMALL | dict(ttt_batch_size=4, phased_ttt_prefix_docs=7, phased_ttt_num_phases=3)
+    ut.reference_ttt(model, SPLIT, luts(), **kw)
+    assert phases == [[24, 26], [8, 9, 12, 17], [1, 1, 5, 6, 8, 9, 12]]
+
+
+def test_a_phase_streams_each_document_with_its_closing_bos():
+    tokens = np.array([BOS, 5, 6, BOS, 7, BOS, 8, 9, 10], dtype=np.int64)
+    docs = ut.documents(tokens)  # (0, 3), (3, 2), (5, 3)
+    x, y = ut.phase_stream(tokens, docs, [1, 0])
+    assert x.tolist() == [BOS, 7, BOS, BOS, 5, 6]  # the join reads BOS BOS
+    assert y.tolist() == [7, BOS, BOS, 5, 6, BOS]  # one BOS -> BOS target
+
+
+def test_a_phases_segments_start_at_every_bos_and_every_eval_seq_len_tokens():
+    x = np.array([5, 5, 5, BOS, 5, 5, 5, 5, 5, 5, BOS, BOS, 5])
+    assert ut.segment_starts(x, 3) == [0, 3, 6, 9, 10, 11]
+    assert ut.segment_starts(x, 100) == [0, 3, 10, 11]
+
+
+def test_a_phase_skips_its_last_chunk_and_runs_its_cosine_over_the_others():
+    tokens = np.array([BOS, *range(2, 30), BOS], dtype=np.int64)  # 29 predictions, 30 stream
+    steps = ut.phase_steps(tokens, ut.documents(tokens), [0], PHASE_CFG)  # chunks of 8: 4
+    assert len(steps) == 3  # the last (partial or not) never trains
+    assert [lr for *_, lr in steps] == pytest.approx([1.0, 0.75, 0.25], abs=1e-12)  # cos(pi i/3)
+    assert [x[0, 0].item() for x, *_ in steps] == [BOS, 9, 17]
+    one = np.array([BOS, *range(2, 9), BOS], dtype=np.int64)  # 8 predictions: one chunk
+    assert ut.phase_steps(one, ut.documents(one), [0], PHASE_CFG) == []
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_each_rank_takes_a_fixed_contiguous_slice_of_whole_sequences(world_size):
+    """Chunks of 18 predictions hold 4 whole sequences of 4 (the 2 left over are dropped); rank r
+    takes sequences [4r//W, 4(r+1)//W), whatever the documents."""
+    cfg = ut.TTTConfig(global_ttt_chunk_tokens=18, eval_seq_len=4)
+    tokens = split_of([7, 30, 12], 5)
+    docs = ut.documents(tokens)
+    x, _ = ut.phase_stream(tokens, docs, [0, 1, 2])
+    slices = [
+        ut.phase_steps(tokens, docs, [0, 1, 2], cfg, r, world_size) for r in range(world_size)
+    ]
+    assert len(slices[0]) == 2  # 51 predictions: 3 chunks
+    for i in range(len(slices[0])):
+        parts = [s[i][0][0].tolist() for s in slices]
+        assert [len(p) for p in parts] == [4 * (4 * (r + 1) // world_size - 4 * r // world_size)
+                                           for r in range(world_size)]  # fmt: skip
+        assert [t for p in parts for t in p] == x[18 * i : 18 * i + 16].tolist()
+
+
+def test_every_slot_steps_while_its_batch_trains_and_a_is_drawn_afresh_after_a_phase(
+    model, monkeypatch
+):
+    """[T6], [T7] Batches of 5 of the 12 documents: the longest (2 documents) is partial and
+    draws its own A; the next draws all 5 slots (the partial one kept none); a phase after it,
+    so the last batch draws all 5 again. Without phases, batches of 3 draw once. Every
+    document's AdamW steps as often as its batch trains: its most chunks - 1."""
+    opts, draws, draw = [], [], ut.draw_a
+
+    class Counted(torch.optim.AdamW):
+        steps = 0
+
+        def step(self, closure=None):
+            self.steps += 1
+            return super().step(closure)
+
+    monkeypatch.setattr(
+        torch.optim, "AdamW", lambda *a, **k: opts.append(Counted(*a, **k)) or opts[-1]
+    )
+    monkeypatch.setattr(ut, "draw_a", lambda m, seed, d, r: draws.append(d) or draw(m, seed, d, r))
+    kw = SMALL | dict(ttt_batch_size=5)
+    ut.reference_ttt(model, SPLIT, luts(), **kw)
+    docs, cfg = ut.documents(SPLIT), ut.TTTConfig(**kw)
+    order = ut.batches(docs, 5)
+    assert draws == [d for b in order for d in b] and [len(b) for b in order] == [2, 5, 5]
+    chunks = [[len(ut.chunk_spans(docs[d][1], cfg)) for d in b] for b in order]
+    assert [o.steps for o in opts] == [max(c) - 1 for c in chunks for _ in c]
+    draws.clear()
+    ut.reference_ttt(model, SPLIT, luts(), **(kw | dict(ttt_batch_size=3) | OFF))
+    assert draws == ut.batches(docs, 3)[0]
 
 
 # (a) every target once -------------------------------------------------------------------------
@@ -200,7 +300,7 @@ def test_later_tokens_change_no_earlier_score(model):
 def test_the_last_chunk_is_never_trained_on(model, chunk, changes_later):
     """Batches of one: every document in slot 0, whose A (trained) the next document inherits.
     No phases. The first document scored is the longest (index 2: 60 predictions)."""
-    kw = SMALL | dict(ttt_batch_size=1, phased_ttt_num_phases=0)
+    kw = SMALL | dict(ttt_batch_size=1, phased_ttt_prefix_docs=0)
     base = []
     ut.reference_ttt(model, SPLIT, luts(), record=base, **kw)
     d = scoring_order(base)[0]
