@@ -828,7 +828,7 @@ def record_order(state: dict[str, Tensor], num_layers: int) -> list[str]:
     """The record's unbanked names in its order: each bank's layers at the bank's place, the two
     kinds of a bank interleaved (c_q0, proj0, c_q1, ...), then its other tensors in order."""
     names = []
-    for key in bank_state_dict(state, num_layers):
+    for key in record_keys(state, num_layers):  # names only: no bank is built
         kinds = BANKS.get(key, ())
         names += [f"blocks.{i}.{k}.weight" for i in range(num_layers) for k in kinds] or [key]
     return names
@@ -2038,12 +2038,14 @@ RECORD_ORDER = ("skip_weights", "skip_gates", "parallel_post_lambdas", "parallel
 RECORD_BLOCK_ORDER = ("attn_scale", "mlp_scale", "resid_mix", "attn.q_gain", "attn.attn_gate_w")
 
 
-def bank_state_dict(state: dict[str, Tensor], num_layers: int) -> dict[str, Tensor]:
-    """Our state dict in the record's layout: its banks, names, order and shapes."""
-    names = {name: [f"blocks.{i}.{m}.weight" for m in kinds for i in range(num_layers)]
-             for name, kinds in BANKS.items()}  # fmt: skip
-    banked = {name: torch.stack([state[k] for k in keys]) for name, keys in names.items()}
-    rest = [k for k in state if k not in set(itertools.chain(*names.values()))]
+def bank_members(num_layers: int) -> dict[str, list[str]]:
+    return {name: [f"blocks.{i}.{m}.weight" for m in kinds for i in range(num_layers)]
+            for name, kinds in BANKS.items()}  # fmt: skip
+
+
+def record_keys(keys, num_layers: int) -> list[str]:
+    """The record's state-dict keys for ours: its banks, then its other tensors in its order."""
+    members = set(itertools.chain(*bank_members(num_layers).values()))
 
     def place(key: str) -> tuple:
         top = next((n for n, p in enumerate(RECORD_ORDER) if key.startswith(p)), len(RECORD_ORDER))
@@ -2052,7 +2054,14 @@ def bank_state_dict(state: dict[str, Tensor], num_layers: int) -> dict[str, Tens
         layer, suffix = key.split(".", 2)[1:]
         return top, int(layer), RECORD_BLOCK_ORDER.index(suffix)
 
-    return banked | {k: state[k] for k in sorted(rest, key=place)}
+    return [*BANKS, *sorted((k for k in keys if k not in members), key=place)]
+
+
+def bank_state_dict(state: dict[str, Tensor], num_layers: int) -> dict[str, Tensor]:
+    """Our state dict in the record's layout: its banks, names, order and shapes."""
+    banks = bank_members(num_layers)
+    return {k: torch.stack([state[m] for m in banks[k]]) if k in banks else state[k]
+            for k in record_keys(state, num_layers)}  # fmt: skip
 
 
 def unbank_state_dict(state: dict[str, Tensor]) -> dict[str, Tensor]:
