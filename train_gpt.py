@@ -115,6 +115,7 @@ class Hyperparameters:
     beta2: float = knob(0.95, 0, below=1)
     adam_eps: float = knob(1e-8, above=0)
     grad_clip_norm: float = knob(0.0, 0)
+    fused_ce_enabled: bool = False  # the training loss softcaps fp32 logits, as the record's CE
     # the frontier record's network, optimizer and schedule (docs/frontier.md): all off by default
     preset: str = knob("", choices=("", "frontier"))  # frontier: the 1.0611 record's settings
     leaky_relu_slope: float = knob(0.0, 0)  # MLP leaky_relu(x, slope)^2; 0 = the baseline's relu^2
@@ -363,9 +364,10 @@ POLAR_EXPRESS = (  # MUON_POLAR_EXPRESS: one (a, b, c) per step, 5 steps at most
 )
 
 
-def newton_schulz(G: Tensor, coefficients, eps: float = 1e-7) -> Tensor:
+def newton_schulz(G: Tensor, coefficients, eps: float = 1e-7, square_first=False) -> Tensor:
     # Quintic Newton-Schulz iteration that pushes the singular values of G towards 1, in bf16.
-    # G may be a stack of matrices (leading dims): each is normalised on its own.
+    # G may be a stack of matrices (leading dims): each is normalised on its own. bf16 rounds
+    # c*(A@A) (Polar Express, the record's) and the baseline's (c*A)@A differently.
     X = G.bfloat16()
     X /= (X.norm() if X.ndim == 2 else X.norm(dim=(-2, -1), keepdim=True)) + eps
     transposed = G.size(-2) > G.size(-1)
@@ -373,7 +375,7 @@ def newton_schulz(G: Tensor, coefficients, eps: float = 1e-7) -> Tensor:
         X = X.mT
     for a, b, c in coefficients:
         A = X @ X.mT
-        B = b * A + c * A @ A
+        B = b * A + (c * (A @ A) if square_first else c * A @ A)
         X = a * X + B @ X
     return X.mT if transposed else X
 
@@ -383,7 +385,7 @@ def zeropower_via_newtonschulz5(G: Tensor, steps: int = 10, eps: float = 1e-7) -
 
 
 def polar_express(G: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
-    return newton_schulz(G, POLAR_EXPRESS[:steps], eps)
+    return newton_schulz(G, POLAR_EXPRESS[:steps], eps, square_first=True)
 
 
 def normalize_rows(u: Tensor) -> Tensor:  # MuonEq-R: each row to unit norm (fp32 norm)
@@ -576,7 +578,6 @@ FIXED_VARIABLES = {
     "CONTROL_TENSOR_NAME_PATTERNS": ((BASELINE_PATTERNS, FRONTIER_PATTERNS),
                                      f"{PATTERNS_BUILT_IN} (or the record's)"),
     "INT8_KEEP_FLOAT_FP32_NAME_PATTERNS": ((BASELINE_PATTERNS,), PATTERNS_BUILT_IN),
-    "FUSED_CE_ENABLED": (("1", "0"), "the record's Triton loss is speed only; eager runs"),
     "ATTN_OUT_GATE_ENABLED": (("0",), "the record's AttnOutGate (off in its run) is not here"),
     "GATED_ATTN_ENABLED": (("0",), "the record's dense GatedAttn (off in its run) is not here"),
     "ROPE_YARN": (("0",), "YaRN (off in the record's run) is not here"),
@@ -2003,6 +2004,8 @@ class GPT(nn.Module):
         logits = F.linear(x, self.tok_emb.weight) if self.lm_head is None else self.lm_head(x)
         if lora is not None:
             logits = logits + lora.at(None)("head", h).reshape(logits.shape)
+        if self.cfg.fused_ce_enabled and reduction == "mean":  # the record's training loss
+            logits = logits.float()  # its fused CE softcaps in fp32
         logits = self.logit_softcap * torch.tanh(logits / self.logit_softcap)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16: fp32
         return F.cross_entropy(logits, target_ids.reshape(-1), reduction=reduction)

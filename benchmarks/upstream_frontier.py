@@ -426,8 +426,8 @@ def forward_loss(
 
 def polar_express(G: Tensor, steps: int) -> Tensor:
     """§3.1 item 4: orthogonalise each matrix of G (n, rows, cols) in bf16; at most 5 steps.
-    CHOICE: c*A@A multiplies (c*A) by A, the baseline's Newton-Schulz expression (bf16 rounds
-    the two orders differently; the facts give the formula, not the order)."""
+    A@A is formed first, then scaled by c: the record writes c * (A @ A) (FRONTIER.md §3.1 4.3;
+    bf16 rounds it differently from the baseline's (c*A)@A)."""
     X = G.bfloat16()
     tall = X.size(-2) > X.size(-1)
     if tall:
@@ -435,7 +435,7 @@ def polar_express(G: Tensor, steps: int) -> Tensor:
     X = X / (X.norm(dim=(-2, -1), keepdim=True) + 1e-7)
     for a, b, c in POLAR_EXPRESS[:steps]:
         A = X @ X.mT
-        X = a * X + (b * A + c * A @ A) @ X
+        X = a * X + (b * A + c * (A @ A)) @ X
     return X.mT if tall else X
 
 

@@ -381,3 +381,33 @@ def test_one_graph_before_the_loops_switch_on_and_one_after():
         for _ in range(2):
             compiled(x, y).backward()
     assert counters["stats"]["unique_graphs"] - graphs == 2
+
+
+# The record's training loss (issue 36): its fused cross-entropy softcaps fp32 logits -------------
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_training_loss_softcaps_fp32_logits_with_fused_ce_and_bf16_without(fused):
+    """In bf16 (as autocast on the GPU): FUSED_CE_ENABLED=1's training loss ("mean", also a TTT
+    phase's) is the fp32 softcap of the bf16 logits; scoring ("none") and the baseline keep the
+    softcap on the bf16 logits."""
+    cfg = tg.Hyperparameters(vocab_size=64, num_layers=2, model_dim=32, num_heads=4,
+                             num_kv_heads=2, fused_ce_enabled=fused)  # fmt: skip
+    model = tg.build_model(cfg, CPU).bfloat16()
+    with torch.no_grad():
+        model.tok_emb.weight.normal_(0, 2.0, generator=torch.Generator().manual_seed(0))
+    x = torch.randint(0, 64, (2, 40), generator=torch.Generator().manual_seed(1))
+    y = torch.randint(0, 64, (2, 40), generator=torch.Generator().manual_seed(2))
+    normed = []
+    model.final_norm.register_forward_hook(lambda m, i, out: normed.append(out))
+    loss, scores = model(x, y).detach(), model(x, y, "none").detach()
+    z = torch.nn.functional.linear(normed[0].reshape(-1, 32), model.tok_emb.weight).detach()
+    capped = {
+        dtype: (30 * torch.tanh(z.to(dtype) / 30)).float() for dtype in (z.dtype, torch.float32)
+    }
+    ce = {k: torch.nn.functional.cross_entropy(v, y.reshape(-1), reduction="none")
+          for k, v in capped.items()}  # fmt: skip
+    assert torch.equal(scores, ce[torch.bfloat16])
+    mean = {k: torch.nn.functional.cross_entropy(v, y.reshape(-1)) for k, v in capped.items()}
+    assert mean[torch.float32] != mean[torch.bfloat16]  # the test can tell them apart
+    assert torch.equal(loss, mean[torch.float32] if fused else mean[torch.bfloat16])

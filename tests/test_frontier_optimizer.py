@@ -34,15 +34,16 @@ def tiny_cfg(**kw):
     return tg.Hyperparameters(**{**base, **kw})
 
 
-def reference_ns(G: torch.Tensor, tuples) -> torch.Tensor:
-    """One matrix, as §3.1 states it: bf16, transpose if tall, Frobenius-normalise, iterate."""
+def reference_ns(G: torch.Tensor, tuples, square_first=True) -> torch.Tensor:
+    """One matrix, as §3.1 states it: bf16, transpose if tall, Frobenius-normalise, iterate
+    (the record's c * (A @ A); square_first=False: the baseline's (c * A) @ A)."""
     X = G.bfloat16()
     tall = X.size(0) > X.size(1)
     X = X.T if tall else X
     X = X / (X.norm() + 1e-7)
     for a, b, c in tuples:
         A = X @ X.T
-        X = a * X + (b * A + c * A @ A) @ X
+        X = a * X + (b * A + (c * (A @ A) if square_first else c * A @ A)) @ X
     return X.T if tall else X
 
 
@@ -64,6 +65,20 @@ def test_polar_express_runs_the_records_tuples_and_never_more_than_five(shape):
         torch.testing.assert_close(got.float(), expected.float(), atol=2e-2, rtol=0)
     assert torch.equal(tg.polar_express(G, steps=8), tg.polar_express(G, steps=5))
     assert not torch.equal(tg.polar_express(G, steps=5), tg.zeropower_via_newtonschulz5(G, 5))
+
+
+@pytest.mark.parametrize("shape", [(32, 16), (16, 32)])
+def test_polar_express_squares_a_before_scaling_it_and_the_baseline_scales_first(shape):
+    """Issue 36: the record writes c * (A @ A); the baseline (c * A) @ A. bf16 rounds the two
+    differently, so each is bitwise its own expression and not the other's."""
+    G = randn(*shape)
+    express = tg.polar_express(G, steps=5)
+    assert torch.equal(express, reference_ns(G, RECORD_TUPLES, square_first=True))
+    assert not torch.equal(express, reference_ns(G, RECORD_TUPLES, square_first=False))
+    baseline = tg.zeropower_via_newtonschulz5(G, 5)
+    tuples = ((3.4445, -4.7750, 2.0315),) * 5
+    assert torch.equal(baseline, reference_ns(G, tuples, square_first=False))
+    assert not torch.equal(baseline, reference_ns(G, tuples, square_first=True))
 
 
 @pytest.mark.parametrize("ns", [tg.zeropower_via_newtonschulz5, tg.polar_express])
