@@ -115,9 +115,9 @@ class Hyperparameters:
     beta2: float = knob(0.95, 0, below=1)
     adam_eps: float = knob(1e-8, above=0)
     grad_clip_norm: float = knob(0.0, 0)
-    fused_ce_enabled: bool = False  # the training loss softcaps fp32 logits, as the record's CE
     # the frontier record's network, optimizer and schedule (docs/frontier.md): all off by default
-    preset: str = knob("", choices=("", "frontier"))  # frontier: the 1.0611 record's settings
+    preset: str = knob("", choices=("", "frontier", "pr1855", "pr2014", "pr2135"))  # PRESETS
+    fused_ce_enabled: bool = False  # the training loss softcaps fp32 logits, as the record's CE
     leaky_relu_slope: float = knob(0.0, 0)  # MLP leaky_relu(x, slope)^2; 0 = the baseline's relu^2
     xsa_last_n: int = knob(0, 0)  # XSA (value direction removed) on the last N layers
     rope_dims: int = knob(0, 0)  # RoPE on the first ROPE_DIMS of a head, fp32 positions; 0 = all
@@ -146,6 +146,13 @@ class Hyperparameters:
     warmdown_frac: float = knob(0.0, 0, 1)  # > 0: warm-down over this fraction of the time budget
     min_lr: float = knob(0.0, 0, 1)  # the warm-down's floor (WARMDOWN_FRAC only)
     gptq_reserve_seconds: float = knob(0.0, 0)  # training stops this much before the cap
+    # the May records' (docs/frontier.md#the-may-records)
+    train_seq_schedule: str = ""  # L@p,...: (docpack) documents cut at L while progress <= p
+    train_seq_schedule_mode: str = knob("wallclock", choices=("wallclock",))  # LR's progress
+    seq_change_warmup_steps: int = knob(0, 0)  # after a switch the LR re-warms over N steps
+    asym_logit_rescale: bool = False  # scoring softcaps z > 0 and z < 0 by their own scalars
+    asym_logit_layout: str = knob("pr2014", choices=("pr2014", "pr2135"))  # its file, z = 0
+    smear_gate_bos_fix: bool = True  # 0: SmearGate also adds into a BOS (#2135's run)
     # the record's quantizer and artifact (docs/frontier.md#the-artifact); int8 = the baseline's
     quantizer: str = knob("int8", choices=("int8", "gptq"))  # gptq: final_model.int6.ptz
     matrix_bits: int = knob(6, 2, 8)  # GPTQ's bits for the blocks' matrices
@@ -282,18 +289,28 @@ class Hyperparameters:
              and importlib.util.find_spec("brotli") is None,
              f"QUANTIZER={self.quantizer} COMPRESSOR={self.compressor}: needs the brotli package "
              f"(pip install -r requirements.txt)"),
+            (self.warmdown_frac and self.warmdown_iters,
+             f"WARMDOWN_ITERS={self.warmdown_iters}: expected 0 with WARMDOWN_FRAC (the May "
+             f"records' wall-clock WARMDOWN_ITERS is not here)"),
+            (self.train_seq_schedule and self.train_loader != "docpack",
+             "TRAIN_SEQ_SCHEDULE: expected TRAIN_LOADER=docpack (its cut changes with it)"),
             (self.eval_stride and self.val_doc_attention,
              "EVAL_STRIDE with VAL_DOC_ATTENTION=1: not supported; sliding windows attend "
              "across documents, as the records' evaluation does"),
         ]:  # fmt: skip
             if broken:
                 raise ConfigError(message)
+        span = self.train_batch_tokens // (world_size * accum)  # a rank's micro-batch
+        if any(span % n for _, n in seq_stages(self)):
+            raise ConfigError(f"TRAIN_SEQ_SCHEDULE={self.train_seq_schedule!r}: expected lengths "
+                              f"that divide a rank's micro-batch of {span} tokens")  # fmt: skip
 
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(Hyperparameters)}
-# PRESET=frontier: the 2026-04-27 record's run (PR #1855, 1.0611), as its log's hyperparameter
-# dump gives it, with our names for what it hard-codes. Its data: sp8192 CaseOps (docs/data.md).
-PRESETS = {"frontier": {
+# One preset per leaderboard row: the record's run as its log's hyperparameter dump gives it, with
+# our names for what it hard-codes (FRONTIER.md, FRONTIER_MAY.md 1.17); PRESET=frontier: the top
+# row. Their data: sp8192 CaseOps (docs/data.md). PRESET=pr1855: 2026-04-27, 1.0611.
+PR1855 = {
     "NUM_LAYERS": "11", "MLP_MULT": "4.0", "VOCAB_SIZE": "8192", "QK_GAIN_INIT": "5.0",
     "XSA_LAST_N": "11", "ROPE_DIMS": "16", "LN_SCALE": "1", "SKIP_GATES_ENABLED": "1",
     "NUM_LOOPS": "2", "LOOP_START": "3", "LOOP_END": "5", "ENABLE_LOOPING_AT": "0.35",
@@ -310,7 +327,32 @@ PRESETS = {"frontier": {
     "EVAL_SEQ_LEN": "2048", "EVAL_TTT": "1", "QUANTIZER": "gptq", "EMBED_BITS": "7",
     "EMBED_CLIP_SIGMAS": "14.0", "MLP_CLIP_SIGMAS": "11.5", "GATED_ATTN_QUANT_GATE": "1",
     "COMPRESSOR": "brotli",  # the run's pergroup needs lrzip (not here): brotli, its default
-}}  # fmt: skip
+    "FUSED_CE_ENABLED": "1", "WARMDOWN_ITERS": "0", "PHASED_TTT_NUM_PHASES": "3",
+}  # fmt: skip
+PR2014 = PR1855 | {  # 2026-04-30, 1.0576: #1855 and progressive context, TTT and AWQ levers
+    "TRAIN_SEQ_LEN": "3072", "TRAIN_SEQ_SCHEDULE": "1024@0.100,2048@0.700,3072@1.000",
+    "TRAIN_SEQ_SCHEDULE_MODE": "wallclock", "SEQ_CHANGE_WARMUP_STEPS": "32",
+    "COMPILE_SHAPE_WARMUP": "1", "ROPE_TRAIN_SEQ_LEN": "3072", "EVAL_SEQ_LEN": "3072",
+    "TTT_EVAL_SEQ_LEN": "3072", "EVAL_INCLUDE_TAIL": "1", "QK_GAIN_INIT": "5.25",
+    "GPTQ_RESERVE_SECONDS": "4.0", "AWQ_LITE_ENABLED": "1", "AWQ_LITE_BITS": "8",
+    "AWQ_LITE_GROUP_TOP_K": "1", "AWQ_LITE_GROUP_SIZE": "64", "ASYM_LOGIT_RESCALE": "1",
+    "PHASED_TTT_NUM_PHASES": "1", "TTT_BATCH_SIZE": "24", "TTT_LOCAL_LR_MULT": "0.75",
+    "TTT_MASK": "no_qv", "TTT_Q_LORA": "0", "TTT_V_LORA": "0",
+    "TTT_SHORT_SCORE_FIRST_ENABLED": "1", "TTT_SHORT_SCORE_FIRST_STEPS": "256:8,2000:24",
+    "TTT_SHORT_DOC_LEN": "2000", "TTT_SHORT_CHUNK_SIZE": "24",
+}  # fmt: skip
+# (#2014's EVAL_STRIDE=1536 is read by nothing there; here it would add a sliding-window score)
+PR2135 = PR1855 | {  # 2026-05-01, 1.0565: #1855's network, #1797's code line, TTT levers
+    "MATRIX_LR": "0.028", "EVAL_SEQ_LEN": "2560", "TTT_EVAL_SEQ_LEN": "2560",
+    "GPTQ_CALIBRATION_BATCHES": "32", "GATED_ATTN_QUANT_GATE": "0", "LQER_ASYM_GROUP": "32",
+    "ASYM_LOGIT_RESCALE": "1", "ASYM_LOGIT_LAYOUT": "pr2135", "SMEAR_GATE_BOS_FIX": "0",
+    "VAL_LOSS_EVERY": "4000", "PHASED_TTT_NUM_PHASES": "1", "TTT_LORA_LR": "8e-5",
+    "TTT_WEIGHT_DECAY": "2.0",
+    # "TTT_K_LORA": "0": live with the TTT masks (issue 37); NGRAM_TILT_ENABLED=1 and its
+    # TOKEN_*/WITHIN_*/WORD_*/AGREE_ADD_BOOST go here with the n-gram tilt, and the run's
+    # COMPRESSOR=pergroup (#2135's format) with the per-group compressor.
+}  # fmt: skip
+PRESETS = {"pr1855": PR1855, "pr2014": PR2014, "pr2135": PR2135, "frontier": PR2135}
 
 
 def check_bounds(name: str, value, low=None, high=None, above=None, below=None, choices=None):
@@ -519,6 +561,22 @@ def lr_multiplier(step, elapsed_ms, iterations, warmdown_iters, max_wallclock_ms
     return remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
 
 
+def seq_stages(cfg: Hyperparameters) -> list[tuple[float, int]]:
+    """TRAIN_SEQ_SCHEDULE's stages (p, L) by p, the last at p = 1: training cuts documents at the
+    L of the first stage whose p is at least its progress. Without it: TRAIN_SEQ_LEN throughout."""
+    plan, want = cfg.train_seq_schedule, "L@p items (L > 0, 0 < p <= 1), longest L TRAIN_SEQ_LEN"
+    if not plan:
+        return [(1.0, cfg.train_seq_len)]
+    try:
+        stages = sorted((float(p), int(n)) for n, p in (i.split("@") for i in plan.split(",")))
+    except ValueError:
+        stages = [(0.0, 0)]
+    ps, lengths = zip(*stages, strict=True)
+    if not 0 < min(ps) <= max(ps) <= 1 or min(lengths) < 1 or max(lengths) != cfg.train_seq_len:
+        raise ConfigError(f"TRAIN_SEQ_SCHEDULE={plan!r}: expected {want}={cfg.train_seq_len}")
+    return stages + [(1.0, stages[-1][1])] * (stages[-1][0] < 1)
+
+
 # -----------------------------
 # BITS PER BYTE
 # -----------------------------
@@ -593,6 +651,20 @@ FIXED_VARIABLES = {
     "GLOBAL_TTT_BATCH_SEQS": (("32",), "a phase's SGD step is one GLOBAL_TTT_CHUNK_TOKENS chunk"),
     "GLOBAL_TTT_WARMUP_CHUNKS": (("0",), "a phase's learning rate has no warm-up"),
     "GLOBAL_TTT_RESPECT_DOC_BOUNDARIES": (("1",), "a phase's attention never crosses a BOS"),
+    # the May records' (FRONTIER_MAY.md 1.1, 1.14, 1.16): inert in their runs, or ours differ
+    "COMPILE_SHAPE_WARMUP": (("0", "1"), "every shape training reaches compiles before the clock"),
+    "COMPILE_SHAPE_WARMUP_ITERS": (("1",), "each shape compiles in WARMUP_STEPS steps"),
+    "COMPILE_SHAPE_WARMUP_LOOP_MODES": (("auto",), "the shapes are the ones training reaches"),
+    "DYNAMO_CACHE_SIZE_LIMIT": (("128",), "128 graphs per function"),
+    "DYNAMO_ACCUMULATED_CACHE_SIZE_LIMIT": (("1024",), "dynamo's default"),
+    "ROPE_TRAIN_SEQ_LEN": (("2048", "3072"), "read by YaRN only (not here)"),
+    "MIDRUN_CAP_SCHEDULE": (("",), "a stepwise LR multiplier (empty in #2014's run) is not here"),
+    "FORCE_STOP_STEP": (("0",), "training stops at ITERATIONS or the cap"),
+    "QK_GAIN_INIT_SCHEDULE": (("",), "a per-layer q_gain init (empty in #2135's run) is not here"),
+    "MUON_HUBER_WD": (("0",), "Muon's Huber weight decay (off in #2135's run) is not here"),
+    "OPTROT_ENABLED": (("0",), "the Hadamard rotations (off in #2135's run) are not here"),
+    "GLOBAL_TTT_OPTIMIZER": (("sgd",), "a phase trains with SGD, as the records' runs"),
+    "PERGROUP_ROUNDTRIP_CHECK": (("0",), "off, as in #2135's run"),
 }  # fmt: skip
 INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
 INT8_CLIP_Q = 99.99984 / 100.0
@@ -1911,6 +1983,9 @@ class GPT(nn.Module):
         self.cfg, self.documents = cfg, attention.documents
         self.logit_softcap = cfg.logit_softcap
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.model_dim)
+        if cfg.asym_logit_rescale:  # never trained (the loss that trains is symmetric): no grad
+            self.softcap_pos = nn.Parameter(torch.tensor(cfg.logit_softcap), requires_grad=False)
+            self.softcap_neg = nn.Parameter(torch.tensor(cfg.logit_softcap), requires_grad=False)
         if cfg.smear_gate_enabled:  # built here: its init draws come right after the embedding's
             self.smear_gate = CastedLinear(cfg.gate_window, 1, bias=False)
             self.smear_gate._zero_init = True
@@ -1959,9 +2034,12 @@ class GPT(nn.Module):
 
     def smear(self, x: Tensor, input_ids: Tensor) -> Tensor:
         """SMEAR_GATE_ENABLED: token t adds lambda * sigmoid(w . x_t[:GATE_WINDOW]) * x_(t-1),
-        except where t is a BOS (a document takes nothing from the one before)."""
+        except where t is a BOS (a document takes nothing from the one before; unless
+        SMEAR_GATE_BOS_FIX=0)."""
         w, lam = self.smear_gate.weight.to(x.dtype), self.smear_lambda.to(x.dtype)
-        gate = torch.sigmoid(x[:, 1:, : w.size(1)] @ w.T) * (input_ids[:, 1:, None] != BOS_ID)
+        gate = torch.sigmoid(x[:, 1:, : w.size(1)] @ w.T)
+        if self.cfg.smear_gate_bos_fix:
+            gate = gate * (input_ids[:, 1:, None] != BOS_ID)
         return torch.cat((x[:, :1], x[:, 1:] + lam * gate * x[:, :-1]), dim=1)
 
     def forward(
@@ -2004,9 +2082,13 @@ class GPT(nn.Module):
         logits = F.linear(x, self.tok_emb.weight) if self.lm_head is None else self.lm_head(x)
         if lora is not None:
             logits = logits + lora.at(None)("head", h).reshape(logits.shape)
+        cap = self.logit_softcap  # training's (reduction "mean"); scoring's may be a pair:
+        if self.cfg.asym_logit_rescale and reduction != "mean":  # z = 0 is 0 in either layout
+            positive = logits > 0 if self.cfg.asym_logit_layout == "pr2014" else logits >= 0
+            cap = torch.where(positive, self.softcap_pos, self.softcap_neg).to(logits.dtype)
         if self.cfg.fused_ce_enabled and reduction == "mean":  # the record's training loss
             logits = logits.float()  # its fused CE softcaps in fp32
-        logits = self.logit_softcap * torch.tanh(logits / self.logit_softcap)
+        logits = cap * torch.tanh(logits / cap)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16: fp32
         return F.cross_entropy(logits, target_ids.reshape(-1), reduction=reduction)
 
@@ -2037,7 +2119,8 @@ def build_model(cfg: Hyperparameters, device: torch.device, attention=None) -> G
 BANKS = {"qo_bank": ("attn.c_q", "attn.proj"), "kv_bank": ("attn.c_k", "attn.c_v"),
          "mlp_up_bank": ("mlp.fc",), "mlp_down_bank": ("mlp.proj",)}  # fmt: skip
 RECORD_ORDER = ("skip_weights", "skip_gates", "parallel_post_lambdas", "parallel_resid_lambdas",
-                "smear_lambda", "tok_emb.weight", "blocks.", "smear_gate.weight")  # fmt: skip
+                "smear_lambda", "softcap_", "tok_emb.weight", "blocks.",
+                "smear_gate.weight")  # fmt: skip
 RECORD_BLOCK_ORDER = ("attn_scale", "mlp_scale", "resid_mix", "attn.q_gain", "attn.attn_gate_w")
 
 
@@ -2046,8 +2129,9 @@ def bank_members(num_layers: int) -> dict[str, list[str]]:
             for name, kinds in BANKS.items()}  # fmt: skip
 
 
-def record_keys(keys, num_layers: int) -> list[str]:
-    """The record's state-dict keys for ours: its banks, then its other tensors in its order."""
+def record_keys(keys, num_layers: int, pair_first=False) -> list[str]:
+    """The record's state-dict keys for ours: its banks, then its other tensors in its order
+    (#2135's: its softcap pair first)."""
     members = set(itertools.chain(*bank_members(num_layers).values()))
 
     def place(key: str) -> tuple:
@@ -2057,14 +2141,16 @@ def record_keys(keys, num_layers: int) -> list[str]:
         layer, suffix = key.split(".", 2)[1:]
         return top, int(layer), RECORD_BLOCK_ORDER.index(suffix)
 
-    return [*BANKS, *sorted((k for k in keys if k not in members), key=place)]
+    rest = sorted((k for k in keys if k not in members), key=place)
+    pair = [k for k in rest if pair_first and k.startswith("softcap_")]
+    return [*pair, *BANKS, *(k for k in rest if k not in pair)]
 
 
-def bank_state_dict(state: dict[str, Tensor], num_layers: int) -> dict[str, Tensor]:
+def bank_state_dict(state: dict[str, Tensor], num_layers: int, pair_first=False) -> dict:
     """Our state dict in the record's layout: its banks, names, order and shapes."""
     banks = bank_members(num_layers)
     return {k: torch.stack([state[m] for m in banks[k]]) if k in banks else state[k]
-            for k in record_keys(state, num_layers)}  # fmt: skip
+            for k in record_keys(state, num_layers, pair_first)}  # fmt: skip
 
 
 def unbank_state_dict(state: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -2079,8 +2165,9 @@ def unbank_state_dict(state: dict[str, Tensor]) -> dict[str, Tensor]:
 
 def file_state_dict(model: GPT) -> dict[str, Tensor]:
     """What final_model.pt holds: the baseline's state dict, or the record's banked one."""
-    state = model.state_dict()
-    return bank_state_dict(state, len(model.blocks)) if model.cfg.parameter_banks else state
+    state, cfg = model.state_dict(), model.cfg
+    pair_first = cfg.asym_logit_layout == "pr2135"
+    return bank_state_dict(state, len(model.blocks), pair_first) if cfg.parameter_banks else state
 
 
 def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim.Optimizer], Muon]:
@@ -2541,8 +2628,8 @@ def build_network(cfg: Hyperparameters, rt: Runtime) -> Network:
     torch.manual_seed(cfg.seed)  # every device's generator too
     attention = select_attention(cfg.attention_backend, rt.device)
     base = build_model(cfg, rt.device, attention)
-    for limit in ("recompile_limit", "cache_size_limit"):  # EVAL_TTT: a graph per TTT shape
-        if cfg.eval_ttt and hasattr(torch._dynamo.config, limit):
+    for limit in ("recompile_limit", "cache_size_limit"):  # a graph per shape (TTT, schedule)
+        if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 128)
     compiled = torch.compile(base, dynamic=False, fullgraph=True) if rt.cuda else base
     model = compiled
@@ -2631,7 +2718,10 @@ class Trainer(ClosedOnExit):
         # the ranks agree on the cap over gloo: a host waits for the others, never for its device
         gloo = rt.distributed and rt.cuda and self.cap_ms is not None
         self.cap_group = dist.new_group(backend="gloo") if gloo else None
-        self.cap_flag = torch.zeros(1, dtype=torch.int32)  # made once: no allocation per step
+        self.agreed = torch.zeros(1, dtype=torch.float64)  # made once: no allocation per step
+        self.agreed_ms = 0.0  # training time at the last step's end (under a cap: the slowest's)
+        self.stages = seq_stages(cfg)  # TRAIN_SEQ_SCHEDULE: the length follows agreed_ms too
+        self.seq_len, self.rewarm_from = self.stages[0][1], None  # the active length, its start
         self.step_ends = (torch.cuda.Event(), torch.cuda.Event()) if rt.cuda else None
         self.loader = None
         self.step = 0
@@ -2660,7 +2750,7 @@ class Trainer(ClosedOnExit):
 
     def forward_backward(self) -> Tensor:  # every micro-step: the mean loss, left on the device
         cfg, rt, model = self.cfg, self.rt, self.net.model
-        shape = (cfg.train_batch_tokens, cfg.train_seq_len, rt.grad_accum_steps)
+        shape = (cfg.train_batch_tokens, self.seq_len, rt.grad_accum_steps)
         train_loss = torch.zeros((), device=rt.device)
         for micro_step in range(rt.grad_accum_steps):
             if rt.distributed:  # gradients are all-reduced on the last micro-step only
@@ -2668,7 +2758,7 @@ class Trainer(ClosedOnExit):
             with self.probe.phase("data_wait"):
                 batch = self.loader.next_batch(*shape)
             with self.probe.phase("forward"), rt.autocast():
-                loss = model(*batch[:2], **document_kwargs(batch, cfg.train_seq_len))
+                loss = model(*batch[:2], **document_kwargs(batch, self.seq_len))
             train_loss += loss.detach()
             with self.probe.phase("backward"):
                 (loss / rt.grad_accum_steps).backward()  # a power of 2: exactly loss * (1/accum)
@@ -2685,9 +2775,11 @@ class Trainer(ClosedOnExit):
                 self.ema.update()
 
     def set_schedules(self, elapsed: float) -> None:
-        cfg, cap_ms = self.cfg, self.cap_ms
+        cfg, cap_ms, n = self.cfg, self.cap_ms, self.cfg.seq_change_warmup_steps
         warmdown = (cfg.warmdown_iters, cap_ms, cfg.warmdown_frac, cfg.min_lr)
         scale = lr_multiplier(self.step, elapsed, cfg.iterations, *warmdown)
+        if n and self.rewarm_from is not None:  # after a switch of length, below MIN_LR too
+            scale *= min((self.step - self.rewarm_from + 1) / n, 1.0)
         warmup = cfg.muon_momentum_warmup_steps
         frac = min(self.step / warmup, 1.0) if warmup > 0 else 1.0
         momentum = (1 - frac) * cfg.muon_momentum_warmup_start + frac * cfg.muon_momentum
@@ -2697,13 +2789,32 @@ class Trainer(ClosedOnExit):
             for group in opt.param_groups:
                 group["lr"] = group["base_lr"] * scale
 
-    def switch_loops_on(self, elapsed: float) -> None:
+    def switch_loops_on(self, frac: float) -> None:
         """NUM_LOOPS: from ENABLE_LOOPING_AT of training on, for good (a recompile, once)."""
-        frac = training_fraction(self.step, elapsed, self.cfg.iterations, self.cap_ms)
         if frac >= self.cfg.enable_looping_at:
             self.net.base.looping = True
             layers = loop_layers(self.net)
             self.log0(f"layer_loop:enabled step:{self.step} frac:{frac:.3f} {layers}")
+
+    def switch_seq_len(self, frac: float) -> None:
+        """TRAIN_SEQ_SCHEDULE: the first stage whose p >= frac; its switch re-warms the LR."""
+        length = next((n for p, n in self.stages if frac <= p), self.stages[-1][1])
+        if length != self.seq_len:
+            self.seq_len, self.rewarm_from, n = length, self.step, self.cfg.seq_change_warmup_steps
+            where = f"step:{self.step}"
+            self.log0(f"growth_stage:seq_len:{length} progress:{frac:.3f} {where}")
+            if n:
+                self.log0(f"growth_stage_rewarmup:start {where} steps:{n} seq_len:{length}")
+
+    def compile_shapes(self) -> list[tuple[int, bool]]:
+        """Each (length, looping) training reaches, the record's `auto` shapes: a stage (a, b]
+        runs plain if a < ENABLE_LOOPING_AT, looped if b >= it and NUM_LOOPS."""
+        cfg, shapes, a = self.cfg, [], 0.0
+        for b, n in self.stages:
+            shapes += [(n, False)] * (a < cfg.enable_looping_at or not cfg.num_loops)
+            shapes += [(n, True)] * (cfg.num_loops > 0 and b >= cfg.enable_looping_at)
+            a = b
+        return shapes
 
     def elapsed_ms(self) -> float:  # training time: validation is excluded
         return self.training_time_ms + 1000.0 * (self.clock() - self.resumed_at)
@@ -2723,12 +2834,18 @@ class Trainer(ClosedOnExit):
         model_state = {name: t.detach().cpu().clone() for name, t in net.base.state_dict().items()}
         optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in net.optimizers]
         self.open_loader()
-        self.warm_up("warmup_step")
-        if cfg.num_loops:  # the looped graph compiles before the clock too
-            net.base.looping = True
-            self.log0(f"loop_warmup:enabled {loop_layers(net)}")
-            self.warm_up("loop_warmup_step")
-            net.base.looping = False
+        shapes = self.compile_shapes()  # each graph training needs compiles before the clock
+        if cfg.train_seq_schedule:
+            names = ",".join(f"{n}x{'loop' if looping else 'plain'}" for n, looping in shapes)
+            self.log0(f"compile_shape_warmup:start {names}")
+        for self.seq_len, net.base.looping in shapes:
+            if cfg.train_seq_schedule:
+                loop = int(net.base.looping)
+                self.log0(f"compile_shape_warmup:shape seq_len:{self.seq_len} loop:{loop}")
+            if net.base.looping:
+                self.log0(f"loop_warmup:enabled {loop_layers(net)}")
+            self.warm_up("loop_warmup_step" if net.base.looping else "warmup_step")
+        net.base.looping, self.seq_len = False, self.stages[0][1]
         # Unlike the record on 8 GPUs, Muon's momentum is restored too (it is optimizer state).
         net.base.load_state_dict(model_state, strict=True)
         for opt, state in zip(net.optimizers, optimizer_states, strict=True):
@@ -2748,6 +2865,10 @@ class Trainer(ClosedOnExit):
         if cfg.ema_decay > 0 and self.ema is None:  # else resumed
             self.ema = EMA(self.net.base, cfg.ema_decay)
         self.open_loader(self.resume_position)
+        if cfg.train_seq_schedule and not self.step:
+            plan = ",".join(f"{n}@{p:.3f}" for p, n in self.stages)
+            self.log0(f"train_seq_schedule:{plan}")
+            self.log0(f"growth_stage:seq_len:{self.seq_len} progress:0.000")
         self.probe.data_wait_total_ms = 0.0
         profiler = pipeline_profiler(cfg, self.rt) if cfg.pipeline_trace else None
         self.resume_clock()
@@ -2782,9 +2903,11 @@ class Trainer(ClosedOnExit):
             )
 
     def train_one_step(self) -> None:
-        cfg, step, elapsed = self.cfg, self.step + 1, self.elapsed_ms()
+        cfg, step, elapsed = self.cfg, self.step + 1, self.agreed_ms  # every rank's decisions:
+        frac = training_fraction(self.step, elapsed, cfg.iterations, self.cap_ms)  # the same
         if cfg.num_loops and not self.net.base.looping:
-            self.switch_loops_on(elapsed)
+            self.switch_loops_on(frac)
+        self.switch_seq_len(frac)
         self.set_schedules(elapsed)
         self.probe.begin_step(step)
         train_loss = self.forward_backward()
@@ -2805,13 +2928,13 @@ class Trainer(ClosedOnExit):
                 f"train_time:{elapsed_ms:.0f}ms step_avg:{elapsed_ms / step:.2f}ms"
             )
         self.probe.log_finished()
-        if self.cap_ms is not None:
-            self.cap_flag[0] = int(elapsed_ms >= self.cap_ms)
-            if self.rt.distributed:  # by any rank
-                dist.all_reduce(self.cap_flag, op=dist.ReduceOp.MAX, group=self.cap_group)
-            if self.cap_flag[0]:  # every rank agrees: this step is the last
-                self.stopping = True
-                self.log0(f"wallclock_cap_reached step:{step} train_time:{elapsed_ms:.0f}ms")
+        self.agreed[0] = elapsed_ms
+        if self.cap_ms is not None and self.rt.distributed:  # the ranks' slowest clock
+            dist.all_reduce(self.agreed, op=dist.ReduceOp.MAX, group=self.cap_group)
+        self.agreed_ms = float(self.agreed[0])
+        if self.cap_ms is not None and self.agreed_ms >= self.cap_ms:  # every rank agrees:
+            self.stopping = True  # this step is the last
+            self.log0(f"wallclock_cap_reached step:{step} train_time:{elapsed_ms:.0f}ms")
 
     def resume(self, checkpoint: dict) -> None:
         """A checkpoint's state (after the warm-up, which would restore the initial weights)."""
@@ -2832,7 +2955,8 @@ class Trainer(ClosedOnExit):
         if self.cfg.ema_decay > 0:
             self.ema = EMA(net.base, self.cfg.ema_decay, checkpoint["ema"])
         self.step, self.stopping = meta["step"], meta["stopping"]
-        self.training_time_ms = ms = meta["training_time_ms"]
+        self.training_time_ms = self.agreed_ms = ms = meta["training_time_ms"]
+        self.seq_len, self.rewarm_from = meta.get("seq_stage", (self.seq_len, None))
         self.log0(f"resumed_from:{checkpoint['folder']} step:{self.step} train_time:{ms:.0f}ms")
 
     def log_summary(self) -> None:
@@ -2894,7 +3018,8 @@ def save_checkpoint(trainer: Trainer) -> None:
             torch.save(trainer.ema.state_dict(), tmp / "ema.pt")
             fsync(tmp / "ema.pt")
         meta = {"step": trainer.step, "training_time_ms": trainer.training_time_ms,
-                "stopping": trainer.stopping, "config": resume_identity(cfg, rt)}  # fmt: skip
+                "stopping": trainer.stopping, "seq_stage": (trainer.seq_len, trainer.rewarm_from),
+                "config": resume_identity(cfg, rt)}  # fmt: skip
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         for path in (tmp / "model.pt", tmp / "meta.json", tmp):
             fsync(path)

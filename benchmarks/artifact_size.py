@@ -1,6 +1,6 @@
 """The artifact's bytes per component and the quantizer's time on the CPU, at a full shape.
 
-    .venv/bin/python benchmarks/artifact_size.py --shape frontier   # PRESET=frontier's network
+    .venv/bin/python benchmarks/artifact_size.py --shape frontier   # PRESET=pr1855's network
     .venv/bin/python benchmarks/artifact_size.py --shape baseline   # the baseline's, QUANTIZER=gptq
 
 The weights are random (every matrix N(0, 1/in), the embedding N(0, 0.02), controls at their init;
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train_gpt as tg
 
 SHAPES = {
-    "frontier": {"PRESET": "frontier"},
+    "frontier": {"PRESET": "pr1855"},
     "baseline": {"QUANTIZER": "gptq", "COMPRESSOR": "brotli"},
 }
 

@@ -24,7 +24,7 @@ Validation time: the eval_time of the final_int8_zlib_roundtrip line (a full, wa
 
 --losses N runs the baseline and train_gpt.py (ATTENTION_BACKEND=sdpa) for N steps with
 TRAIN_LOG_EVERY=1 on --loss-data and reports the largest train_loss difference.
---rows frontier,frontier_looped,record_batch times the frontier record's settings (PRESET=frontier,
+--rows frontier,frontier_looped,record_batch times the frontier record's settings (PRESET=pr1855,
 before and after loop activation) beside the baseline's network on the same batch.
 --profile N records a torch.profiler trace of N prefetching steps of setting b after the timed
 steps, and says which streams the copies ran on and how long the compute stream sat idle.
@@ -60,11 +60,11 @@ ROW_ENV = {
     "sync": {"TRAIN_PREFETCH": "0", "VAL_PREFETCH": "0"},
     "prefetch": {"TRAIN_PREFETCH": "1", "VAL_PREFETCH": "1"},
     "resident": {"TRAIN_PREFETCH": "0", "VAL_PREFETCH": "1"},
-    # the frontier record's settings (PRESET=frontier, prefetching) before and after its layers
+    # the frontier record's settings (PRESET=pr1855, prefetching) before and after its layers
     # loop, and the baseline's network on the record's batch (786,432 tokens of 2048, docpack);
     # VOCAB_SIZE stays 1024 (the synthetic shards'), where the record's vocabulary is 8192
-    "frontier": {"PRESET": "frontier", "EVAL_TTT": "0", "ENABLE_LOOPING_AT": "1"},
-    "frontier_looped": {"PRESET": "frontier", "EVAL_TTT": "0", "ENABLE_LOOPING_AT": "0"},
+    "frontier": {"PRESET": "pr1855", "EVAL_TTT": "0", "ENABLE_LOOPING_AT": "1"},
+    "frontier_looped": {"PRESET": "pr1855", "EVAL_TTT": "0", "ENABLE_LOOPING_AT": "0"},
     "record_batch": {
         "TRAIN_BATCH_TOKENS": "786432",
         "TRAIN_SEQ_LEN": "2048",

@@ -162,7 +162,7 @@ def test_looping_changes_only_the_order_the_layers_run_in():
 
 
 def test_the_records_full_shape_has_its_parameter_count_and_names():
-    cfg = tg.Hyperparameters.from_env({"PRESET": "frontier"}, world_size=8)
+    cfg = tg.Hyperparameters.from_env({"PRESET": "pr1855"}, world_size=8)
     with torch.device("meta"):
         model = tg.GPT(cfg)
     state = tg.bank_state_dict(model.state_dict(), cfg.num_layers)
@@ -316,7 +316,7 @@ def test_the_schedule_and_the_loop_switch_are_the_references(cap, reserve):
 # End to end: the record's settings at a tiny width, under torchrun ------------------------------
 
 TINY_FRONTIER = dict(
-    PRESET="frontier", NUM_LAYERS=4, MODEL_DIM=32, NUM_HEADS=4, NUM_KV_HEADS=2, XSA_LAST_N=4,
+    PRESET="pr1855", NUM_LAYERS=4, MODEL_DIM=32, NUM_HEADS=4, NUM_KV_HEADS=2, XSA_LAST_N=4,
     ROPE_DIMS=4, LOOP_START=1, LOOP_END=2, PARALLEL_START_LAYER=2, TRAIN_SEQ_LEN=64,
     TRAIN_BATCH_TOKENS=1024, VAL_BATCH_SIZE=4096, MAX_VAL_TOKENS=6000, ENABLE_LOOPING_AT=0.5,
     TRAIN_LOG_EVERY=1, EVAL_STRIDE=32, EVAL_SEQ_LEN=64, TTT_BATCH_SIZE=4, TTT_CHUNK_SIZE=16,

@@ -329,7 +329,7 @@ def test_the_quantized_weights_lines_are_the_records():
 
 
 def test_the_quantizer_variables_and_the_preset():
-    cfg = tg.Hyperparameters.from_env({"PRESET": "frontier", "RUN_ID": "r"})
+    cfg = tg.Hyperparameters.from_env({"PRESET": "pr1855", "RUN_ID": "r"})
     assert (cfg.quantizer, cfg.compressor, cfg.embed_bits, cfg.matrix_bits) == (
         "gptq",
         "brotli",
@@ -393,8 +393,8 @@ def test_every_rank_collects_rank_0s_hessians_and_the_world_size_picks_the_data(
 
 # End to end ------------------------------------------------------------------------------------
 
-E2E = dict(  # PRESET=frontier at a width where the embedding and the MLPs go through GPTQ
-    PRESET="frontier", NUM_LAYERS=4, MODEL_DIM=128, MLP_MULT=4.5, NUM_HEADS=4, NUM_KV_HEADS=2,
+E2E = dict(  # PRESET=pr1855 at a width where the embedding and the MLPs go through GPTQ
+    PRESET="pr1855", NUM_LAYERS=4, MODEL_DIM=128, MLP_MULT=4.5, NUM_HEADS=4, NUM_KV_HEADS=2,
     XSA_LAST_N=4, ROPE_DIMS=4, LOOP_START=1, LOOP_END=2, PARALLEL_START_LAYER=2,
     TRAIN_SEQ_LEN=64, TRAIN_BATCH_TOKENS=1024, VAL_BATCH_SIZE=4096, MAX_VAL_TOKENS=6000,
     ENABLE_LOOPING_AT=0.5, EVAL_TTT=0, GPTQ_CALIBRATION_BATCHES=2, ITERATIONS=4, VAL_LOSS_EVERY=0,

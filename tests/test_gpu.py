@@ -333,14 +333,14 @@ def test_ttt_chunk_steps_never_wait_on_the_gpu_and_compile_a_fixed_set_of_graphs
 
 
 def test_frontier_steps_compile_before_the_clock_and_never_wait_on_the_gpu(tmp_path):
-    """PRESET=frontier at a small width, docpack and compiled: the priming steps (unlooped and
+    """PRESET=pr1855 at a small width, docpack and compiled: the priming steps (unlooped and
     looped) compile every graph; the loop switch in the middle of training and the steps around
     it compile nothing and never sync (sync debug mode "error")."""
     from torch._dynamo.utils import counters
 
     write_consecutive(tmp_path, [400_000], vocab=1024)
     env = {
-        "PRESET": "frontier", "DATA_PATH": str(tmp_path), "VOCAB_SIZE": "1024",
+        "PRESET": "pr1855", "DATA_PATH": str(tmp_path), "VOCAB_SIZE": "1024",
         "NUM_LAYERS": "4", "MODEL_DIM": "64", "NUM_HEADS": "4", "NUM_KV_HEADS": "2",
         "XSA_LAST_N": "4", "ROPE_DIMS": "8", "LOOP_START": "1", "LOOP_END": "2",
         "PARALLEL_START_LAYER": "2", "TRAIN_SEQ_LEN": "128", "TRAIN_BATCH_TOKENS": "8192",
