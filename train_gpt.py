@@ -289,9 +289,6 @@ class Hyperparameters:
              and importlib.util.find_spec("brotli") is None,
              f"QUANTIZER={self.quantizer} COMPRESSOR={self.compressor}: needs the brotli package "
              f"(pip install -r requirements.txt)"),
-            (self.warmdown_frac and self.warmdown_iters,
-             f"WARMDOWN_ITERS={self.warmdown_iters}: expected 0 with WARMDOWN_FRAC (the May "
-             f"records' wall-clock WARMDOWN_ITERS is not here)"),
             (self.train_seq_schedule and self.train_loader != "docpack",
              "TRAIN_SEQ_SCHEDULE: expected TRAIN_LOADER=docpack (its cut changes with it)"),
             (self.eval_stride and self.val_doc_attention,
@@ -327,7 +324,7 @@ PR1855 = {
     "EVAL_SEQ_LEN": "2048", "EVAL_TTT": "1", "QUANTIZER": "gptq", "EMBED_BITS": "7",
     "EMBED_CLIP_SIGMAS": "14.0", "MLP_CLIP_SIGMAS": "11.5", "GATED_ATTN_QUANT_GATE": "1",
     "COMPRESSOR": "brotli",  # the run's pergroup needs lrzip (not here): brotli, its default
-    "FUSED_CE_ENABLED": "1", "WARMDOWN_ITERS": "0", "PHASED_TTT_NUM_PHASES": "3",
+    "FUSED_CE_ENABLED": "1", "PHASED_TTT_NUM_PHASES": "3",
 }  # fmt: skip
 PR2014 = PR1855 | {  # 2026-04-30, 1.0576: #1855 and progressive context, TTT and AWQ levers
     "TRAIN_SEQ_LEN": "3072", "TRAIN_SEQ_SCHEDULE": "1024@0.100,2048@0.700,3072@1.000",
@@ -632,6 +629,7 @@ FRONTIER_PATTERNS += "attn_gate_proj,attn_gate_w,smear_gate,smear_lambda"  # the
 CONTROL_TENSOR_NAME_PATTERNS = tuple(FRONTIER_PATTERNS.split(","))
 # Variables the baseline or the record reads that are constants here: (accepted values, why).
 PATTERNS_BUILT_IN = "the baseline's default patterns are built in"
+INERT = "this lever (off in the May records' runs) is not here"
 FIXED_VARIABLES = {
     "CONTROL_TENSOR_NAME_PATTERNS": ((BASELINE_PATTERNS, FRONTIER_PATTERNS),
                                      f"{PATTERNS_BUILT_IN} (or the record's)"),
@@ -653,18 +651,14 @@ FIXED_VARIABLES = {
     "GLOBAL_TTT_RESPECT_DOC_BOUNDARIES": (("1",), "a phase's attention never crosses a BOS"),
     # the May records' (FRONTIER_MAY.md 1.1, 1.14, 1.16): inert in their runs, or ours differ
     "COMPILE_SHAPE_WARMUP": (("0", "1"), "every shape training reaches compiles before the clock"),
-    "COMPILE_SHAPE_WARMUP_ITERS": (("1",), "each shape compiles in WARMUP_STEPS steps"),
-    "COMPILE_SHAPE_WARMUP_LOOP_MODES": (("auto",), "the shapes are the ones training reaches"),
-    "DYNAMO_CACHE_SIZE_LIMIT": (("128",), "128 graphs per function"),
-    "DYNAMO_ACCUMULATED_CACHE_SIZE_LIMIT": (("1024",), "dynamo's default"),
-    "ROPE_TRAIN_SEQ_LEN": (("2048", "3072"), "read by YaRN only (not here)"),
-    "MIDRUN_CAP_SCHEDULE": (("",), "a stepwise LR multiplier (empty in #2014's run) is not here"),
-    "FORCE_STOP_STEP": (("0",), "training stops at ITERATIONS or the cap"),
-    "QK_GAIN_INIT_SCHEDULE": (("",), "a per-layer q_gain init (empty in #2135's run) is not here"),
-    "MUON_HUBER_WD": (("0",), "Muon's Huber weight decay (off in #2135's run) is not here"),
-    "OPTROT_ENABLED": (("0",), "the Hadamard rotations (off in #2135's run) are not here"),
-    "GLOBAL_TTT_OPTIMIZER": (("sgd",), "a phase trains with SGD, as the records' runs"),
-    "PERGROUP_ROUNDTRIP_CHECK": (("0",), "off, as in #2135's run"),
+    "COMPILE_SHAPE_WARMUP_ITERS": (("1",), "a shape compiles in WARMUP_STEPS steps"),
+    "COMPILE_SHAPE_WARMUP_LOOP_MODES": (("auto",), "the shapes training reaches compile"),
+    "DYNAMO_CACHE_SIZE_LIMIT": (("128",), "128 graphs"),
+    "ROPE_TRAIN_SEQ_LEN": (("2048", "3072"), "read by YaRN only"),
+    "GLOBAL_TTT_OPTIMIZER": (("sgd",), "a phase trains with SGD"),
+    **dict.fromkeys(("MIDRUN_CAP_SCHEDULE", "QK_GAIN_INIT_SCHEDULE"), (("",), INERT)),
+    **dict.fromkeys(("FORCE_STOP_STEP", "MUON_HUBER_WD", "OPTROT_ENABLED",
+                     "PERGROUP_ROUNDTRIP_CHECK"), (("0",), INERT)),
 }  # fmt: skip
 INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
 INT8_CLIP_Q = 99.99984 / 100.0

@@ -358,9 +358,9 @@ def test_the_records_settings_train_and_score_alike_on_one_and_two_ranks(frontie
 
 
 def test_the_records_variables_for_what_is_not_here_are_refused_unless_at_its_value():
-    assert tg.Hyperparameters.from_env({"FUSED_CE_ENABLED": "1", "ROPE_YARN": "0", "RUN_ID": "r"})
+    assert tg.Hyperparameters.from_env({"ROPE_YARN": "0", "RUN_ID": "r"})
     for name, value in [("GATED_ATTN_ENABLED", "1"), ("ATTN_OUT_GATE_ENABLED", "1"),
-                        ("ROPE_YARN", "1"), ("FUSED_CE_ENABLED", "2")]:  # fmt: skip
+                        ("ROPE_YARN", "1")]:  # fmt: skip
         with pytest.raises(tg.ConfigError, match=f"^{name}='{value}': not read here: "):
             tg.Hyperparameters.from_env({name: value})
 

@@ -13,6 +13,7 @@ from test_frontier_optimizer import TINY, FakeClock, make_trainer
 from test_trainer import write_shards
 
 import train_gpt as tg
+from conftest import run_train
 
 CPU = torch.device("cpu")
 
@@ -106,11 +107,6 @@ def test_the_1855_preset_is_the_one_frontier_was():
 def test_the_records_inert_variables_are_refused_unless_at_their_runs_value(name, value):
     with pytest.raises(tg.ConfigError, match=f"^{name}='{value}': not read here: "):
         tg.Hyperparameters.from_env({name: value})
-
-
-def test_warmdown_iters_is_refused_with_warmdown_frac():
-    with pytest.raises(tg.ConfigError, match="^WARMDOWN_ITERS=1200: expected 0 with WARMDOWN_FRAC"):
-        tg.Hyperparameters.from_env({"WARMDOWN_FRAC": "0.85"})
 
 
 # -----------------------------
@@ -362,3 +358,77 @@ def test_smear_gate_bos_fix_0_smears_into_a_bos_too(fix):
     want = torch.cat((e[:, :1], e[:, 1:] + 0.7 * gate * e[:, :-1]), dim=1)
     assert torch.equal(model.smear(e, ids), want)
     assert torch.equal(model.smear(e, ids)[0, 2], e[0, 2]) == fix  # the BOS: untouched iff fixed
+
+
+# -----------------------------
+# 4. end to end: each May preset at a tiny width under torchrun, 1 and 2 ranks; #2014's resumed
+# -----------------------------
+
+TINY_MAY = dict(  # the record's network at the width of test_frontier_network's TINY_FRONTIER
+    NUM_LAYERS=4, MODEL_DIM=32, NUM_HEADS=4, NUM_KV_HEADS=2, XSA_LAST_N=4, ROPE_DIMS=4,
+    LOOP_START=1, LOOP_END=2, PARALLEL_START_LAYER=2, TRAIN_SEQ_LEN=64, TRAIN_BATCH_TOKENS=1024,
+    VAL_BATCH_SIZE=4096, MAX_VAL_TOKENS=6000, ENABLE_LOOPING_AT=0.5, TRAIN_LOG_EVERY=1,
+    EVAL_SEQ_LEN=64, TTT_EVAL_SEQ_LEN=64, EVAL_TTT=0, GPTQ_CALIBRATION_BATCHES=2,
+    MAX_WALLCLOCK_SECONDS=0, VAL_LOSS_EVERY=0,  # progress by steps: the same on every machine
+)  # fmt: skip
+PR2014_TINY = dict(TINY_MAY, PRESET="pr2014", TRAIN_SEQ_SCHEDULE="16@0.300,32@0.600,64@1.000")
+
+
+def losses(run) -> list[float]:
+    return [float(x.split("train_loss:")[1].split()[0]) for x in run.lines("step:")
+            if "train_loss:" in x]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def pr2014_runs(tmp_path_factory, tiny_dataset):
+    """6 steps: 16 until step 2, 32 from step 3, 64 from step 5; checkpointed after step 3 (after
+    the first switch, in its re-warm) and resumed."""
+    root = tmp_path_factory.mktemp("pr2014")
+    runs = [run_train(root / f"n{n}", tiny_dataset, nproc=n, **PR2014_TINY, CHECKPOINT_EVERY=3)
+            for n in (1, 2)]  # fmt: skip
+    folder = runs[1].workdir / "checkpoints" / "step_000003"
+    runs.append(run_train(root / "resumed", tiny_dataset, **PR2014_TINY, RESUME_FROM=folder))
+    for run in runs:
+        assert run.returncode == 0, run.why()
+    return runs
+
+
+def test_the_2014_preset_switches_context_alike_on_one_and_two_ranks(pr2014_runs):
+    one, two, _ = pr2014_runs
+    for run in (one, two):
+        assert run.lines("growth_stage") == [
+            "growth_stage:seq_len:16 progress:0.000",
+            "growth_stage:seq_len:32 progress:0.333 step:2",
+            "growth_stage_rewarmup:start step:2 steps:32 seq_len:32",
+            "growth_stage:seq_len:64 progress:0.667 step:4",
+            "growth_stage_rewarmup:start step:4 steps:32 seq_len:64",
+        ]
+    assert losses(one)[0] == losses(two)[0] and len(losses(one)) == 6
+    assert losses(two) == pytest.approx(losses(one), abs=2e-3)
+
+
+def test_a_2014_run_resumed_after_a_switch_continues_exactly(pr2014_runs):
+    from test_checkpoint import continuation, final_line, train_steps
+
+    _, full, resumed = pr2014_runs
+    assert train_steps(resumed) == [4, 5, 6]
+    assert resumed.lines("growth_stage") == [
+        "growth_stage:seq_len:64 progress:0.667 step:4",
+        "growth_stage_rewarmup:start step:4 steps:32 seq_len:64",
+    ]  # the checkpoint's stage (32, re-warming from step 2) went on
+    assert continuation(resumed, 3) == continuation(full, 3), resumed.why()
+    assert final_line(resumed) == final_line(full)
+
+
+def test_the_2135_preset_trains_and_scores_alike_on_one_and_two_ranks(tmp_path, tiny_dataset):
+    runs = [run_train(tmp_path / f"n{n}", tiny_dataset, nproc=n, **TINY_MAY, PRESET="pr2135",
+                      ITERATIONS=4) for n in (1, 2)]  # fmt: skip
+    for run in runs:
+        assert run.returncode == 0, run.why()
+    assert losses(runs[1]) == pytest.approx(losses(runs[0]), abs=2e-3) and len(losses(runs[0])) == 4
+    scores = [
+        float(r.lines("final_int8_zlib_roundtrip_exact")[0].split("val_bpb:")[1]) for r in runs
+    ]
+    assert scores[1] == pytest.approx(scores[0], abs=1e-3)
+    saved = list(torch.load(runs[1].workdir / "final_model.pt"))
+    assert saved[:3] == ["softcap_pos", "softcap_neg", "qo_bank"]  # #2135's layout
