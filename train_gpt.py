@@ -630,6 +630,7 @@ CONTROL_TENSOR_NAME_PATTERNS = tuple(FRONTIER_PATTERNS.split(","))
 # Variables the baseline or the record reads that are constants here: (accepted values, why).
 PATTERNS_BUILT_IN = "the baseline's default patterns are built in"
 INERT = "this lever (off in the May records' runs) is not here"
+SHAPES = "the shapes training reaches compile in WARMUP_STEPS steps each, before the clock"
 FIXED_VARIABLES = {
     "CONTROL_TENSOR_NAME_PATTERNS": ((BASELINE_PATTERNS, FRONTIER_PATTERNS),
                                      f"{PATTERNS_BUILT_IN} (or the record's)"),
@@ -650,9 +651,9 @@ FIXED_VARIABLES = {
     "GLOBAL_TTT_WARMUP_CHUNKS": (("0",), "a phase's learning rate has no warm-up"),
     "GLOBAL_TTT_RESPECT_DOC_BOUNDARIES": (("1",), "a phase's attention never crosses a BOS"),
     # the May records' (FRONTIER_MAY.md 1.1, 1.14, 1.16): inert in their runs, or ours differ
-    "COMPILE_SHAPE_WARMUP": (("0", "1"), "every shape training reaches compiles before the clock"),
-    "COMPILE_SHAPE_WARMUP_ITERS": (("1",), "a shape compiles in WARMUP_STEPS steps"),
-    "COMPILE_SHAPE_WARMUP_LOOP_MODES": (("auto",), "the shapes training reaches compile"),
+    "COMPILE_SHAPE_WARMUP": (("0", "1"), SHAPES),
+    "COMPILE_SHAPE_WARMUP_ITERS": (("1",), SHAPES),
+    "COMPILE_SHAPE_WARMUP_LOOP_MODES": (("auto",), SHAPES),
     "DYNAMO_CACHE_SIZE_LIMIT": (("128",), "128 graphs"),
     "ROPE_TRAIN_SEQ_LEN": (("2048", "3072"), "read by YaRN only"),
     "GLOBAL_TTT_OPTIMIZER": (("sgd",), "a phase trains with SGD"),
@@ -2833,9 +2834,6 @@ class Trainer(ClosedOnExit):
             names = ",".join(f"{n}x{'loop' if looping else 'plain'}" for n, looping in shapes)
             self.log0(f"compile_shape_warmup:start {names}")
         for self.seq_len, net.base.looping in shapes:
-            if cfg.train_seq_schedule:
-                loop = int(net.base.looping)
-                self.log0(f"compile_shape_warmup:shape seq_len:{self.seq_len} loop:{loop}")
             if net.base.looping:
                 self.log0(f"loop_warmup:enabled {loop_layers(net)}")
             self.warm_up("loop_warmup_step" if net.base.looping else "warmup_step")
