@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from benchmarks import upstream_frontier as uf
+from benchmarks import upstream_ttt as ut
 
 # §1.1 progressive training context ------------------------------------------------------------
 
@@ -145,3 +146,165 @@ def test_compile_warmup_items_and_buckets_of_the_run():
     assert items == [(1024, False), (2048, False), (2048, True), (3072, True)]
     assert uf.warmup_cu_buckets(1024) == [128, 192, 256]  # 97 boundaries: 64 skipped
     assert uf.warmup_cu_buckets(2048) == uf.warmup_cu_buckets(3072) == [64, 128, 192, 256]
+
+
+# §1.3-1.8 test-time training ------------------------------------------------------------------
+
+R2014 = dict(ttt_mask="no_qv", ttt_q_lora=0, ttt_v_lora=0, ttt_local_lr_mult=0.75,
+             ttt_batch_size=24, phased_ttt_num_phases=1, ttt_eval_seq_len=3072, eval_seq_len=3072,
+             ttt_short_score_first_enabled=True, ttt_short_score_first_steps="256:8,2000:24",
+             ttt_short_doc_len=2000, ttt_short_chunk_size=24,
+             ttt_adapter_order="lists")  # fmt: skip
+R2135 = dict(ttt_k_lora=0, ttt_o_lora=1, ttt_mlp_lora=1, ttt_lora_lr=8e-5, ttt_weight_decay=2.0,
+             phased_ttt_num_phases=1, ttt_eval_seq_len=2560, eval_seq_len=2560,
+             ttt_adapter_order="lists")  # fmt: skip
+
+
+def test_adapter_sites_from_the_mask_and_the_explicit_flags():
+    assert ut.ttt_adapter_sites() == ("head", "q", "v", "k", "mlp", "o")
+    for mask in ("", "all", "baseline_all"):
+        assert ut.ttt_adapter_sites(mask) == ut.BUILD_ORDER
+    assert ut.ttt_adapter_sites("no_q") == ("head", "v", "k", "mlp", "o")
+    assert ut.ttt_adapter_sites("no_v") == ("head", "q", "k", "mlp", "o")
+    assert ut.ttt_adapter_sites("no_qv") == ("head", "k", "mlp", "o")
+    assert ut.ttt_adapter_sites("no_qv", ttt_q_lora=1) == ("head", "q", "k", "mlp", "o")
+    assert ut.ttt_adapter_sites("", ttt_v_lora=0) == ("head", "q", "k", "mlp", "o")
+    assert ut.TTTConfig(**R2014).sites == ("head", "k", "mlp", "o")  # K, O, MLP and head on
+    assert ut.TTTConfig(**R2135).sites == ("head", "q", "v", "mlp", "o")  # no K adapter
+    assert ut.ttt_adapter_sites(ttt_o_lora=0, ttt_mlp_lora=0) == ("head", "q", "v", "k")
+    for bad in ("no_k", "NO_QV", "none", " no_qv"):
+        with pytest.raises(ValueError, match="TTT_MASK"):
+            ut.ttt_adapter_sites(bad)
+    with pytest.raises(ValueError):
+        ut.TTTConfig(ttt_mask="qv")
+
+
+DIM, KV, VOCAB, RANK = 8, 4, 16, 3
+
+
+def slot_shapes(slots: int):
+    """[T5]'s list for `slots` slots of a model with width 8, kv width 4, vocab 16."""
+    outs = {"q": DIM, "k": KV, "v": KV, "o": DIM, "mlp": DIM}
+    shapes = [((i, s), DIM, outs[s]) for i in range(slots) for s in ut.SITES]
+    return [*shapes, ((None, "head"), DIM, VOCAB)]
+
+
+def test_build_order_is_head_then_the_site_lists():
+    keys = [key for key, _, _ in ut.order_adapters(slot_shapes(2), ut.BUILD_ORDER, "lists")]
+    assert keys == [(None, "head"), (0, "q"), (1, "q"), (0, "v"), (1, "v"), (0, "k"), (1, "k"),
+                    (0, "mlp"), (1, "mlp"), (0, "o"), (1, "o")]  # fmt: skip
+    dropped = ut.order_adapters(slot_shapes(2), ("head", "k", "mlp", "o"), "lists")
+    assert [key for key, _, _ in dropped][:3] == [(None, "head"), (0, "k"), (1, "k")]
+    same = ut.order_adapters(slot_shapes(2), ut.BUILD_ORDER, "slot")
+    assert same == slot_shapes(2)
+
+
+def test_a_dropped_list_shifts_every_later_draw():
+    full = ut.order_adapters(slot_shapes(2), ut.BUILD_ORDER, "lists")
+    no_qv = ut.order_adapters(slot_shapes(2), ("head", "k", "mlp", "o"), "lists")
+    a_full = ut.draw_a(None, 1337, 5, RANK, full)
+    a_drop = ut.draw_a(None, 1337, 5, RANK, no_qv)
+    assert set(a_drop) == {key for key, _, _ in no_qv}
+    assert torch.equal(a_drop[(None, "head")], a_full[(None, "head")])  # drawn first: same
+    # every fan-in is the width, so the k list takes the draws the q list took
+    assert torch.equal(a_drop[(0, "k")], a_full[(0, "q")])
+    assert torch.equal(a_drop[(1, "k")], a_full[(1, "q")])
+    assert not torch.equal(a_drop[(0, "k")], a_full[(0, "k")])
+    gen = torch.Generator().manual_seed(1337 * 1_000_003 + 5)
+    head = (2 * torch.rand((RANK, DIM), generator=gen) - 1) / DIM**0.5
+    assert torch.equal(a_full[(None, "head")], head)
+
+
+def test_a_dropped_adapter_leaves_the_plain_projection():
+    cfg = uf.RecordConfig(num_loops=0, parallel_start_layer=0, num_layers=2, xsa_last_n=0)
+    state = {k: v + 0.05 * torch.randn(v.shape).to(v.dtype) for k, v in
+             uf.init_state_dict(cfg, 0).items()}  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+    outs = {"q": cfg.model_dim, "k": cfg.kv_dim, "v": cfg.kv_dim, "o": cfg.model_dim,
+            "mlp": cfg.model_dim, "head": cfg.vocab_size}  # fmt: skip
+    ab = {}
+    for slot in (0, 1, None):
+        for site in outs if slot is not None else ("head",):
+            if site == "head" and slot is not None:
+                continue
+            a = torch.randn((RANK, cfg.model_dim), generator=gen)
+            ab[(slot, site)] = (a, torch.randn((outs[site], RANK), generator=gen))
+
+    def lora_for(sites, zero=()):
+        def lora(key, h):
+            if key[1] not in sites:
+                return None
+            a, b = ab[key]
+            return 0.1 * (h @ a.T) @ (0 * b if key[1] in zero else b).T
+
+        return lora
+
+    x = torch.randint(0, cfg.vocab_size, (1, 10), generator=gen)
+    no_qv = ut.ttt_adapter_sites("no_qv")
+    dropped = uf.forward_logits(cfg, state, x, looping=False, lora=lora_for(no_qv))
+    zeroed = uf.forward_logits(cfg, state, x, looping=False,
+                               lora=lora_for(ut.BUILD_ORDER, zero=("q", "v")))  # fmt: skip
+    full = uf.forward_logits(cfg, state, x, looping=False, lora=lora_for(ut.BUILD_ORDER))
+    torch.testing.assert_close(dropped, zeroed, rtol=0, atol=1e-6)
+    assert (dropped - full).abs().max() > 1e-3
+
+
+def test_ttt_adamw_is_the_records_per_document_optimizer():
+    cfg = ut.TTTConfig(**R2014)
+    assert cfg.lora_lr == pytest.approx(7.5e-5) and cfg.global_ttt_lr == 1e-3
+    assert ut.TTTConfig(**R2135).lora_lr == 8e-5 and ut.TTTConfig().lora_lr == 1e-4
+    cfg = ut.TTTConfig(ttt_lora_lr=0.1, ttt_local_lr_mult=0.5, ttt_weight_decay=2.0)
+    p = torch.tensor([1.0, -2.0, 0.5], requires_grad=True)
+    opt = ut.ttt_adamw([p], cfg)
+    (group,) = opt.param_groups
+    assert group["betas"] == (0.0, 0.99) and group["eps"] == 1e-10 and group["lr"] == 0.05
+    want, v = p.detach().clone(), torch.zeros(3)
+    for step, g in enumerate([torch.tensor([0.3, -0.1, 2.0]), torch.tensor([-1.0, 0.2, 0.0])], 1):
+        p.grad = g.clone()
+        opt.step()
+        v = 0.99 * v + 0.01 * g * g  # beta1 = 0: the first moment is the gradient
+        want = want * (1 - 0.05 * 2.0)  # decoupled decay, lr * wd
+        want = want - 0.05 * g / ((v / (1 - 0.99**step)).sqrt() + 1e-10)
+        torch.testing.assert_close(p.detach(), want)
+
+
+def test_short_document_steps_parse():
+    assert ut.short_doc_steps("256:8,2000:24") == [(256, 8), (2000, 24)]
+    assert ut.short_doc_steps("2000=24, 256:8") == [(256, 8), (2000, 24)]
+    assert ut.short_doc_steps("") == []
+    for bad in ("256", "0:8", "256:0", "a:b", "1:2:3", "256:-8", "256:8.5"):
+        with pytest.raises(ValueError, match="TTT_SHORT_SCORE_FIRST_STEPS"):
+            ut.short_doc_steps(bad)
+
+
+def test_batch_chunk_size_from_its_largest_document():
+    run = ut.TTTConfig(**R2014)
+    sizes = {m: ut.batch_chunk_size(m, run) for m in (2, 256, 257, 2000, 2001, 40_000)}
+    assert sizes == {2: 8, 256: 8, 257: 24, 2000: 24, 2001: 48, 40_000: 48}
+    empty = ut.TTTConfig(**(R2014 | dict(ttt_short_score_first_steps="")))
+    assert [ut.batch_chunk_size(m, empty) for m in (8, 2000, 2001)] == [24, 24, 48]
+    off = ut.TTTConfig(**(R2014 | dict(ttt_short_score_first_enabled=False)))
+    assert ut.batch_chunk_size(10, off) == 48
+    # the largest doc_len counts the closing BOS: 255 predictions are 256 tokens
+    assert ut.doc_len(255) == 256 and ut.batch_chunk_size(ut.doc_len(256), run) == 24
+
+
+def test_chunk_windows_at_the_ttt_eval_seq_len():
+    cfg = ut.TTTConfig(ttt_chunk_size=48, ttt_eval_seq_len=64)
+    assert ut.chunk_spans(100, cfg) == [(0, 0, 48), (32, 48, 96), (36, 96, 100)]
+    assert ut.chunk_spans(20, cfg, 8) == [(0, 0, 8), (0, 8, 16), (0, 16, 20)]
+    big = ut.TTTConfig(**R2014)
+    assert ut.chunk_spans(5000, big)[-1] == (5000 - 3072, 4992, 5000)
+
+
+def test_ttt_batches_and_the_single_phase():
+    docs = [(0, p) for p in range(1, 50_001)]  # 50,000 documents of distinct lengths
+    cut24, cut64 = ut.batches(docs, 24), ut.batches(docs, 64)
+    assert len(cut24) == 2084 and len(cut64) == 782
+    assert len(cut24[0]) == 8 and docs[cut24[0][-1]][1] == 50_000  # longest first, short
+    assert all(len(b) == 24 for b in cut24[1:])
+    assert ut.phase_boundaries(50_000, ut.TTTConfig(**R2014)) == [2500]
+    assert ut.phase_boundaries(50_000, ut.TTTConfig()) == [833, 1666, 2500]
+    assert ut.pause_documents(50_000, 24, 2500, world_size=8) == 2672
+    assert ut.pause_documents(50_000, 64, 2500, world_size=8) == 2960
+    assert ut.pause_documents(50_000, 24, 2500) == 2504
