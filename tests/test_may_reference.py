@@ -8,12 +8,14 @@ tiny shapes.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
 import torch
 
 from benchmarks import upstream_frontier as uf
+from benchmarks import upstream_quant as uq
 from benchmarks import upstream_ttt as ut
 
 # §1.1 progressive training context ------------------------------------------------------------
@@ -308,3 +310,162 @@ def test_ttt_batches_and_the_single_phase():
     assert ut.pause_documents(50_000, 24, 2500, world_size=8) == 2672
     assert ut.pause_documents(50_000, 64, 2500, world_size=8) == 2960
     assert ut.pause_documents(50_000, 24, 2500) == 2504
+
+
+# §1.10 AWQ-lite, §1.13 LQER_ASYM_GROUP ---------------------------------------------------------
+
+AWQ = dataclasses.replace(uq.record_settings(), awq_lite_enabled=True, awq_lite_bits=8,
+                          awq_lite_group_top_k=1, awq_lite_group_size=64)  # fmt: skip
+ROWS, COLS = 40, 192  # tiny: the tests that quantize lower the 65,536 limit (small_limit)
+
+
+@pytest.fixture
+def small_limit(monkeypatch):
+    monkeypatch.setattr(uq, "PASSTHROUGH_MAX_NUMEL", 4096)
+
+
+def awq_state(seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    return {
+        "tok_emb.weight": (0.05 * torch.randn(ROWS, COLS, generator=gen)).bfloat16(),
+        "blocks.0.attn.c_q.weight": 0.05 * torch.randn(ROWS, COLS, generator=gen),
+        "blocks.0.mlp.fc.weight": 0.05 * torch.randn(ROWS, COLS, generator=gen),
+        "blocks.0.attn_scale": torch.ones(COLS),
+        "blocks.0.mlp.proj.weight": 0.05 * torch.randn(64, 64, generator=gen),  # at the limit
+    }
+
+
+def awq_hessians(state, seed: int = 1):
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, t in state.items():
+        x = torch.randn(512, t.shape[-1], generator=gen)
+        out[name] = x.T @ x / 512
+    return out
+
+
+def test_act_rms_is_the_root_mean_square_of_the_hessian_inputs():
+    a, b = torch.randn(3, 5, 4), torch.randn(7, 4)
+    want = torch.sqrt((a.reshape(-1, 4).square().sum(0) + b.square().sum(0)) / (15 + 7))
+    torch.testing.assert_close(uq.act_rms_of([a, b]), want)
+    assert uq.act_rms_of([a.bfloat16()]).dtype == torch.float32
+
+
+def test_candidates_and_group_scores():
+    meta = lambda *shape, dtype=torch.float32: torch.empty(shape, dtype=dtype, device="meta")  # noqa: E731
+    state = {
+        "tok_emb.weight": meta(8192, 512, dtype=torch.bfloat16),
+        "blocks.0.attn.c_q.weight": meta(512, 512),
+        "blocks.0.attn.c_k.weight": meta(256, 512),  # 131,072
+        "blocks.0.mlp.fc.weight": meta(2048, 512),
+        "blocks.0.attn.attn_gate_w": meta(8, 12),
+        "blocks.0.attn_scale": meta(512),
+        "small.weight": meta(256, 256),  # 65,536: passthrough
+        "other.weight": meta(257, 256),  # 65,792: GPTQ at MATRIX_BITS
+    }
+    assert uq.awq_candidates(state, AWQ) == [
+        "tok_emb.weight", "blocks.0.attn.c_q.weight", "blocks.0.attn.c_k.weight",
+        "blocks.0.mlp.fc.weight", "other.weight",
+    ]  # fmt: skip
+    int8_embed = dataclasses.replace(AWQ, embed_bits=8)
+    assert "tok_emb.weight" not in uq.awq_candidates(state, int8_embed)  # bits < 8 only
+    w = torch.arange(2 * 130, dtype=torch.float32).reshape(2, 130) - 100
+    rms = torch.linspace(0.5, 2.0, 130)
+    want = [sum(float(rms[c] * w[:, c].abs().mean()) for c in range(g * 64, g * 64 + 64))
+            for g in range(2)]  # fmt: skip
+    torch.testing.assert_close(uq.group_scores(w, rms, 64), torch.tensor(want))  # 2 columns left
+
+
+def test_the_top_group_is_chosen_over_the_whole_model(small_limit):
+    state = awq_state()
+    rms = {name: torch.ones(COLS) for name in state}
+    rms["tok_emb.weight"] = torch.ones(COLS).index_fill(0, torch.arange(128, 192), 50.0)
+    assert uq.awq_pick(state, rms, AWQ) == {"tok_emb.weight": [128]}
+    rms["blocks.0.mlp.fc.weight"] = torch.full((COLS,), 200.0)
+    assert list(uq.awq_pick(state, rms, AWQ)) == ["blocks.0.mlp.fc.weight"]
+    two = dataclasses.replace(AWQ, awq_lite_group_top_k=2)
+    rms["blocks.0.mlp.fc.weight"] = torch.ones(COLS).index_fill(0, torch.arange(0, 64), 90.0)
+    assert uq.awq_pick(state, rms, two) == {"tok_emb.weight": [128], "blocks.0.mlp.fc.weight": [0]}
+
+
+def test_gptq_protects_columns_with_the_int8_scale_and_own_error_feedback():
+    # two columns, correlated Hessian: column 0 (larger diagonal) runs first, protected
+    w = torch.tensor([[0.31, -0.12], [-0.07, 0.22], [0.18, 0.05]])
+    h = torch.tensor([[2.0, 0.9], [0.9, 1.0]])
+    k, bits = 3.0, 4
+    q, scale, s_hi = uq.gptq_protected(w, h, k, bits, torch.tensor([True, False]), 8)
+    assert s_hi.dtype == torch.float16
+    torch.testing.assert_close(s_hi, uq.sdclip_scale(w, k, 8), rtol=0, atol=0)
+    H = h + torch.eye(2) * 0.01 * 1.5
+    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
+    hi, lo = s_hi.float(), scale.float()
+    q0 = torch.clamp(torch.round(w[:, 0] / hi), -127, 127)
+    e = (w[:, 0] - q0 * hi) / U[0, 0]  # the protected column's own reconstruction
+    q1 = torch.clamp(torch.round((w[:, 1] - e * U[0, 1]) / lo), -7, 7)
+    assert torch.equal(q, torch.stack([q0, q1], dim=1).to(torch.int8))
+    plain, plain_scale, none = uq.gptq_protected(w, h, k, bits, None, 8)
+    assert none is None and torch.equal(plain_scale, scale)
+    assert torch.equal(plain, uq.gptq(w, h, k, bits)[0])
+
+
+def test_protected_columns_reach_plus_minus_127():
+    w = 0.01 * torch.randn(8, 128, generator=torch.Generator().manual_seed(3))
+    w[0, 70], w[1, 5] = 5.0, -5.0  # outliers, far past the k sigma clip
+    mask = torch.zeros(128, dtype=torch.bool)
+    mask[64:128] = True
+    q, _, _ = uq.gptq_protected(w, torch.eye(128), 3.0, 6, mask, 8)
+    assert int(q[0, 70]) == 127 and int(q[1, 5]) == -31
+    assert int(q[:, :64].abs().max()) <= 31
+
+
+def test_awq_storage_meta_and_dequantization(small_limit):
+    state = awq_state()
+    hess = awq_hessians(state)
+    rms = {name: torch.ones(COLS) for name in state}
+    rms["tok_emb.weight"] = torch.ones(COLS).index_fill(0, torch.arange(128, 192), 50.0)
+    obj = uq.quantize(state, hess, AWQ, act_rms=rms)
+    w, m = obj["w"], obj["m"]
+    start, s_hi, size = (w["tok_emb.weight.awqg_" + k] for k in ("start", "s_hi", "size"))
+    assert start.dtype == torch.int16 and start.shape == (1,) and start.tolist() == [128]
+    assert s_hi.dtype == torch.float16 and s_hi.shape == (ROWS,)
+    assert size.dtype == torch.int16 and size.shape == () and int(size) == 64
+    assert m["tok_emb.weight"] == "gptq (int7)+awqgrpint8+lqer_asym"
+    assert m["blocks.0.attn.c_q.weight"] == "gptq (int6)+lqer_asym"
+    assert not any("awqg" in key for key in w if not key.startswith("tok_emb"))
+    keys = [key for key in w if key.startswith("tok_emb.weight.")]
+    assert keys[:5] == ["tok_emb.weight." + k for k in
+                        ("q", "scale", "awqg_start", "awqg_s_hi", "awqg_size")]  # fmt: skip
+    q = w["tok_emb.weight.q"].float()
+    # the group's steps are about 63/127 of the row's: its q spread about twice as far
+    assert q[:, 128:192].abs().max() > 1.5 * q[:, :128].abs().max()
+    W = q * w["tok_emb.weight.scale"].float()[:, None]
+    W[:, 128:192] = q[:, 128:192] * s_hi.float()[:, None]
+    torch.testing.assert_close(uq.gptq_weight(w, "tok_emb.weight"), W, rtol=0, atol=0)
+    # LQER fits the error of the weight with the group already realised
+    factors, _ = uq.lqer(state["tok_emb.weight"].float() - W, AWQ)
+    for key, value in factors.items():
+        assert torch.equal(w["tok_emb.weight." + key], value)
+    out = uq.dequantize(obj, state)
+    qB, sB = w["tok_emb.weight.lqB_a"].float(), w["tok_emb.weight.lqBs_a"].float()
+    B = (qB.reshape(-1, 64) * sB[:, None]).reshape(qB.shape)
+    A = w["tok_emb.weight.lqA_a"].float() * w["tok_emb.weight.lqAs_a"].float()
+    assert out["tok_emb.weight"].dtype == torch.bfloat16
+    torch.testing.assert_close(out["tok_emb.weight"], (W + A @ B).bfloat16(), rtol=0, atol=0)
+
+
+def test_awq_off_stores_nothing_extra(small_limit):
+    state = awq_state()
+    plain = uq.quantize(state, awq_hessians(state), uq.record_settings())
+    assert not any("awqg" in key for key in plain["w"])
+    assert plain["m"]["tok_emb.weight"] == "gptq (int7)+lqer_asym"
+
+
+def test_lqer_asym_group_32_gives_64_group_scales():
+    error = torch.randn(16, 512, generator=torch.Generator().manual_seed(0))
+    for group, scales in ((64, 32), (32, 64)):
+        factors, tag = uq.lqer(error, dataclasses.replace(uq.record_settings(),
+                                                          lqer_asym_group=group))  # fmt: skip
+        assert tag == "+lqer_asym" and factors["lqB_a"].shape == (4, 512)
+        assert factors["lqBs_a"].dtype == torch.float16 and factors["lqBs_a"].shape == (scales,)
+        B = factors["lqB_a"].float().reshape(-1, group) * factors["lqBs_a"].float()[:, None]
+        assert B.shape == (scales, group)
