@@ -14,6 +14,7 @@ import itertools
 import pytest
 import torch
 
+from benchmarks import upstream_eval as ue
 from benchmarks import upstream_frontier as uf
 from benchmarks import upstream_quant as uq
 from benchmarks import upstream_ttt as ut
@@ -469,3 +470,104 @@ def test_lqer_asym_group_32_gives_64_group_scales():
         assert factors["lqBs_a"].dtype == torch.float16 and factors["lqBs_a"].shape == (scales,)
         B = factors["lqB_a"].float().reshape(-1, group) * factors["lqBs_a"].float()[:, None]
         assert B.shape == (scales, group)
+
+
+# §1.11 AsymLogit, §1.15 SMEAR_GATE_BOS_FIX=0 --------------------------------------------------
+
+ASYM14 = uf.RecordConfig(asym_logit_rescale=True)  # #2014: z > 0, after smear_lambda
+ASYM35 = uf.RecordConfig(asym_logit_rescale=True, asym_logit_place="first",
+                         asym_positive_at_zero=True, smear_gate_bos_fix=False)  # fmt: skip
+
+
+def test_asym_softcap_formula_in_the_logits_dtype():
+    z = torch.tensor([-80.0, -3.0, -0.0, 0.0, 2.5, 80.0]).bfloat16()
+    pos, neg = torch.tensor(20.3), torch.tensor(41.7)  # fp32 0-dim, not bf16-exact
+    out = uf.asym_softcap(z, pos, neg)
+    assert out.dtype == torch.bfloat16
+    p, n = pos.bfloat16(), neg.bfloat16()
+    want = torch.where(z > 0, p * torch.tanh(z / p), n * torch.tanh(z / n))
+    assert torch.equal(out, want)
+    assert -41.7 < float(out[0]) < -21 and float(out[-1]) < 20.3  # each side its own cap
+    assert torch.equal(uf.asym_softcap(z, pos, neg, positive_at_zero=True), out)  # z = 0: 0
+    thirty = torch.tensor(30.0)
+    zf = torch.linspace(-100, 100, 41)
+    assert torch.equal(uf.asym_softcap(zf, thirty, thirty), uf.softcap(zf, 30.0))
+
+
+def test_asym_logit_pair_in_each_records_state_dict():
+    names = list(uf.state_shapes(ASYM14))
+    i = names.index("smear_lambda")
+    assert names[i + 1 : i + 4] == ["softcap_pos", "softcap_neg", "tok_emb.weight"]
+    assert list(uf.state_shapes(ASYM35))[:3] == ["softcap_pos", "softcap_neg", "qo_bank"]
+    assert uf.state_shapes(ASYM14)["softcap_pos"] == ((), torch.float32)
+    plain, asym = uf.init_state_dict(uf.RecordConfig(), 3), uf.init_state_dict(ASYM14, 3)
+    assert asym["softcap_pos"].shape == () and asym["softcap_pos"].dtype == torch.float32
+    assert float(asym["softcap_pos"]) == float(asym["softcap_neg"]) == 30.0
+    assert all(torch.equal(plain[k], asym[k]) for k in plain)  # no RNG drawn
+    groups = uf.adamw_groups(asym)
+    assert not any(n in g for g in groups.values() for n in uf.ASYM_LOGIT)
+    assert uq.route("softcap_pos", asym["softcap_pos"], uq.record_settings()) == "passthrough"
+
+
+def test_asym_logit_is_in_the_eval_logits_but_not_the_training_loss():
+    cfg = dataclasses.replace(ASYM14, num_layers=2, num_loops=0, parallel_start_layer=0,
+                              xsa_last_n=0)  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+    st = {k: (v.float() + 0.05 * torch.randn(v.shape, generator=gen)).to(v.dtype)
+          for k, v in uf.init_state_dict(cfg, 0).items() if k not in uf.ASYM_LOGIT}  # fmt: skip
+    st["tok_emb.weight"] = (torch.randn(st["tok_emb.weight"].shape, generator=gen) * 3).bfloat16()
+    st["softcap_pos"] = torch.tensor(5.0, requires_grad=True)
+    st["softcap_neg"] = torch.tensor(9.0, requires_grad=True)
+    st["qo_bank"].requires_grad_(True)
+    x = torch.randint(0, cfg.vocab_size, (1, 12), generator=gen)
+    plain_cfg = dataclasses.replace(cfg, asym_logit_rescale=False)
+    z = uf.head_logits(cfg, st, x, looping=False)
+    logits = uf.forward_logits(cfg, st, x, looping=False)
+    assert torch.equal(logits, uf.asym_softcap(z, st["softcap_pos"], st["softcap_neg"]))
+    assert (logits - uf.forward_logits(plain_cfg, st, x, looping=False)).abs().max() > 0.1
+    loss = uf.forward_loss(cfg, st, x, x, looping=False)
+    assert torch.equal(loss, uf.forward_loss(plain_cfg, st, x, x, looping=False))
+    loss.backward()
+    assert st["qo_bank"].grad is not None
+    assert st["softcap_pos"].grad is None and st["softcap_neg"].grad is None
+
+
+def test_smear_without_the_bos_fix_crosses_into_bos():
+    cfg = uf.RecordConfig()
+    st = {"smear_lambda": torch.tensor([0.7]), "smear_gate.weight": torch.randn(1, 12)}
+    e = torch.randn(1, 5, cfg.model_dim)
+    ids = torch.tensor([[5, 7, cfg.bos_id, 9, cfg.bos_id]])
+    fixed = uf.smear(cfg, st, e, ids)
+    leaky = uf.smear(dataclasses.replace(cfg, smear_gate_bos_fix=False), st, e, ids)
+    gate = torch.sigmoid(e[0, :, :12] @ st["smear_gate.weight"].T)[:, 0]
+    for t in range(1, 5):
+        torch.testing.assert_close(leaky[0, t], e[0, t] + 0.7 * gate[t] * e[0, t - 1])
+    assert torch.equal(fixed[0, 2], e[0, 2]) and torch.equal(fixed[0, 4], e[0, 4])
+    assert torch.equal(fixed[0, 3], leaky[0, 3]) and torch.equal(leaky[0, 0], e[0, 0])
+
+
+# §1.2 EVAL_INCLUDE_TAIL -----------------------------------------------------------------------
+
+N_VAL_TOKENS = 47_853_344
+
+
+def test_targets_kept_with_and_without_the_tail():
+    assert ue.kept_targets(N_VAL_TOKENS, 3072, include_tail=True) == 47_853_343
+    assert ue.kept_targets(N_VAL_TOKENS, 2048, include_tail=False) == 47_851_520
+    assert ue.kept_targets(N_VAL_TOKENS, 2560, include_tail=False) == 47_851_520
+    assert ue.kept_targets(N_VAL_TOKENS, 3072, include_tail=False) == 47_852_544
+
+
+def test_diagnostic_partition_keeps_every_target():
+    total, L, W = 47_853_343, 3072, 8
+    parts = [ue.diagnostic_batches(total, L, r, W) for r in range(W)]
+    assert parts[0][0] == (0, 64_512) and 65_536 // L * L == 64_512
+    flat = [span for part in parts for span in part]
+    assert flat[0][0] == 0 and flat[-1][1] == total
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(flat))  # contiguous, no overlap
+    for r, part in enumerate(parts):
+        assert part[0][0] == total * r // W and part[-1][1] == total * (r + 1) // W
+        assert (
+            all(b - a == 64_512 for a, b in part[:-1]) and 0 < part[-1][1] - part[-1][0] <= 64_512
+        )
+    assert ue.diagnostic_batches(10, 4, 0, 1) == [(0, 10)]  # floor(65536/4)*4 = 65536 per batch
