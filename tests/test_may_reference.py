@@ -17,6 +17,7 @@ import torch
 from benchmarks import upstream_eval as ue
 from benchmarks import upstream_frontier as uf
 from benchmarks import upstream_quant as uq
+from benchmarks import upstream_runs as ur
 from benchmarks import upstream_ttt as ut
 
 # §1.1 progressive training context ------------------------------------------------------------
@@ -571,3 +572,70 @@ def test_diagnostic_partition_keeps_every_target():
             all(b - a == 64_512 for a, b in part[:-1]) and 0 < part[-1][1] - part[-1][0] <= 64_512
         )
     assert ue.diagnostic_batches(10, 4, 0, 1) == [(0, 10)]  # floor(65536/4)*4 = 65536 per batch
+
+
+# §1.17 the three runs' settings ---------------------------------------------------------------
+
+
+def test_run_table_values_as_the_sheet_gives_them():
+    r55, r14, r35 = (ur.RUNS[r] for r in ("1855", "2014", "2135"))
+    assert [r["TRAIN_SEQ_LEN"] for r in (r55, r14, r35)] == ["2048", "3072", "2048"]
+    assert r14["TRAIN_SEQ_SCHEDULE"] == RUN_SCHEDULE and r55["TRAIN_SEQ_SCHEDULE"] is None
+    assert [r["EVAL_SEQ_LEN"] for r in (r55, r14, r35)] == ["2048", "3072", "2560"]
+    assert r35["TOKEN_THRESHOLD"] == "0.800" and r35["TTT_LORA_LR"] == "8e-5"
+    assert [r["PHASED_TTT_NUM_PHASES"] for r in (r55, r14, r35)] == ["3", "1", "1"]
+    assert r14["MIDRUN_CAP_SCHEDULE"] == "" and "MIDRUN_CAP_SCHEDULE" in ur.DEFAULTED["2014"]
+    assert "TRAIN_SEQ_LEN" in ur.DEFAULTED["1855"] and "TRAIN_SEQ_LEN" not in ur.DEFAULTED["2014"]
+    assert "ASYM_LOGIT_RESCALE" in ur.UNLOGGED["2014"]
+    assert "ASYM_LOGIT_RESCALE" not in ur.UNLOGGED["2135"]
+    assert r35["SMEAR_GATE_BOS_FIX"] == "0" and "SMEAR_GATE_BOS_FIX" in ur.UNLOGGED["2135"]
+    assert r14["SMEAR_GATE_BOS_FIX"] is None and ur.NOTES["2014"]["SMEAR_GATE_BOS_FIX"] == "fix on"
+    assert ur.NOTES["2014"]["COMPILE_SHAPE_WARMUP"] == "log only"
+    assert ur.SEEDS["2014"] == (42, 314, 0) and ur.DYNAMO_CACHE_LIMIT == {
+        "1855": 64, "2014": 128, "2135": 16,
+    }  # fmt: skip
+    assert len(ur.RUNS["1855"]) == len(ur.RUNS["2014"]) == len(ur.RUNS["2135"]) == 70
+
+
+def test_what_differs_between_the_runs():
+    between = set(ur.differing("1855", "2014"))
+    assert {
+        "TRAIN_SEQ_LEN",
+        "QK_GAIN_INIT",
+        "GPTQ_RESERVE_SECONDS",
+        "TTT_BATCH_SIZE",
+        "PHASED_TTT_NUM_PHASES",
+        "TTT_LOCAL_LR_MULT",
+        "AWQ_LITE_ENABLED",
+    } <= between
+    assert not between & {"MATRIX_LR", "TTT_WEIGHT_DECAY", "LQER_ASYM_GROUP", "TTT_LORA_LR"}
+    assert {"MATRIX_LR", "LQER_ASYM_GROUP", "NGRAM_TILT_ENABLED"} <= set(
+        ur.differing("2014", "2135")
+    )
+
+
+def ttt_kwargs(record: str) -> dict:
+    """The TTT reference's settings from a record's row values."""
+    run, out = ur.RUNS[record], {}
+    for name, cast in (("TTT_BATCH_SIZE", int), ("TTT_EVAL_SEQ_LEN", int), ("EVAL_SEQ_LEN", int),
+                       ("TTT_LORA_LR", float), ("TTT_LOCAL_LR_MULT", float),
+                       ("TTT_WEIGHT_DECAY", float), ("PHASED_TTT_NUM_PHASES", int),
+                       ("TTT_MASK", str), ("TTT_Q_LORA", int), ("TTT_V_LORA", int),
+                       ("TTT_K_LORA", int), ("TTT_SHORT_SCORE_FIRST_ENABLED", int),
+                       ("TTT_SHORT_SCORE_FIRST_STEPS", str), ("TTT_SHORT_DOC_LEN", int),
+                       ("TTT_SHORT_CHUNK_SIZE", int)):  # fmt: skip
+        if run[name] is not None:
+            out[name.lower()] = cast(run[name])
+    return out
+
+
+def test_the_tables_ttt_settings_drive_the_references():
+    c14, c35, c55 = (ut.TTTConfig(**ttt_kwargs(r)) for r in ("2014", "2135", "1855"))
+    assert c14.sites == ("head", "k", "mlp", "o") and c35.sites == ("head", "q", "v", "mlp", "o")
+    assert c55.sites == ut.BUILD_ORDER and c55.phased_ttt_num_phases == 3
+    assert (c14.lora_lr, c35.lora_lr, c55.lora_lr) == pytest.approx((7.5e-5, 8e-5, 1e-4))
+    assert [ut.batch_chunk_size(m, c14) for m in (200, 1000, 3000)] == [8, 24, 48]
+    assert [ut.batch_chunk_size(m, c) for m in (200,) for c in (c35, c55)] == [48, 48]
+    schedule = uf.parse_seq_schedule(ur.RUNS["2014"]["TRAIN_SEQ_SCHEDULE"],
+                                     int(ur.RUNS["2014"]["TRAIN_SEQ_LEN"]))  # fmt: skip
+    assert schedule[-1] == (3072, 1.0)
