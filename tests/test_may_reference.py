@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import numpy as np
 import pytest
 import torch
 
@@ -639,3 +640,15 @@ def test_the_tables_ttt_settings_drive_the_references():
     schedule = uf.parse_seq_schedule(ur.RUNS["2014"]["TRAIN_SEQ_SCHEDULE"],
                                      int(ur.RUNS["2014"]["TRAIN_SEQ_LEN"]))  # fmt: skip
     assert schedule[-1] == (3072, 1.0)
+
+
+def test_global_ttt_trains_whole_sequences_of_eval_seq_len_per_chunk():
+    # one document of 100,000 predictions: chunks of 32,768 hold floor(32768 / L) sequences
+    tokens = np.full(100_001, 7, dtype=np.int64)
+    tokens[0] = 1
+    docs = ut.documents(tokens)
+    for L, trained in ((3072, 30_720), (2560, 30_720), (2048, 32_768)):
+        cfg = ut.TTTConfig(eval_seq_len=L, ttt_eval_seq_len=L)
+        steps = ut.phase_steps(tokens, docs, [0], cfg)
+        assert len(steps) == 3  # 4 chunks (the stream has its closing token too): 3 steps
+        assert all(x.shape == (1, trained) for x, *_ in steps)
