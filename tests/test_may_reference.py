@@ -1,6 +1,6 @@
 """The references for the May records' levers (FRONTIER_MAY.md §1: PR #2014, 1.0576, and PR
 #2135, 1.0565) against the fact sheet's own numbers: the progressive training context (§1.1), the
-TTT adapter masks, optimizer, chunks and phases (§1.3-1.8), AWQ-lite (§1.10, §1.13), AsymLogit and
+TTT adapter masks, optimizer, chunks and phases (§1.3-1.8), REC_Q-lite (§1.10, §1.13), AsymLogit and
 the SmearGate without its BOS fix (§1.11, §1.15), EVAL_INCLUDE_TAIL (§1.2) and the three runs'
 settings (§1.17). These test the references (benchmarks/upstream_*.py) themselves, on the CPU at
 tiny shapes.
@@ -315,10 +315,11 @@ def test_ttt_batches_and_the_single_phase():
     assert ut.pause_documents(50_000, 24, 2500) == 2504
 
 
-# §1.10 AWQ-lite, §1.13 LQER_ASYM_GROUP ---------------------------------------------------------
+# §1.10 REC_Q-lite, §1.13 LQER_ASYM_GROUP ---------------------------------------------------------
 
-AWQ = dataclasses.replace(uq.record_settings(), awq_lite_enabled=True, awq_lite_bits=8,
-                          awq_lite_group_top_k=1, awq_lite_group_size=64)  # fmt: skip
+REC_Q = uq.record_settings()  # the quantizer settings #1855 and #2014 share
+AWQ_RUN = uq.AwqLite(awq_lite_enabled=True, awq_lite_bits=8, awq_lite_group_top_k=1,
+                     awq_lite_group_size=64)  # fmt: skip
 ROWS, COLS = 40, 192  # tiny: the tests that quantize lower the 65,536 limit (small_limit)
 
 
@@ -366,11 +367,11 @@ def test_candidates_and_group_scores():
         "small.weight": meta(256, 256),  # 65,536: passthrough
         "other.weight": meta(257, 256),  # 65,792: GPTQ at MATRIX_BITS
     }
-    assert uq.awq_candidates(state, AWQ) == [
+    assert uq.awq_candidates(state, REC_Q) == [
         "tok_emb.weight", "blocks.0.attn.c_q.weight", "blocks.0.attn.c_k.weight",
         "blocks.0.mlp.fc.weight", "other.weight",
     ]  # fmt: skip
-    int8_embed = dataclasses.replace(AWQ, embed_bits=8)
+    int8_embed = dataclasses.replace(REC_Q, embed_bits=8)
     assert "tok_emb.weight" not in uq.awq_candidates(state, int8_embed)  # bits < 8 only
     w = torch.arange(2 * 130, dtype=torch.float32).reshape(2, 130) - 100
     rms = torch.linspace(0.5, 2.0, 130)
@@ -383,12 +384,15 @@ def test_the_top_group_is_chosen_over_the_whole_model(small_limit):
     state = awq_state()
     rms = {name: torch.ones(COLS) for name in state}
     rms["tok_emb.weight"] = torch.ones(COLS).index_fill(0, torch.arange(128, 192), 50.0)
-    assert uq.awq_pick(state, rms, AWQ) == {"tok_emb.weight": [128]}
+    assert uq.awq_pick(state, rms, REC_Q, AWQ_RUN) == {"tok_emb.weight": [128]}
     rms["blocks.0.mlp.fc.weight"] = torch.full((COLS,), 200.0)
-    assert list(uq.awq_pick(state, rms, AWQ)) == ["blocks.0.mlp.fc.weight"]
-    two = dataclasses.replace(AWQ, awq_lite_group_top_k=2)
+    assert list(uq.awq_pick(state, rms, REC_Q, AWQ_RUN)) == ["blocks.0.mlp.fc.weight"]
+    two = dataclasses.replace(AWQ_RUN, awq_lite_group_top_k=2)
     rms["blocks.0.mlp.fc.weight"] = torch.ones(COLS).index_fill(0, torch.arange(0, 64), 90.0)
-    assert uq.awq_pick(state, rms, two) == {"tok_emb.weight": [128], "blocks.0.mlp.fc.weight": [0]}
+    assert uq.awq_pick(state, rms, REC_Q, two) == {
+        "tok_emb.weight": [128],
+        "blocks.0.mlp.fc.weight": [0],
+    }
 
 
 def test_gptq_protects_columns_with_the_int8_scale_and_own_error_feedback():
@@ -426,7 +430,7 @@ def test_awq_storage_meta_and_dequantization(small_limit):
     hess = awq_hessians(state)
     rms = {name: torch.ones(COLS) for name in state}
     rms["tok_emb.weight"] = torch.ones(COLS).index_fill(0, torch.arange(128, 192), 50.0)
-    obj = uq.quantize(state, hess, AWQ, act_rms=rms)
+    obj = uq.quantize(state, hess, REC_Q, act_rms=rms, awq=AWQ_RUN)
     w, m = obj["w"], obj["m"]
     start, s_hi, size = (w["tok_emb.weight.awqg_" + k] for k in ("start", "s_hi", "size"))
     assert start.dtype == torch.int16 and start.shape == (1,) and start.tolist() == [128]
@@ -445,7 +449,7 @@ def test_awq_storage_meta_and_dequantization(small_limit):
     W[:, 128:192] = q[:, 128:192] * s_hi.float()[:, None]
     torch.testing.assert_close(uq.gptq_weight(w, "tok_emb.weight"), W, rtol=0, atol=0)
     # LQER fits the error of the weight with the group already realised
-    factors, _ = uq.lqer(state["tok_emb.weight"].float() - W, AWQ)
+    factors, _ = uq.lqer(state["tok_emb.weight"].float() - W, REC_Q)
     for key, value in factors.items():
         assert torch.equal(w["tok_emb.weight." + key], value)
     out = uq.dequantize(obj, state)
