@@ -11,6 +11,10 @@ train_gpt.py: a small, eager, functional CPU reference that the tests hold train
   ema_update, training_frac, lr_multiplier, muon_momentum_at, looping_on   §3.3-3.4, §2.5
   unbank / rebank                 the banks' per-layer names (§2.1 "Banks")
 
+The May records (FRONTIER_MAY.md) extend it: AsymLogit (RecordConfig.asym_logit_*, asym_softcap,
+head_logits; §1.11), SMEAR_GATE_BOS_FIX=0 (RecordConfig.smear_gate_bos_fix; §1.15) and the
+progressive training context (section "progressive training context", with its API; §1.1).
+
 Everything here computes in float32 (the record runs bf16 under autocast): it is the math, not the
 record's rounding, except where the facts fix a rounding (bf16-rounded init values, bf16 inv_freq,
 bf16 Muon buffer and Newton-Schulz). Choices where the facts are unsure or silent say "CHOICE".
