@@ -13,6 +13,8 @@ from test_frontier_optimizer import TINY, FakeClock, make_trainer
 from test_trainer import write_shards
 
 import train_gpt as tg
+from benchmarks import upstream_frontier as ref
+from benchmarks import upstream_runs
 from conftest import run_train
 
 CPU = torch.device("cpu")
@@ -177,6 +179,12 @@ def test_the_stage_follows_progress_and_a_switch_rewarms_every_group(tmp_path):
         base = 0.04 * tg.lr_multiplier(step, 0.0, 20, 0, None, 0.5, 0.1)
         since = step - (13 if step >= 13 else 7 if step >= 7 else -99)
         assert lr == pytest.approx(base * min((since + 1) / 4, 1.0)), step
+    stages = [(n, p) for p, n in tg.seq_stages(trainer.cfg)]  # the reference's (len, p)
+    assert stages == ref.parse_seq_schedule("8@0.3,16@0.6,32@1", 32, row_tokens=32)
+    lr_muls = [tg.lr_multiplier(k, 0.0, 20, 0, None, 0.5, 0.1) for k in range(20)]
+    run = ref.growth_run(stages, [k / 20 for k in range(20)], lr_muls, 4)
+    assert [m for _, m, _, _ in per_step] == [n for n, _ in run]
+    assert [lr for *_, lr in per_step] == pytest.approx([0.04 * scale for _, scale in run])
     adam = trainer.net.optimizers[0].param_groups[0]
     assert adam["lr"] == pytest.approx(adam["base_lr"] * 0.1 * 4 / 4)  # every group, after MIN_LR
 
@@ -201,6 +209,8 @@ def test_the_loader_cuts_documents_at_the_active_length_and_skips_no_batch(tmp_p
         runs.append((calls, tokens))
     assert len(runs[0][1]) == 160
     assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1], strict=True))
+    for cu, x in zip(runs[0][0][:8], runs[0][1][:8], strict=True):  # step 1 at 8: the reference's
+        assert torch.equal(cu, ref.stage_cu_seqlens(x, 8)[0])
     pieces = torch.diff(runs[0][0][0])  # step 1: documents of 64 tokens cut every 8
     assert pieces[pieces > 0].max() == 8 and torch.diff(runs[1][0][0]).max() == 32
 
@@ -249,6 +259,8 @@ def test_every_graph_compiles_before_the_clock(tmp_path):
     assert primed >= 4 and counters["stats"]["unique_graphs"] == primed
     assert "compile_shape_warmup:start 8xplain,16xplain,16xloop,32xloop" in lines
     assert trainer.compile_shapes() == [(8, False), (16, False), (16, True), (32, True)]
+    stages = [(n, p) for p, n in tg.seq_stages(trainer.cfg)]
+    assert trainer.compile_shapes() == ref.compile_warmup_items(stages, 0.5)
 
 
 def _rank_main(rank: int, folder: str, ms_per_rank: list[float]) -> None:
@@ -306,6 +318,9 @@ def test_scoring_softcaps_each_sign_by_its_scalar_and_training_keeps_30(layout):
     z = torch.nn.functional.linear(normed[0].reshape(-1, 32), model.tok_emb.weight).detach()
     assert (z > 0).any() and (z < 0).any()
     capped = torch.where(z > 0, 20 * torch.tanh(z / 20), 45 * torch.tanh(z / 45))
+    pair = (torch.tensor(20.0), torch.tensor(45.0))
+    for at_zero in (False, True):  # the reference's #2014 and #2135 conditions
+        assert torch.equal(capped, ref.asym_softcap(z, *pair, positive_at_zero=at_zero))
     want = torch.nn.functional.cross_entropy(capped, y.reshape(-1), reduction="none")
     assert torch.equal(scores.detach(), want)
     loss = model(x, y)  # training: the fused CE's symmetric 30, the pair untouched
@@ -432,3 +447,38 @@ def test_the_2135_preset_trains_and_scores_alike_on_one_and_two_ranks(tmp_path, 
     assert scores[1] == pytest.approx(scores[0], abs=1e-3)
     saved = list(torch.load(runs[1].workdir / "final_model.pt"))
     assert saved[:3] == ["softcap_pos", "softcap_neg", "qo_bank"]  # #2135's layout
+
+
+def test_each_preset_matches_the_references_table_of_the_runs():
+    """benchmarks/upstream_runs.py (FRONTIER_MAY §1.17 as data): every value that differs between
+    the runs is the preset's, except the levers other parts of the project add or leave out."""
+    elsewhere = {
+        "EVAL_STRIDE",
+        "TTT_K_LORA",
+        "NGRAM_TILT_ENABLED",
+        "NGRAM_HINT_PRECOMPUTE_OUTSIDE",
+        "TOKEN_ORDER",
+        "TOKEN_THRESHOLD",
+        "TOKEN_BOOST",
+        "WITHIN_TAU",
+        "WITHIN_BOOST",
+        "WORD_TAU",
+        "WORD_BOOST",
+        "AGREE_ADD_BOOST",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "WARMDOWN_ITERS",
+    }  # fmt: skip  (the baseline's here, unused under WARMDOWN_FRAC)
+    names = set(upstream_runs.differing("1855", "2014")) | set(
+        upstream_runs.differing("1855", "2135")
+    )
+    checked = 0
+    for record, row in zip(("1855", "2014", "2135"), ROWS, strict=True):
+        cfg = tg.Hyperparameters.from_env({"PRESET": row, "RUN_ID": "r"}, world_size=8)
+        for name in sorted(names - elsewhere - PENDING):
+            value = upstream_runs.RUNS[record][name]
+            if value is None or not hasattr(cfg, name.lower()):
+                continue
+            ours = getattr(cfg, name.lower())
+            assert ours == tg.parse_value(name, value, type(ours).__name__), (row, name)
+            checked += 1
+    assert checked >= 40
