@@ -592,6 +592,166 @@ def rebank(unbanked: dict[str, Tensor], cfg: RecordConfig) -> dict[str, Tensor]:
     return out
 
 
+# progressive training context (FRONTIER_MAY.md §1.1, PR #2014) ---------------------------------
+#
+# API (all pure; p is the training progress in [0, 1]):
+#   parse_seq_schedule(text, train_seq_len, row_tokens=98_304) -> [(len, p), ...]
+#       TRAIN_SEQ_SCHEDULE parsed, validated (ValueError), sorted by p, (last len, 1.0) appended
+#       when the last p < 1; "" (unset) -> [] (no schedule: TRAIN_SEQ_LEN throughout)
+#   format_seq_schedule(schedule) -> "train_seq_schedule:1024@0.100,..." (the log line)
+#   schedule_progress(mode, elapsed_ms=, step=, iterations=, max_wallclock_seconds=,
+#                     gptq_reserve_seconds=) -> p ("wallclock" or "step", clamped to [0, 1])
+#   stage_seq_len(schedule, p) -> the active len (the first stage with p <= its threshold)
+#   growth_run(schedule, progress, lr_muls, warmup_steps) -> [(len, lr scale), ...] per step
+#       (progress[k], lr_muls[k]: step k's p and its floored lr_multiplier); the scale is the
+#       re-warm factor times lr_mul, for every optimizer group
+#   rewarm_scale(lr_mul, step, switch_step, warmup_steps) -> lr_mul * min((step-s0+1)/W, 1)
+#   stage_cu_seqlens(x_row, seq_len, bos_id) -> (cu int32 padded to a multiple of 64, max_seqlen)
+#   consumed_batches(switch_steps, n_steps, skipped=2) -> the global batch each step trains on
+#   compile_warmup_items(schedule, enable_looping_at) -> [(len, looping), ...] ("auto" mode)
+#   warmup_cu_buckets(seq_len, row_tokens) -> the cu bucket lengths warmed up for that len
+
+ROW_TOKENS = 98_304  # local micro-batch tokens per rank (786,432 / 8)
+SKIPPED_PER_SWITCH = 2  # the loader's prefetch depth (§1.1 Loader, by reading)
+CU_BUCKETS = (64, 128, 192, 256)
+
+
+def parse_seq_schedule(text: str, train_seq_len: int, row_tokens: int = ROW_TOKENS):
+    """TRAIN_SEQ_SCHEDULE: comma-separated `len@p` items, len > 0 (int), 0 < p <= 1. Sorted by p
+    (stable: CHOICE, equal p keep their written order); (last len, 1.0) appended when the last
+    p < 1. TRAIN_SEQ_LEN must equal the largest len and every len must divide row_tokens.
+    CHOICE: blanks around items and empty items (a trailing comma) are ignored; "" means off."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    schedule = []
+    for item in items:
+        parts = item.split("@")
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            length, p = int(parts[0]), float(parts[1])
+        except ValueError:
+            raise ValueError(f"TRAIN_SEQ_SCHEDULE: {item!r} is not len@p") from None
+        if length <= 0 or not 0.0 < p <= 1.0:
+            raise ValueError(f"TRAIN_SEQ_SCHEDULE: {item!r} needs len > 0 and 0 < p <= 1")
+        schedule.append((length, p))
+    if not schedule:
+        return []
+    schedule.sort(key=lambda item: item[1])
+    if schedule[-1][1] < 1.0:
+        schedule.append((schedule[-1][0], 1.0))
+    longest = max(length for length, _ in schedule)
+    if longest != train_seq_len:
+        raise ValueError(f"TRAIN_SEQ_LEN={train_seq_len} must equal the schedule's largest len")
+    for length, _ in schedule:
+        if row_tokens % length:
+            raise ValueError(f"TRAIN_SEQ_SCHEDULE: len {length} must divide {row_tokens}")
+    return schedule
+
+
+def format_seq_schedule(schedule) -> str:
+    return "train_seq_schedule:" + ",".join(f"{length}@{p:.3f}" for length, p in schedule)
+
+
+def schedule_progress(
+    mode: str,
+    *,
+    elapsed_ms: float,
+    step: int,
+    iterations: int,
+    max_wallclock_seconds: float = 600.0,
+    gptq_reserve_seconds: float = 0.5,
+) -> float:
+    """p: wallclock = elapsed_ms / (1000 (MAX_WALLCLOCK_SECONDS - GPTQ_RESERVE_SECONDS)), step =
+    step / ITERATIONS; both clamped to [0, 1] (CHOICE for step mode: the sheet gives the clamp
+    for wallclock only). The clock is each rank's own (by reading)."""
+    if mode == "wallclock":
+        p = elapsed_ms / (1000.0 * (max_wallclock_seconds - gptq_reserve_seconds))
+    elif mode == "step":
+        p = step / iterations
+    else:
+        raise ValueError(f"TRAIN_SEQ_SCHEDULE_MODE must be wallclock or step, not {mode!r}")
+    return min(max(p, 0.0), 1.0)
+
+
+def stage_seq_len(schedule, p: float) -> int:
+    """The first stage whose threshold is >= p (the last threshold is 1.0, p <= 1)."""
+    return next(length for length, threshold in schedule if p <= threshold)
+
+
+def rewarm_scale(lr_mul: float, step: int, switch_step: int | None, warmup_steps: int) -> float:
+    """The LR scale of every group: lr_mul (already floored at MIN_LR) times the re-warm ramp
+    min((step - s0 + 1) / SEQ_CHANGE_WARMUP_STEPS, 1) after the latest switch s0. CHOICE:
+    SEQ_CHANGE_WARMUP_STEPS <= 0 means no ramp."""
+    if switch_step is None or warmup_steps <= 0:
+        return lr_mul
+    return lr_mul * min((step - switch_step + 1) / warmup_steps, 1.0)
+
+
+def growth_run(schedule, progress, lr_muls, warmup_steps: int) -> list[tuple[int, float]]:
+    """Per step k: (active len, LR scale), from step k's progress and floored lr_multiplier. A
+    switch is a change of len at a step > 0 (step 0 takes its stage without a ramp); optimizer
+    state and EMA are untouched (nothing here to model)."""
+    out, current, switch = [], None, None
+    for step, (p, lr_mul) in enumerate(zip(progress, lr_muls, strict=True)):
+        length = stage_seq_len(schedule, p)
+        if current is not None and length != current and step > 0:
+            switch = step
+        current = length
+        out.append((length, rewarm_scale(lr_mul, step, switch, warmup_steps)))
+    return out
+
+
+def switch_steps(run: list[tuple[int, float]]) -> list[int]:
+    """The steps of growth_run's output at which the len changes."""
+    return [k for k in range(1, len(run)) if run[k][0] != run[k - 1][0]]
+
+
+def stage_cu_seqlens(x_row: Tensor, seq_len: int, bos_id: int = 1) -> tuple[Tensor, int]:
+    """The loader's cut at the active len: rows stay [1, T]; each document (from each BOS of the
+    row; 0 counts as a start when the row does not begin with one) is cut every seq_len tokens
+    from its start; cu = the piece starts then T, int32, padded with T to a multiple of 64
+    entries. max_seqlen is the active len (14:4008), not the longest piece."""
+    row = x_row.reshape(-1)
+    T = row.numel()
+    starts = torch.nonzero(row == bos_id).flatten().tolist()
+    if not starts or starts[0] != 0:
+        starts = [0, *starts]
+    bounds = []
+    for a, b in zip(starts, [*starts[1:], T], strict=True):
+        bounds += list(range(a, b, seq_len))
+    bounds.append(T)
+    padded = -(-len(bounds) // 64) * 64
+    return torch.tensor(bounds + [T] * (padded - len(bounds)), dtype=torch.int32), seq_len
+
+
+def consumed_batches(switches: list[int], n_steps: int, skipped: int = SKIPPED_PER_SWITCH):
+    """The global batch index (0-based, in the loader's stream order) each step trains on: the
+    prefetched batches queued at the old len are dropped at a switch but still advanced the
+    cursor, so from a switch step s on, every step is `skipped` batches further (by reading;
+    none at the start)."""
+    return [k + skipped * sum(1 for s in switches if s <= k) for k in range(n_steps)]
+
+
+def compile_warmup_items(schedule, enable_looping_at: float) -> list[tuple[int, bool]]:
+    """COMPILE_SHAPE_WARMUP=1, mode auto: stage (a, b] (a = the previous threshold, 0 first) adds
+    (len, plain) if a < ENABLE_LOOPING_AT and (len, loop) if b > ENABLE_LOOPING_AT."""
+    items, a = [], 0.0
+    for length, b in schedule:
+        if a < enable_looping_at:
+            items.append((length, False))
+        if b > enable_looping_at:
+            items.append((length, True))
+        a = b
+    return items
+
+
+def warmup_cu_buckets(seq_len: int, row_tokens: int = ROW_TOKENS) -> list[int]:
+    """The cu lengths a warm-up item runs (uniform boundaries every seq_len, 3 fwd+bwd each): the
+    buckets 64..256 at least as long as the boundary count row_tokens / seq_len + 1."""
+    boundaries = row_tokens // seq_len + 1
+    return [b for b in CU_BUCKETS if b >= boundaries]
+
+
 def main() -> None:
     argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 

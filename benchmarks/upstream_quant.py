@@ -13,6 +13,9 @@ train_gpt.py: a small CPU reference that the tests hold train_gpt.py's QUANTIZER
   serialize / deserialize          torch.save + brotli q11 / lzma preset 9 (4.6)
   counted_code_bytes(source)       the code bytes the record counts (4.7)
 
+PR #2014's AWQ-lite (FRONTIER_MAY.md §1.10) and #2135's LQER_ASYM_GROUP (§1.13) extend it: see the
+section "AWQ-lite" below for their API (Settings' awq_lite_* fields, quantize(..., act_rms=...)).
+
 Everything is fp32 on the CPU, as the record's GPTQ. Where the facts leave a choice open, it says
 CHOICE (train_gpt.py takes the same one).
 """
@@ -49,6 +52,10 @@ class Settings:
     lqer_asym_enabled: bool = True
     lqer_asym_group: int = 64
     lqer_factor_bits: int = 4
+    awq_lite_enabled: bool = False  # FRONTIER_MAY §1.10 (#2014 runs 1/8/1/64)
+    awq_lite_bits: int = 8
+    awq_lite_group_top_k: int = 1
+    awq_lite_group_size: int = 64
 
 
 def record_settings() -> Settings:
@@ -71,9 +78,23 @@ def sdclip_scale(w: Tensor, k: float, bits: int) -> Tensor:
 
 def gptq(w: Tensor, h: Tensor, k: float, bits: int) -> tuple[Tensor, Tensor]:
     """4.2, step by step. CHOICE (tie order of the permutation is unsure): a stable sort."""
+    q, scale, _ = gptq_protected(w, h, k, bits, None, bits)
+    return q, scale
+
+
+def gptq_protected(
+    w: Tensor, h: Tensor, k: float, bits: int, protected: Tensor | None, hi_bits: int
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """GPTQ (4.2) with AWQ-lite's protected columns (FRONTIER_MAY §1.10): `protected` (bool,
+    (cols,), in the weight's own column order; permuted with GPTQ's order here) get
+    q = clamp(round(w / s_hi), -R_hi, R_hi) with s_hi = SDClip's scale at R_hi = 2^(hi_bits-1) - 1
+    (the same k sigma clip); the error fed forward is each column's own (w - q * its scale).
+    Returns (q int8, scale fp16, s_hi fp16 or None when nothing is protected)."""
     R = levels(bits)
     scale = sdclip_scale(w, k, bits)
     step = scale.to(torch.float32)
+    s_hi = None if protected is None else sdclip_scale(w, k, hi_bits)
+    R_hi = levels(hi_bits)
     H = h.to(torch.float32).clone()
     n = H.shape[0]
     dead = torch.diagonal(H) == 0  # 1
@@ -84,6 +105,7 @@ def gptq(w: Tensor, h: Tensor, k: float, bits: int) -> tuple[Tensor, Tensor]:
     W = w.to(torch.float32)[:, order].clone()
     H = H[order][:, order]
     W[:, dead[order]] = 0.0
+    hi = torch.zeros(n, dtype=torch.bool) if protected is None else protected[order]
     L = torch.linalg.cholesky(H)  # 4
     Hinv = torch.cholesky_inverse(L)
     U = torch.linalg.cholesky(Hinv, upper=True)
@@ -93,15 +115,16 @@ def gptq(w: Tensor, h: Tensor, k: float, bits: int) -> tuple[Tensor, Tensor]:
         E = torch.empty(W.shape[0], stop - start)
         for j in range(start, stop):
             col = W[:, j]
-            q = torch.clamp(torch.round(col / step), -R, R)  # torch.round: half to even
+            s_j, R_j = (s_hi.to(torch.float32), R_hi) if hi[j] else (step, R)
+            q = torch.clamp(torch.round(col / s_j), -R_j, R_j)  # torch.round: half to even
             Q[:, j] = q
-            e = (col - q * step) / U[j, j]
+            e = (col - q * s_j) / U[j, j]
             E[:, j - start] = e
             W[:, j:stop] -= torch.outer(e, U[j, j:stop])
         W[:, stop:] -= E @ U[start:stop, stop:]
     unpermuted = torch.empty_like(Q)
     unpermuted[:, order] = Q  # 7
-    return unpermuted.to(torch.int8), scale
+    return unpermuted.to(torch.int8), scale, s_hi
 
 
 def rows_int8(w: Tensor) -> tuple[Tensor, Tensor]:
@@ -173,9 +196,13 @@ def clip_and_bits(name: str, s: Settings) -> tuple[float, int]:
     return s.matrix_clip_sigmas, s.matrix_bits
 
 
-def quantize(state: dict[str, Tensor], hessians: dict[str, Tensor], s: Settings) -> dict:
-    """{"w": tensors, "m": meta} in the state's order, LQER keys last by descending ||E||_F."""
+def quantize(
+    state: dict[str, Tensor], hessians: dict[str, Tensor], s: Settings, act_rms=None
+) -> dict:
+    """{"w": tensors, "m": meta} in the state's order, LQER keys last by descending ||E||_F.
+    act_rms: {name: (cols,) fp32} (act_rms_of) for AWQ-lite, needed when s.awq_lite_enabled."""
     w, m, err = {}, {}, []
+    picks = awq_pick(state, act_rms, s) if s.awq_lite_enabled else {}
     for name, t in state.items():
         kind = route(name, t, s)
         if kind == "gate":
@@ -186,10 +213,19 @@ def quantize(state: dict[str, Tensor], hessians: dict[str, Tensor], s: Settings)
             m[name] = "passthrough (float16)"
         else:
             k, bits = clip_and_bits(name, s)
-            q, scale = gptq(t, hessians[name], k, bits)
+            starts = picks.get(name, [])
+            if starts and levels(s.awq_lite_bits) <= levels(bits):
+                starts = []  # applied only if R_hi > R
+            protected = group_mask(t.shape[1], starts, s.awq_lite_group_size) if starts else None
+            q, scale, s_hi = gptq_protected(t, hessians[name], k, bits, protected, s.awq_lite_bits)
             w[name + ".q"], w[name + ".scale"] = q, scale
             m[name] = f"gptq (int{bits})"
-            E = t.to(torch.float32) - q.to(torch.float32) * scale.to(torch.float32)[:, None]
+            if starts:
+                w[name + ".awqg_start"] = torch.tensor(starts, dtype=torch.int16)
+                w[name + ".awqg_s_hi"] = s_hi
+                w[name + ".awqg_size"] = torch.tensor(s.awq_lite_group_size, dtype=torch.int16)
+                m[name] += f"+awqgrpint{s.awq_lite_bits}"
+            E = t.to(torch.float32) - gptq_weight(w, name)  # the group already realised
             err.append((torch.linalg.matrix_norm(E).item(), name, E))
     if s.lqer_enabled:
         err.sort(key=lambda item: -item[0])
@@ -214,7 +250,7 @@ def dequantize(obj: dict, template: dict[str, Tensor]) -> dict[str, Tensor]:
         elif meta == "gate_int8_row":
             out[name] = (w[name + ".gq"].to(f32) * w[name + ".gs"].to(f32)[:, None]).to(like.dtype)
         else:
-            W = w[name + ".q"].to(f32) * w[name + ".scale"].to(f32)[:, None]
+            W = gptq_weight(w, name)
             if meta.endswith("+lqer_asym"):
                 qB, sB = w[name + ".lqB_a"].to(f32), w[name + ".lqBs_a"].to(f32)
                 group = qB.numel() // sB.numel()
@@ -226,6 +262,87 @@ def dequantize(obj: dict, template: dict[str, Tensor]) -> dict[str, Tensor]:
                 W = W + A @ B
             out[name] = W.to(like.dtype)
     return out
+
+
+# AWQ-lite (FRONTIER_MAY.md §1.10, PR #2014) ----------------------------------------------------
+#
+# API:
+#   act_rms_of(inputs) -> (cols,) fp32: sqrt(sum x_c^2 / tokens) over a matrix's Hessian inputs
+#       (a list of (..., cols) tensors: every calibration forward's input, each looped pass too;
+#       tok_emb's are the final_norm outputs), per rank
+#   awq_candidates(state, s) -> names: GPTQ-routed, numel > 65,536, bits < 8
+#   group_scores(w, act_rms, group_size) -> (floor(cols/size),) sum_c act_rms[c] mean_r |W[r,c]|
+#   awq_pick(state, act_rms, s) -> {name: [start, ...]}: the top AWQ_LITE_GROUP_TOP_K groups over
+#       the whole model
+#   group_mask(cols, starts, size) -> (cols,) bool
+#   gptq_protected(w, h, k, bits, protected, hi_bits) -> (q, scale, s_hi)   (above, with GPTQ)
+#   quantize(state, hessians, s, act_rms) stores name.awqg_start int16 (n,), name.awqg_s_hi fp16
+#       (rows,), name.awqg_size int16 0-dim, meta "gptq (int7)+awqgrpint8[+lqer_asym]";
+#   gptq_weight(w, name) / dequantize(obj, template): W = q s_row, then the groups' columns
+#       q s_hi (before LQER's A @ B)
+
+
+def act_rms_of(inputs) -> Tensor:
+    """fp32 per-column sums of squares over all rows of all inputs, divided by the row count."""
+    sum_sq, count = None, 0
+    for x in inputs:
+        flat = x.detach().to(torch.float32).reshape(-1, x.shape[-1])
+        part = flat.square().sum(dim=0)
+        sum_sq = part if sum_sq is None else sum_sq + part
+        count += flat.shape[0]
+    return torch.sqrt(sum_sq / count)
+
+
+def awq_candidates(state: dict[str, Tensor], s: Settings) -> list[str]:
+    return [
+        name
+        for name, t in state.items()
+        if route(name, t, s) == "gptq"
+        and t.numel() > PASSTHROUGH_MAX_NUMEL
+        and clip_and_bits(name, s)[1] < 8
+    ]
+
+
+def group_scores(w: Tensor, act_rms: Tensor, group_size: int) -> Tensor:
+    """Per column group g (columns [g*size, (g+1)*size), g < floor(cols/size); a remainder is in
+    no group): sum over its columns of act_rms[c] * mean over rows of |W[r, c]|."""
+    n = w.shape[1] // group_size
+    per_col = act_rms.to(torch.float32) * w.to(torch.float32).abs().mean(dim=0)
+    return per_col[: n * group_size].reshape(n, group_size).sum(dim=1)
+
+
+def awq_pick(state: dict[str, Tensor], act_rms, s: Settings) -> dict[str, list[int]]:
+    """The top-K (score, tensor, group) over every candidate's groups, as {name: sorted starts}.
+    CHOICE: equal scores keep the state's order, then the group order (a stable sort); with
+    K > 1 a tensor may hold several groups (awqg_start then has one entry per group)."""
+    scored = []
+    for name in awq_candidates(state, s):
+        scores = group_scores(state[name], act_rms[name], s.awq_lite_group_size)
+        scored += [(float(v), name, g * s.awq_lite_group_size) for g, v in enumerate(scores)]
+    scored.sort(key=lambda item: -item[0])
+    picks: dict[str, list[int]] = {}
+    for _, name, start in scored[: s.awq_lite_group_top_k]:
+        picks.setdefault(name, []).append(start)
+    return {name: sorted(starts) for name, starts in picks.items()}
+
+
+def group_mask(cols: int, starts: list[int], size: int) -> Tensor:
+    mask = torch.zeros(cols, dtype=torch.bool)
+    for start in starts:
+        mask[start : start + size] = True
+    return mask
+
+
+def gptq_weight(w: dict[str, Tensor], name: str) -> Tensor:
+    """A GPTQ matrix back in fp32: q * s_row, the AWQ groups' columns q * s_hi (14:2782-2789)."""
+    f32 = torch.float32
+    q = w[name + ".q"].to(f32)
+    W = q * w[name + ".scale"].to(f32)[:, None]
+    if name + ".awqg_start" in w:
+        size, s_hi = int(w[name + ".awqg_size"]), w[name + ".awqg_s_hi"].to(f32)
+        for start in w[name + ".awqg_start"].tolist():
+            W[:, start : start + size] = q[:, start : start + size] * s_hi[:, None]
+    return W
 
 
 def serialize(obj: dict, compressor: str = "brotli") -> bytes:

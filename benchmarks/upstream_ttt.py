@@ -87,6 +87,20 @@ values as defaults (TTTConfig). The numbers are those of ONE rank doing all the 
        p = tokens[i-1], also across a BOS). val_loss = nll / tokens; val_bpb = val_loss / ln 2 *
        tokens / bytes.
 
+The May records' TTT levers (FRONTIER_MAY.md §1.3-1.8; section "3." below has their API); all off
+by default, so the defaults are the conventions above:
+  [M1] Adapters (§1.4): head always; q and v unless TTT_MASK drops them (explicit TTT_Q_LORA /
+       TTT_V_LORA win); k, o, mlp unless TTT_K_LORA / TTT_O_LORA / TTT_MLP_LORA = 0. A dropped
+       site keeps the plain projection (lora returns None). ttt_adapter_order "lists" builds and
+       draws them as the record does: head, then the q list (every slot), v, k, mlp, o; "slot"
+       is [T5]/[T6]'s order (CHOICE kept as the default so the earlier tests hold; see §1.4).
+  [M2] Optimizer (§1.5): [T7]'s AdamW at lr TTT_LORA_LR * TTT_LOCAL_LR_MULT; GLOBAL_TTT_LR as is.
+  [M3] Chunks (§1.7): with TTT_SHORT_SCORE_FIRST_ENABLED=1, a batch's chunk size comes from its
+       largest doc_len m = P + 1 (BOS through the next BOS, inclusive): the first
+       TTT_SHORT_SCORE_FIRST_STEPS item with m <= its doc limit, else TTT_CHUNK_SIZE; with no
+       steps, TTT_SHORT_CHUNK_SIZE if m <= TTT_SHORT_DOC_LEN. It replaces TTT_CHUNK_SIZE in [T4]
+       and [T7] for every document of the batch.
+
 Not covered: several ranks (upstream's racy batch claims; phase_steps states each rank's slice,
 but the two forms run world size 1: with a process group, upstream_style_ttt all-reduces and
 averages every gradient but gives each rank the same rows); bf16/autocast (everything here is
@@ -141,14 +155,46 @@ class TTTConfig:
     global_ttt_momentum: float = 0.9
     global_ttt_chunk_tokens: int = 32768
     global_ttt_grad_clip: float = 1.0
+    # the May records' levers ([M1]-[M3]); None = unset (the mask decides)
+    ttt_mask: str = ""
+    ttt_q_lora: int | None = None
+    ttt_v_lora: int | None = None
+    ttt_k_lora: int = 1
+    ttt_o_lora: int = 1
+    ttt_mlp_lora: int = 1
+    ttt_adapter_order: str = "slot"  # "slot" ([T5]) or "lists" (§1.4: head, q, v, k, mlp, o)
+    ttt_local_lr_mult: float = 1.0
+    ttt_short_score_first_enabled: bool = False
+    ttt_short_score_first_steps: str = ""
+    ttt_short_doc_len: int = 2000
+    ttt_short_chunk_size: int = 24
 
     def __post_init__(self):
         if not 1 <= self.ttt_chunk_size <= self.ttt_eval_seq_len:
             raise ValueError("expected 1 <= TTT_CHUNK_SIZE <= TTT_EVAL_SEQ_LEN")
+        if self.ttt_adapter_order not in ("slot", "lists"):
+            raise ValueError("ttt_adapter_order must be slot or lists")
+        ttt_adapter_sites(self.ttt_mask, self.ttt_q_lora, self.ttt_v_lora)  # raises if bad
+        short_doc_steps(self.ttt_short_score_first_steps)
 
     @property
     def scale(self) -> float:
         return self.ttt_lora_alpha / self.ttt_lora_rank
+
+    @property
+    def lora_lr(self) -> float:
+        """[M2] the per-document AdamW's lr."""
+        return self.ttt_lora_lr * self.ttt_local_lr_mult
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        """[M1] the adapters that exist, in the record's build order."""
+        return ttt_adapter_sites(self.ttt_mask, self.ttt_q_lora, self.ttt_v_lora,
+                                 self.ttt_k_lora, self.ttt_o_lora, self.ttt_mlp_lora)  # fmt: skip
+
+    @property
+    def default_adapters(self) -> bool:
+        return self.ttt_adapter_order == "slot" and len(self.sites) == len(BUILD_ORDER)
 
 
 # conventions shared by both forms -------------------------------------------------------------
@@ -169,9 +215,10 @@ def batches(docs: list[tuple[int, int]], batch_size: int) -> list[list[int]]:
     return sorted(cut, key=lambda batch: -docs[batch[-1]][1])  # stable: ties keep their order
 
 
-def chunk_spans(predictions: int, cfg: TTTConfig) -> list[tuple[int, int, int]]:
-    """[T4] (window start, first scored, end) of each chunk, in document positions."""
-    K, W = cfg.ttt_chunk_size, cfg.ttt_eval_seq_len
+def chunk_spans(predictions: int, cfg: TTTConfig, chunk: int | None = None):
+    """[T4] (window start, first scored, end) of each chunk, in document positions; chunk: the
+    batch's chunk size ([M3]), TTT_CHUNK_SIZE when None."""
+    K, W = chunk or cfg.ttt_chunk_size, cfg.ttt_eval_seq_len
     spans = []
     for s in range(0, predictions, K):
         e = min(s + K, predictions)
@@ -201,11 +248,12 @@ def adapter_shapes(model: tg.GPT) -> list[tuple[tuple, int, int]]:
     return [*shapes, ((None, "head"), dim, model.tok_emb.weight.size(0))]
 
 
-def draw_a(model: tg.GPT, seed: int, doc_index: int, rank: int) -> dict[tuple, torch.Tensor]:
-    """[T6] A of every adapter for a slot first receiving document `doc_index` (CPU, fp32)."""
+def draw_a(model: tg.GPT, seed: int, doc_index: int, rank: int, shapes=None):
+    """[T6] A of every adapter for a slot first receiving document `doc_index` (CPU, fp32), as
+    {key: A}; shapes: the adapters in draw order ([M1]), adapter_shapes(model) when None."""
     gen = torch.Generator().manual_seed(seed * SEED_STRIDE + doc_index)
     out = {}
-    for key, fan_in, _ in adapter_shapes(model):
+    for key, fan_in, _ in adapter_shapes(model) if shapes is None else shapes:
         u = torch.rand((rank, fan_in), generator=gen, dtype=torch.float32)
         out[key] = (2 * u - 1) / math.sqrt(fan_in)
     return out
@@ -383,30 +431,30 @@ def reference_ttt(model, tokens, luts=None, counts=None, *, record=None, **kwarg
     slot_a: dict[int, dict] = {}  # [T6] each slot's A, kept across batches until a phase
     loss_sum, count, nbytes = 0.0, 0, 0
     scored: list[int] = []
+    shapes = ttt_shapes(model, cfg)
     for batch in batches(docs, cfg.ttt_batch_size):
         throwaway = len(batch) < cfg.ttt_batch_size  # [T6] adapters of its own
-        batch_steps = max(len(chunk_spans(docs[d][1], cfg)) for d in batch) - 1  # [T7]
+        chunk = batch_chunk_size(max(docs[d][1] for d in batch) + 1, cfg)  # [M3]
+        batch_steps = max(len(chunk_spans(docs[d][1], cfg, chunk)) for d in batch) - 1  # [T7]
         for slot, d in enumerate(batch):
             if throwaway or slot not in slot_a:
-                initial = draw_a(model, cfg.seed, d, cfg.ttt_lora_rank)
+                initial = draw_for(model, cfg, d, shapes)
             else:
                 initial = slot_a[slot]  # warm start
             a = {k: v.clone().requires_grad_(True) for k, v in initial.items()}
             b = {
                 key: torch.zeros((fan_out, cfg.ttt_lora_rank), requires_grad=True)
-                for key, _, fan_out in adapter_shapes(model)
+                for key, _, fan_out in shapes
             }
-            opt = torch.optim.AdamW(
-                [*a.values(), *b.values()], lr=cfg.ttt_lora_lr,
-                betas=(cfg.ttt_beta1, cfg.ttt_beta2), eps=ADAM_EPS,
-                weight_decay=cfg.ttt_weight_decay,
-            )  # fmt: skip
+            opt = ttt_adamw([*a.values(), *b.values()], cfg)
 
             def lora(key, h, a=a, b=b):
+                if key not in a:  # [M1] a dropped adapter: the plain projection
+                    return None
                 return cfg.scale * ((h @ a[key].T) @ b[key].T)
 
             start, predictions = docs[d]
-            spans = chunk_spans(predictions, cfg)
+            spans = chunk_spans(predictions, cfg, chunk)
             for c, (w, s, e) in enumerate(spans):
                 x = torch.from_numpy(tokens[start + w : start + e])[None]
                 y = torch.from_numpy(tokens[start + w + 1 : start + e + 1])
@@ -450,7 +498,7 @@ def upstream_style_ttt(model, tokens, luts=None, counts=None, *, device="cpu", *
     model = model.to(device)
     docs = documents(tokens)
     boundaries = phase_boundaries(len(docs), cfg)
-    shapes, r, S = adapter_shapes(model), cfg.ttt_lora_rank, cfg.ttt_batch_size
+    shapes, r, S = ttt_shapes(model, cfg), cfg.ttt_lora_rank, cfg.ttt_batch_size
     slot_a = {key: torch.zeros((S, r, fan_in), device=device) for key, fan_in, _ in shapes}
     drawn = [False] * S
     cpu_tokens = torch.from_numpy(tokens)  # pageable
@@ -462,24 +510,24 @@ def upstream_style_ttt(model, tokens, luts=None, counts=None, *, device="cpu", *
         a = {k: v[:n].clone() for k, v in slot_a.items()}
         for slot, d in enumerate(batch):
             if throwaway or not drawn[slot]:
-                for key, value in draw_a(model, cfg.seed, d, r).items():
+                for key, value in draw_for(model, cfg, d, shapes).items():
                     a[key][slot] = value.to(device)
                 drawn[slot] = drawn[slot] or not throwaway
         for v in a.values():
             v.requires_grad_(True)
         b = {k: torch.zeros((n, o, r), device=device, requires_grad=True) for k, _, o in shapes}
         params = [*a.values(), *b.values()]
-        opt = torch.optim.AdamW(
-            params, lr=cfg.ttt_lora_lr, betas=(cfg.ttt_beta1, cfg.ttt_beta2), eps=ADAM_EPS,
-            weight_decay=cfg.ttt_weight_decay,
-        )  # fmt: skip
+        opt = ttt_adamw(params, cfg)
 
         def lora(key, h, a=a, b=b):
+            if key not in a:  # [M1] a dropped adapter: the plain projection
+                return None
             return cfg.scale * torch.bmm(
                 torch.bmm(h, a[key].transpose(1, 2)), b[key].transpose(1, 2)
             )
 
-        spans = [chunk_spans(docs[d][1], cfg) for d in batch]
+        chunk = batch_chunk_size(max(docs[d][1] for d in batch) + 1, cfg)  # [M3]
+        spans = [chunk_spans(docs[d][1], cfg, chunk) for d in batch]
         batch_loss = torch.zeros((), dtype=torch.float64, device=device)
         batch_count = torch.zeros((), dtype=torch.int64, device=device)
         for c in range(max(len(sp) for sp in spans)):
@@ -526,3 +574,126 @@ def upstream_style_ttt(model, tokens, luts=None, counts=None, *, device="cpu", *
             global_phase(model, tokens, docs, chosen, cfg, device, all_reduce=True)
             drawn = [False] * S  # A drawn afresh after every phase
     return finish(loss_sum, count, nbytes)
+
+
+# 3. the May records' levers (FRONTIER_MAY.md §1.3-1.8) ----------------------------------------
+#
+# API (reference_ttt and upstream_style_ttt take them through TTTConfig's new fields):
+#   ttt_adapter_sites(ttt_mask, ttt_q_lora, ttt_v_lora, ttt_k_lora, ttt_o_lora, ttt_mlp_lora)
+#       -> the sites that get adapters, in build order ("head", "q", "v", "k", "mlp", "o"
+#       minus the dropped); ValueError for an unknown TTT_MASK
+#   order_adapters(shapes, sites, order) -> [(key, in, out), ...]: adapter_shapes' list (any
+#       source, [T5] order) filtered to `sites`, in the draw order ("slot" or "lists")
+#   ttt_shapes(model, cfg) / draw_for(model, cfg, doc_index, shapes) -> the same for a model
+#   ttt_adamw(params, cfg) -> the per-document torch.optim.AdamW ([M2])
+#   short_doc_steps(text) -> [(doc limit, chunk), ...] sorted by limit; ValueError if bad
+#   batch_chunk_size(max_doc_len, cfg) -> the batch's chunk size ([M3])
+#   doc_len(predictions) -> P + 1 (the document's tokens, BOS through the next BOS)
+#   pause_documents(n_docs, batch_size, boundary, world_size) -> documents scored at the pause
+
+BUILD_ORDER = ("head", "q", "v", "k", "mlp", "o")  # §1.4 (14:1889-1934)
+TTT_MASKS = {"": (), "all": (), "baseline_all": (), "no_q": ("q",), "no_v": ("v",),
+             "no_qv": ("q", "v")}  # fmt: skip
+
+
+def ttt_adapter_sites(ttt_mask: str = "", ttt_q_lora: int | None = None,
+                      ttt_v_lora: int | None = None, ttt_k_lora: int = 1, ttt_o_lora: int = 1,
+                      ttt_mlp_lora: int = 1) -> tuple[str, ...]:  # fmt: skip
+    """TTT_MASK sets only q's and v's defaults; an explicit TTT_Q_LORA / TTT_V_LORA (not None)
+    wins. The head always has its adapter. CHOICE: the mask is matched exactly (no case folding
+    or blank stripping)."""
+    if ttt_mask not in TTT_MASKS:
+        raise ValueError(f"TTT_MASK={ttt_mask!r}: expected one of {sorted(TTT_MASKS)}")
+    dropped = TTT_MASKS[ttt_mask]
+    on = {
+        "head": True,
+        "q": bool(ttt_q_lora) if ttt_q_lora is not None else "q" not in dropped,
+        "v": bool(ttt_v_lora) if ttt_v_lora is not None else "v" not in dropped,
+        "k": bool(ttt_k_lora),
+        "mlp": bool(ttt_mlp_lora),
+        "o": bool(ttt_o_lora),
+    }
+    return tuple(site for site in BUILD_ORDER if on[site])
+
+
+def order_adapters(shapes, sites, order: str = "lists"):
+    """[M1] adapter_shapes' entries ((slot | None, site), in, out) kept for `sites`; "lists": the
+    head first, then each site's list over the slots (ascending) in BUILD_ORDER; "slot": [T5]'s
+    order (per slot q, k, v, o, mlp; the head last)."""
+    kept = [entry for entry in shapes if entry[0][1] in sites]
+    if order == "slot":
+        return kept
+    rank = {site: i for i, site in enumerate(BUILD_ORDER)}
+    slot_rank = lambda slot: -1 if slot is None else slot  # noqa: E731
+    return sorted(kept, key=lambda entry: (rank[entry[0][1]], slot_rank(entry[0][0])))
+
+
+def ttt_shapes(model: tg.GPT, cfg: TTTConfig):
+    return order_adapters(adapter_shapes(model), cfg.sites, cfg.ttt_adapter_order)
+
+
+def draw_for(model: tg.GPT, cfg: TTTConfig, doc_index: int, shapes) -> dict[tuple, torch.Tensor]:
+    """[T6] with [M1]: the default adapters keep draw_a's plain call."""
+    if cfg.default_adapters:
+        return draw_a(model, cfg.seed, doc_index, cfg.ttt_lora_rank)
+    return draw_a(model, cfg.seed, doc_index, cfg.ttt_lora_rank, shapes)
+
+
+def ttt_adamw(params, cfg: TTTConfig) -> torch.optim.AdamW:
+    """[T7] + [M2]: betas (TTT_BETA1 = 0, TTT_BETA2), eps 1e-10, decoupled TTT_WEIGHT_DECAY
+    (p *= 1 - lr * wd), lr = TTT_LORA_LR * TTT_LOCAL_LR_MULT. The record's is fused (same math)."""
+    return torch.optim.AdamW(
+        params, lr=cfg.lora_lr, betas=(cfg.ttt_beta1, cfg.ttt_beta2), eps=ADAM_EPS,
+        weight_decay=cfg.ttt_weight_decay,
+    )  # fmt: skip
+
+
+def short_doc_steps(text: str) -> list[tuple[int, int]]:
+    """TTT_SHORT_SCORE_FIRST_STEPS: comma-separated `doc:chunk` or `doc=chunk`, both ints > 0,
+    sorted by doc (stable). CHOICE: blanks and empty items are ignored."""
+    steps = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        parts = item.replace("=", ":").split(":")
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            doc, chunk = int(parts[0]), int(parts[1])
+        except ValueError:
+            raise ValueError(f"TTT_SHORT_SCORE_FIRST_STEPS: {item!r} is not doc:chunk") from None
+        if doc <= 0 or chunk <= 0:
+            raise ValueError(f"TTT_SHORT_SCORE_FIRST_STEPS: {item!r} needs doc, chunk > 0")
+        steps.append((doc, chunk))
+    return sorted(steps, key=lambda step: step[0])
+
+
+def doc_len(predictions: int) -> int:
+    """The record's doc_len: the document's tokens from its BOS through the next BOS inclusive."""
+    return predictions + 1
+
+
+def batch_chunk_size(max_doc_len: int, cfg: TTTConfig) -> int:
+    """[M3] The chunk size of a batch whose largest doc_len is max_doc_len."""
+    if not cfg.ttt_short_score_first_enabled:
+        return cfg.ttt_chunk_size
+    steps = short_doc_steps(cfg.ttt_short_score_first_steps)
+    if steps:
+        return next((chunk for limit, chunk in steps if max_doc_len <= limit), cfg.ttt_chunk_size)
+    if max_doc_len <= cfg.ttt_short_doc_len:
+        return cfg.ttt_short_chunk_size
+    return cfg.ttt_chunk_size
+
+
+def pause_documents(n_docs: int, batch_size: int, boundary: int, world_size: int = 1) -> int:
+    """The documents scored when a phase pauses (the `pd:` of `ttpp`): batches run in [T3]'s
+    order; the pause follows the first batch that brings the count to >= boundary, and with W
+    ranks each of the other W - 1 ranks finishes the batch it holds. CHOICE (a model, not the
+    record's claim loop): it gives the logged pd 2672 (24 per batch) and 2960 (64) at W = 8."""
+    sizes = [len(b) for b in batches([(0, i + 1) for i in range(n_docs)], batch_size)]
+    scored = 0
+    for k, size in enumerate(sizes):
+        scored += size
+        if scored >= boundary:
+            return scored + sum(sizes[k + 1 : k + world_size])
+    return scored

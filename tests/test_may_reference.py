@@ -1,0 +1,471 @@
+"""The references for the May records' levers (FRONTIER_MAY.md §1: PR #2014, 1.0576, and PR
+#2135, 1.0565) against the fact sheet's own numbers: the progressive training context (§1.1), the
+TTT adapter masks, optimizer, chunks and phases (§1.3-1.8), AWQ-lite (§1.10, §1.13), AsymLogit and
+the SmearGate without its BOS fix (§1.11, §1.15), EVAL_INCLUDE_TAIL (§1.2) and the three runs'
+settings (§1.17). These test the references (benchmarks/upstream_*.py) themselves, on the CPU at
+tiny shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+import torch
+
+from benchmarks import upstream_frontier as uf
+from benchmarks import upstream_quant as uq
+from benchmarks import upstream_ttt as ut
+
+# §1.1 progressive training context ------------------------------------------------------------
+
+RUN_SCHEDULE = "1024@0.100,2048@0.700,3072@1.000"
+
+
+def test_schedule_of_the_run_parses_and_logs_as_the_record():
+    schedule = uf.parse_seq_schedule(RUN_SCHEDULE, 3072)
+    assert schedule == [(1024, 0.1), (2048, 0.7), (3072, 1.0)]
+    assert uf.format_seq_schedule(schedule) == "train_seq_schedule:" + RUN_SCHEDULE
+
+
+def test_schedule_is_sorted_by_p_and_completed_to_one():
+    assert uf.parse_seq_schedule("2048@0.7, 1024@0.1", 2048) == [
+        (1024, 0.1), (2048, 0.7), (2048, 1.0),
+    ]  # fmt: skip
+    assert uf.parse_seq_schedule("", 2048) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["1024", "1024@", "@0.5", "x@0.5", "1024@0.5@1", "0@0.5", "-1024@0.5", "1024@0", "1024@1.5",
+     "1024.5@0.5", "1024@nan"],
+)  # fmt: skip
+def test_bad_schedule_items_raise(text):
+    with pytest.raises(ValueError):
+        uf.parse_seq_schedule(text, 1024)
+
+
+def test_schedule_must_end_at_train_seq_len_and_divide_the_row():
+    with pytest.raises(ValueError, match="TRAIN_SEQ_LEN"):
+        uf.parse_seq_schedule(RUN_SCHEDULE, 2048)
+    with pytest.raises(ValueError, match="divide"):
+        uf.parse_seq_schedule("1000@0.5,2048@1.0", 2048)
+    assert uf.parse_seq_schedule("1000@0.5,2000@1.0", 2000, row_tokens=8000)[0] == (1000, 0.5)
+
+
+def test_progress_wallclock_and_step_modes():
+    # #2014 reserves 4 s: the budget is 596,000 ms
+    assert uf.schedule_progress("wallclock", elapsed_ms=59_600, step=0, iterations=20_000,
+                                gptq_reserve_seconds=4.0) == pytest.approx(0.1)  # fmt: skip
+    assert uf.schedule_progress("wallclock", elapsed_ms=700_000, step=0, iterations=1,
+                                gptq_reserve_seconds=4.0) == 1.0  # fmt: skip
+    assert uf.schedule_progress("step", elapsed_ms=1e9, step=500, iterations=20_000) == 0.025
+    assert uf.schedule_progress("step", elapsed_ms=0, step=30_000, iterations=20_000) == 1.0
+    with pytest.raises(ValueError):
+        uf.schedule_progress("steps", elapsed_ms=0, step=0, iterations=1)
+
+
+def test_stage_is_the_first_threshold_at_or_above_p():
+    schedule = uf.parse_seq_schedule(RUN_SCHEDULE, 3072)
+    assert [uf.stage_seq_len(schedule, p) for p in (0.0, 0.1, 0.1001, 0.7, 0.7001, 1.0)] == [
+        1024, 1024, 2048, 2048, 3072, 3072,
+    ]  # fmt: skip
+
+
+def run_progress(n: int) -> list[float]:
+    """A progress per step crossing 0.1 between steps 645 and 646 and 0.7 between 3663 and 3664,
+    as the seed-42 run's did (§1.1 Re-warm)."""
+    knots = [(0, 0.0), (645, 0.0999), (646, 0.1001), (3663, 0.6999), (3664, 0.7001), (n, 1.0)]
+    out = []
+    for k in range(n):
+        (a, pa), (b, pb) = next(uv for uv in itertools.pairwise(knots) if uv[0][0] <= k < uv[1][0])
+        out.append(pa + (pb - pa) * (k - a) / (b - a))
+    return out
+
+
+def test_the_runs_switch_steps_and_rewarm():
+    schedule = uf.parse_seq_schedule(RUN_SCHEDULE, 3072)
+    progress = run_progress(4888)
+    lr_muls = [uf.lr_multiplier(p, 0.85, 0.1) for p in progress]  # floored before the ramp
+    run = uf.growth_run(schedule, progress, lr_muls, warmup_steps=32)
+    assert uf.switch_steps(run) == [646, 3664]
+    assert run[645][0] == 1024 and run[646][0] == 2048 and run[3664][0] == 3072
+    assert run[645][1] == lr_muls[645] == 1.0  # before any switch: no ramp
+    assert run[646][1] == pytest.approx(1 / 32)  # step 646 is k = 1 of 32
+    assert run[646 + 31][1] == pytest.approx(1.0)
+    assert lr_muls[3664] == pytest.approx(0.353, abs=5e-4)  # "lr 0.353*k/32"
+    for k in (1, 2, 16, 32):
+        assert run[3664 + k - 1][1] == pytest.approx(lr_muls[3664 + k - 1] * k / 32)
+    assert run[3664 + 40][1] == lr_muls[3664 + 40]
+    # the ramp multiplies the floored multiplier: at MIN_LR it starts at MIN_LR/32
+    assert uf.rewarm_scale(0.1, 100, 100, 32) == pytest.approx(0.1 / 32)
+    assert uf.rewarm_scale(0.5, 7, None, 32) == 0.5
+    assert uf.rewarm_scale(0.5, 7, 7, 0) == 0.5
+
+
+def test_first_stage_at_step_zero_is_not_a_switch():
+    schedule = [(8, 0.5), (16, 1.0)]
+    run = uf.growth_run(schedule, [0.6, 0.7, 0.8], [1.0, 1.0, 1.0], warmup_steps=4)
+    assert run == [(16, 1.0), (16, 1.0), (16, 1.0)] and uf.switch_steps(run) == []
+
+
+def test_loader_cut_at_the_stage_length():
+    T = 4096
+    row = torch.full((1, T), 7, dtype=torch.int64)
+    for start in (0, 2500, 2600, 4000):
+        row[0, start] = 1  # BOS
+    cu, max_seqlen = uf.stage_cu_seqlens(row, 1024)
+    bounds = [0, 1024, 2048, 2500, 2600, 3624, 4000, 4096]
+    assert cu.dtype == torch.int32 and cu.numel() == 64
+    assert cu.tolist() == bounds + [T] * (64 - len(bounds))
+    assert max_seqlen == 1024  # the active len, not the longest piece
+    cu2, _ = uf.stage_cu_seqlens(row, 2048)
+    assert cu2.tolist()[:6] == [0, 2048, 2500, 2600, 4000, 4096]
+    row[0, 0] = 7  # no BOS at the row's start: the row start still starts a piece
+    assert uf.stage_cu_seqlens(row, 1024)[0].tolist()[:4] == [0, 1024, 2048, 2500]
+
+
+def test_cu_padding_reaches_the_next_multiple_of_64():
+    row = torch.ones(1, 98_304, dtype=torch.int64)  # every token a BOS: 98,304 pieces
+    cu, _ = uf.stage_cu_seqlens(torch.full((1, 98_304), 5), 1024)
+    assert cu.numel() == 128 and cu[96].item() == 98_304  # 97 boundaries -> 128 entries
+    cu, _ = uf.stage_cu_seqlens(row[:, :130], 1024)
+    assert cu.numel() == 192 and cu.tolist()[:131] == list(range(131))
+
+
+def test_each_switch_consumes_two_global_batches():
+    steps = uf.consumed_batches([646, 3664], 4000)
+    assert steps[:646] == list(range(646))  # none skipped at the start
+    assert steps[646] == 648 and steps[3663] == 3665
+    assert steps[3664] == 3668 and steps[-1] == 3999 + 4
+    assert uf.consumed_batches([3], 5, skipped=1) == [0, 1, 2, 4, 5]
+
+
+def test_compile_warmup_items_and_buckets_of_the_run():
+    schedule = uf.parse_seq_schedule(RUN_SCHEDULE, 3072)
+    items = uf.compile_warmup_items(schedule, enable_looping_at=0.35)
+    assert items == [(1024, False), (2048, False), (2048, True), (3072, True)]
+    assert uf.warmup_cu_buckets(1024) == [128, 192, 256]  # 97 boundaries: 64 skipped
+    assert uf.warmup_cu_buckets(2048) == uf.warmup_cu_buckets(3072) == [64, 128, 192, 256]
+
+
+# §1.3-1.8 test-time training ------------------------------------------------------------------
+
+R2014 = dict(ttt_mask="no_qv", ttt_q_lora=0, ttt_v_lora=0, ttt_local_lr_mult=0.75,
+             ttt_batch_size=24, phased_ttt_num_phases=1, ttt_eval_seq_len=3072, eval_seq_len=3072,
+             ttt_short_score_first_enabled=True, ttt_short_score_first_steps="256:8,2000:24",
+             ttt_short_doc_len=2000, ttt_short_chunk_size=24,
+             ttt_adapter_order="lists")  # fmt: skip
+R2135 = dict(ttt_k_lora=0, ttt_o_lora=1, ttt_mlp_lora=1, ttt_lora_lr=8e-5, ttt_weight_decay=2.0,
+             phased_ttt_num_phases=1, ttt_eval_seq_len=2560, eval_seq_len=2560,
+             ttt_adapter_order="lists")  # fmt: skip
+
+
+def test_adapter_sites_from_the_mask_and_the_explicit_flags():
+    assert ut.ttt_adapter_sites() == ("head", "q", "v", "k", "mlp", "o")
+    for mask in ("", "all", "baseline_all"):
+        assert ut.ttt_adapter_sites(mask) == ut.BUILD_ORDER
+    assert ut.ttt_adapter_sites("no_q") == ("head", "v", "k", "mlp", "o")
+    assert ut.ttt_adapter_sites("no_v") == ("head", "q", "k", "mlp", "o")
+    assert ut.ttt_adapter_sites("no_qv") == ("head", "k", "mlp", "o")
+    assert ut.ttt_adapter_sites("no_qv", ttt_q_lora=1) == ("head", "q", "k", "mlp", "o")
+    assert ut.ttt_adapter_sites("", ttt_v_lora=0) == ("head", "q", "k", "mlp", "o")
+    assert ut.TTTConfig(**R2014).sites == ("head", "k", "mlp", "o")  # K, O, MLP and head on
+    assert ut.TTTConfig(**R2135).sites == ("head", "q", "v", "mlp", "o")  # no K adapter
+    assert ut.ttt_adapter_sites(ttt_o_lora=0, ttt_mlp_lora=0) == ("head", "q", "v", "k")
+    for bad in ("no_k", "NO_QV", "none", " no_qv"):
+        with pytest.raises(ValueError, match="TTT_MASK"):
+            ut.ttt_adapter_sites(bad)
+    with pytest.raises(ValueError):
+        ut.TTTConfig(ttt_mask="qv")
+
+
+DIM, KV, VOCAB, RANK = 8, 4, 16, 3
+
+
+def slot_shapes(slots: int):
+    """[T5]'s list for `slots` slots of a model with width 8, kv width 4, vocab 16."""
+    outs = {"q": DIM, "k": KV, "v": KV, "o": DIM, "mlp": DIM}
+    shapes = [((i, s), DIM, outs[s]) for i in range(slots) for s in ut.SITES]
+    return [*shapes, ((None, "head"), DIM, VOCAB)]
+
+
+def test_build_order_is_head_then_the_site_lists():
+    keys = [key for key, _, _ in ut.order_adapters(slot_shapes(2), ut.BUILD_ORDER, "lists")]
+    assert keys == [(None, "head"), (0, "q"), (1, "q"), (0, "v"), (1, "v"), (0, "k"), (1, "k"),
+                    (0, "mlp"), (1, "mlp"), (0, "o"), (1, "o")]  # fmt: skip
+    dropped = ut.order_adapters(slot_shapes(2), ("head", "k", "mlp", "o"), "lists")
+    assert [key for key, _, _ in dropped][:3] == [(None, "head"), (0, "k"), (1, "k")]
+    same = ut.order_adapters(slot_shapes(2), ut.BUILD_ORDER, "slot")
+    assert same == slot_shapes(2)
+
+
+def test_a_dropped_list_shifts_every_later_draw():
+    full = ut.order_adapters(slot_shapes(2), ut.BUILD_ORDER, "lists")
+    no_qv = ut.order_adapters(slot_shapes(2), ("head", "k", "mlp", "o"), "lists")
+    a_full = ut.draw_a(None, 1337, 5, RANK, full)
+    a_drop = ut.draw_a(None, 1337, 5, RANK, no_qv)
+    assert set(a_drop) == {key for key, _, _ in no_qv}
+    assert torch.equal(a_drop[(None, "head")], a_full[(None, "head")])  # drawn first: same
+    # every fan-in is the width, so the k list takes the draws the q list took
+    assert torch.equal(a_drop[(0, "k")], a_full[(0, "q")])
+    assert torch.equal(a_drop[(1, "k")], a_full[(1, "q")])
+    assert not torch.equal(a_drop[(0, "k")], a_full[(0, "k")])
+    gen = torch.Generator().manual_seed(1337 * 1_000_003 + 5)
+    head = (2 * torch.rand((RANK, DIM), generator=gen) - 1) / DIM**0.5
+    assert torch.equal(a_full[(None, "head")], head)
+
+
+def test_a_dropped_adapter_leaves_the_plain_projection():
+    cfg = uf.RecordConfig(num_loops=0, parallel_start_layer=0, num_layers=2, xsa_last_n=0)
+    state = {k: v + 0.05 * torch.randn(v.shape).to(v.dtype) for k, v in
+             uf.init_state_dict(cfg, 0).items()}  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+    outs = {"q": cfg.model_dim, "k": cfg.kv_dim, "v": cfg.kv_dim, "o": cfg.model_dim,
+            "mlp": cfg.model_dim, "head": cfg.vocab_size}  # fmt: skip
+    ab = {}
+    for slot in (0, 1, None):
+        for site in outs if slot is not None else ("head",):
+            if site == "head" and slot is not None:
+                continue
+            a = torch.randn((RANK, cfg.model_dim), generator=gen)
+            ab[(slot, site)] = (a, torch.randn((outs[site], RANK), generator=gen))
+
+    def lora_for(sites, zero=()):
+        def lora(key, h):
+            if key[1] not in sites:
+                return None
+            a, b = ab[key]
+            return 0.1 * (h @ a.T) @ (0 * b if key[1] in zero else b).T
+
+        return lora
+
+    x = torch.randint(0, cfg.vocab_size, (1, 10), generator=gen)
+    no_qv = ut.ttt_adapter_sites("no_qv")
+    dropped = uf.forward_logits(cfg, state, x, looping=False, lora=lora_for(no_qv))
+    zeroed = uf.forward_logits(cfg, state, x, looping=False,
+                               lora=lora_for(ut.BUILD_ORDER, zero=("q", "v")))  # fmt: skip
+    full = uf.forward_logits(cfg, state, x, looping=False, lora=lora_for(ut.BUILD_ORDER))
+    torch.testing.assert_close(dropped, zeroed, rtol=0, atol=1e-6)
+    assert (dropped - full).abs().max() > 1e-3
+
+
+def test_ttt_adamw_is_the_records_per_document_optimizer():
+    cfg = ut.TTTConfig(**R2014)
+    assert cfg.lora_lr == pytest.approx(7.5e-5) and cfg.global_ttt_lr == 1e-3
+    assert ut.TTTConfig(**R2135).lora_lr == 8e-5 and ut.TTTConfig().lora_lr == 1e-4
+    cfg = ut.TTTConfig(ttt_lora_lr=0.1, ttt_local_lr_mult=0.5, ttt_weight_decay=2.0)
+    p = torch.tensor([1.0, -2.0, 0.5], requires_grad=True)
+    opt = ut.ttt_adamw([p], cfg)
+    (group,) = opt.param_groups
+    assert group["betas"] == (0.0, 0.99) and group["eps"] == 1e-10 and group["lr"] == 0.05
+    want, v = p.detach().clone(), torch.zeros(3)
+    for step, g in enumerate([torch.tensor([0.3, -0.1, 2.0]), torch.tensor([-1.0, 0.2, 0.0])], 1):
+        p.grad = g.clone()
+        opt.step()
+        v = 0.99 * v + 0.01 * g * g  # beta1 = 0: the first moment is the gradient
+        want = want * (1 - 0.05 * 2.0)  # decoupled decay, lr * wd
+        want = want - 0.05 * g / ((v / (1 - 0.99**step)).sqrt() + 1e-10)
+        torch.testing.assert_close(p.detach(), want)
+
+
+def test_short_document_steps_parse():
+    assert ut.short_doc_steps("256:8,2000:24") == [(256, 8), (2000, 24)]
+    assert ut.short_doc_steps("2000=24, 256:8") == [(256, 8), (2000, 24)]
+    assert ut.short_doc_steps("") == []
+    for bad in ("256", "0:8", "256:0", "a:b", "1:2:3", "256:-8", "256:8.5"):
+        with pytest.raises(ValueError, match="TTT_SHORT_SCORE_FIRST_STEPS"):
+            ut.short_doc_steps(bad)
+
+
+def test_batch_chunk_size_from_its_largest_document():
+    run = ut.TTTConfig(**R2014)
+    sizes = {m: ut.batch_chunk_size(m, run) for m in (2, 256, 257, 2000, 2001, 40_000)}
+    assert sizes == {2: 8, 256: 8, 257: 24, 2000: 24, 2001: 48, 40_000: 48}
+    empty = ut.TTTConfig(**(R2014 | dict(ttt_short_score_first_steps="")))
+    assert [ut.batch_chunk_size(m, empty) for m in (8, 2000, 2001)] == [24, 24, 48]
+    off = ut.TTTConfig(**(R2014 | dict(ttt_short_score_first_enabled=False)))
+    assert ut.batch_chunk_size(10, off) == 48
+    # the largest doc_len counts the closing BOS: 255 predictions are 256 tokens
+    assert ut.doc_len(255) == 256 and ut.batch_chunk_size(ut.doc_len(256), run) == 24
+
+
+def test_chunk_windows_at_the_ttt_eval_seq_len():
+    cfg = ut.TTTConfig(ttt_chunk_size=48, ttt_eval_seq_len=64)
+    assert ut.chunk_spans(100, cfg) == [(0, 0, 48), (32, 48, 96), (36, 96, 100)]
+    assert ut.chunk_spans(20, cfg, 8) == [(0, 0, 8), (0, 8, 16), (0, 16, 20)]
+    big = ut.TTTConfig(**R2014)
+    assert ut.chunk_spans(5000, big)[-1] == (5000 - 3072, 4992, 5000)
+
+
+def test_ttt_batches_and_the_single_phase():
+    docs = [(0, p) for p in range(1, 50_001)]  # 50,000 documents of distinct lengths
+    cut24, cut64 = ut.batches(docs, 24), ut.batches(docs, 64)
+    assert len(cut24) == 2084 and len(cut64) == 782
+    assert len(cut24[0]) == 8 and docs[cut24[0][-1]][1] == 50_000  # longest first, short
+    assert all(len(b) == 24 for b in cut24[1:])
+    assert ut.phase_boundaries(50_000, ut.TTTConfig(**R2014)) == [2500]
+    assert ut.phase_boundaries(50_000, ut.TTTConfig()) == [833, 1666, 2500]
+    assert ut.pause_documents(50_000, 24, 2500, world_size=8) == 2672
+    assert ut.pause_documents(50_000, 64, 2500, world_size=8) == 2960
+    assert ut.pause_documents(50_000, 24, 2500) == 2504
+
+
+# §1.10 AWQ-lite, §1.13 LQER_ASYM_GROUP ---------------------------------------------------------
+
+AWQ = dataclasses.replace(uq.record_settings(), awq_lite_enabled=True, awq_lite_bits=8,
+                          awq_lite_group_top_k=1, awq_lite_group_size=64)  # fmt: skip
+ROWS, COLS = 40, 192  # tiny: the tests that quantize lower the 65,536 limit (small_limit)
+
+
+@pytest.fixture
+def small_limit(monkeypatch):
+    monkeypatch.setattr(uq, "PASSTHROUGH_MAX_NUMEL", 4096)
+
+
+def awq_state(seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    return {
+        "tok_emb.weight": (0.05 * torch.randn(ROWS, COLS, generator=gen)).bfloat16(),
+        "blocks.0.attn.c_q.weight": 0.05 * torch.randn(ROWS, COLS, generator=gen),
+        "blocks.0.mlp.fc.weight": 0.05 * torch.randn(ROWS, COLS, generator=gen),
+        "blocks.0.attn_scale": torch.ones(COLS),
+        "blocks.0.mlp.proj.weight": 0.05 * torch.randn(64, 64, generator=gen),  # at the limit
+    }
+
+
+def awq_hessians(state, seed: int = 1):
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, t in state.items():
+        x = torch.randn(512, t.shape[-1], generator=gen)
+        out[name] = x.T @ x / 512
+    return out
+
+
+def test_act_rms_is_the_root_mean_square_of_the_hessian_inputs():
+    a, b = torch.randn(3, 5, 4), torch.randn(7, 4)
+    want = torch.sqrt((a.reshape(-1, 4).square().sum(0) + b.square().sum(0)) / (15 + 7))
+    torch.testing.assert_close(uq.act_rms_of([a, b]), want)
+    assert uq.act_rms_of([a.bfloat16()]).dtype == torch.float32
+
+
+def test_candidates_and_group_scores():
+    meta = lambda *shape, dtype=torch.float32: torch.empty(shape, dtype=dtype, device="meta")  # noqa: E731
+    state = {
+        "tok_emb.weight": meta(8192, 512, dtype=torch.bfloat16),
+        "blocks.0.attn.c_q.weight": meta(512, 512),
+        "blocks.0.attn.c_k.weight": meta(256, 512),  # 131,072
+        "blocks.0.mlp.fc.weight": meta(2048, 512),
+        "blocks.0.attn.attn_gate_w": meta(8, 12),
+        "blocks.0.attn_scale": meta(512),
+        "small.weight": meta(256, 256),  # 65,536: passthrough
+        "other.weight": meta(257, 256),  # 65,792: GPTQ at MATRIX_BITS
+    }
+    assert uq.awq_candidates(state, AWQ) == [
+        "tok_emb.weight", "blocks.0.attn.c_q.weight", "blocks.0.attn.c_k.weight",
+        "blocks.0.mlp.fc.weight", "other.weight",
+    ]  # fmt: skip
+    int8_embed = dataclasses.replace(AWQ, embed_bits=8)
+    assert "tok_emb.weight" not in uq.awq_candidates(state, int8_embed)  # bits < 8 only
+    w = torch.arange(2 * 130, dtype=torch.float32).reshape(2, 130) - 100
+    rms = torch.linspace(0.5, 2.0, 130)
+    want = [sum(float(rms[c] * w[:, c].abs().mean()) for c in range(g * 64, g * 64 + 64))
+            for g in range(2)]  # fmt: skip
+    torch.testing.assert_close(uq.group_scores(w, rms, 64), torch.tensor(want))  # 2 columns left
+
+
+def test_the_top_group_is_chosen_over_the_whole_model(small_limit):
+    state = awq_state()
+    rms = {name: torch.ones(COLS) for name in state}
+    rms["tok_emb.weight"] = torch.ones(COLS).index_fill(0, torch.arange(128, 192), 50.0)
+    assert uq.awq_pick(state, rms, AWQ) == {"tok_emb.weight": [128]}
+    rms["blocks.0.mlp.fc.weight"] = torch.full((COLS,), 200.0)
+    assert list(uq.awq_pick(state, rms, AWQ)) == ["blocks.0.mlp.fc.weight"]
+    two = dataclasses.replace(AWQ, awq_lite_group_top_k=2)
+    rms["blocks.0.mlp.fc.weight"] = torch.ones(COLS).index_fill(0, torch.arange(0, 64), 90.0)
+    assert uq.awq_pick(state, rms, two) == {"tok_emb.weight": [128], "blocks.0.mlp.fc.weight": [0]}
+
+
+def test_gptq_protects_columns_with_the_int8_scale_and_own_error_feedback():
+    # two columns, correlated Hessian: column 0 (larger diagonal) runs first, protected
+    w = torch.tensor([[0.31, -0.12], [-0.07, 0.22], [0.18, 0.05]])
+    h = torch.tensor([[2.0, 0.9], [0.9, 1.0]])
+    k, bits = 3.0, 4
+    q, scale, s_hi = uq.gptq_protected(w, h, k, bits, torch.tensor([True, False]), 8)
+    assert s_hi.dtype == torch.float16
+    torch.testing.assert_close(s_hi, uq.sdclip_scale(w, k, 8), rtol=0, atol=0)
+    H = h + torch.eye(2) * 0.01 * 1.5
+    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
+    hi, lo = s_hi.float(), scale.float()
+    q0 = torch.clamp(torch.round(w[:, 0] / hi), -127, 127)
+    e = (w[:, 0] - q0 * hi) / U[0, 0]  # the protected column's own reconstruction
+    q1 = torch.clamp(torch.round((w[:, 1] - e * U[0, 1]) / lo), -7, 7)
+    assert torch.equal(q, torch.stack([q0, q1], dim=1).to(torch.int8))
+    plain, plain_scale, none = uq.gptq_protected(w, h, k, bits, None, 8)
+    assert none is None and torch.equal(plain_scale, scale)
+    assert torch.equal(plain, uq.gptq(w, h, k, bits)[0])
+
+
+def test_protected_columns_reach_plus_minus_127():
+    w = 0.01 * torch.randn(8, 128, generator=torch.Generator().manual_seed(3))
+    w[0, 70], w[1, 5] = 5.0, -5.0  # outliers, far past the k sigma clip
+    mask = torch.zeros(128, dtype=torch.bool)
+    mask[64:128] = True
+    q, _, _ = uq.gptq_protected(w, torch.eye(128), 3.0, 6, mask, 8)
+    assert int(q[0, 70]) == 127 and int(q[1, 5]) == -31
+    assert int(q[:, :64].abs().max()) <= 31
+
+
+def test_awq_storage_meta_and_dequantization(small_limit):
+    state = awq_state()
+    hess = awq_hessians(state)
+    rms = {name: torch.ones(COLS) for name in state}
+    rms["tok_emb.weight"] = torch.ones(COLS).index_fill(0, torch.arange(128, 192), 50.0)
+    obj = uq.quantize(state, hess, AWQ, act_rms=rms)
+    w, m = obj["w"], obj["m"]
+    start, s_hi, size = (w["tok_emb.weight.awqg_" + k] for k in ("start", "s_hi", "size"))
+    assert start.dtype == torch.int16 and start.shape == (1,) and start.tolist() == [128]
+    assert s_hi.dtype == torch.float16 and s_hi.shape == (ROWS,)
+    assert size.dtype == torch.int16 and size.shape == () and int(size) == 64
+    assert m["tok_emb.weight"] == "gptq (int7)+awqgrpint8+lqer_asym"
+    assert m["blocks.0.attn.c_q.weight"] == "gptq (int6)+lqer_asym"
+    assert not any("awqg" in key for key in w if not key.startswith("tok_emb"))
+    keys = [key for key in w if key.startswith("tok_emb.weight.")]
+    assert keys[:5] == ["tok_emb.weight." + k for k in
+                        ("q", "scale", "awqg_start", "awqg_s_hi", "awqg_size")]  # fmt: skip
+    q = w["tok_emb.weight.q"].float()
+    # the group's steps are about 63/127 of the row's: its q spread about twice as far
+    assert q[:, 128:192].abs().max() > 1.5 * q[:, :128].abs().max()
+    W = q * w["tok_emb.weight.scale"].float()[:, None]
+    W[:, 128:192] = q[:, 128:192] * s_hi.float()[:, None]
+    torch.testing.assert_close(uq.gptq_weight(w, "tok_emb.weight"), W, rtol=0, atol=0)
+    # LQER fits the error of the weight with the group already realised
+    factors, _ = uq.lqer(state["tok_emb.weight"].float() - W, AWQ)
+    for key, value in factors.items():
+        assert torch.equal(w["tok_emb.weight." + key], value)
+    out = uq.dequantize(obj, state)
+    qB, sB = w["tok_emb.weight.lqB_a"].float(), w["tok_emb.weight.lqBs_a"].float()
+    B = (qB.reshape(-1, 64) * sB[:, None]).reshape(qB.shape)
+    A = w["tok_emb.weight.lqA_a"].float() * w["tok_emb.weight.lqAs_a"].float()
+    assert out["tok_emb.weight"].dtype == torch.bfloat16
+    torch.testing.assert_close(out["tok_emb.weight"], (W + A @ B).bfloat16(), rtol=0, atol=0)
+
+
+def test_awq_off_stores_nothing_extra(small_limit):
+    state = awq_state()
+    plain = uq.quantize(state, awq_hessians(state), uq.record_settings())
+    assert not any("awqg" in key for key in plain["w"])
+    assert plain["m"]["tok_emb.weight"] == "gptq (int7)+lqer_asym"
+
+
+def test_lqer_asym_group_32_gives_64_group_scales():
+    error = torch.randn(16, 512, generator=torch.Generator().manual_seed(0))
+    for group, scales in ((64, 32), (32, 64)):
+        factors, tag = uq.lqer(error, dataclasses.replace(uq.record_settings(),
+                                                          lqer_asym_group=group))  # fmt: skip
+        assert tag == "+lqer_asym" and factors["lqB_a"].shape == (4, 512)
+        assert factors["lqBs_a"].dtype == torch.float16 and factors["lqBs_a"].shape == (scales,)
+        B = factors["lqB_a"].float().reshape(-1, group) * factors["lqBs_a"].float()[:, None]
+        assert B.shape == (scales, group)
