@@ -156,7 +156,6 @@ class Hyperparameters:
     gptq_calibration_batches: int = knob(16, 1)  # Hessian batches of 48 x TRAIN_SEQ_LEN
     awq_lite_enabled: bool = False  # the model's most salient column groups in AWQ_LITE_BITS
     awq_lite_bits: int = knob(8, 2, 8)
-    awq_lite_group_top_k: int = knob(1, 1)
     awq_lite_group_size: int = knob(64, 1)
     gated_attn_quant_gate: bool = False  # the attention gates in int8 per row, not fp16
     lqer_enabled: bool = True  # a low-rank correction of the worst-quantized GPTQ matrices
@@ -228,14 +227,15 @@ class Hyperparameters:
 
     @property
     def ttt_chunks(self) -> list:
-        """[longest document, chunk size] by length, TTT_SHORT_*'s first: a TTT batch chunks as
-        the first its longest document (BOS to BOS, inclusive) fits; [] if malformed."""
+        """(longest document, chunk size) by length, TTT_SHORT_*'s first: a TTT batch chunks as
+        the first its longest document (BOS to BOS, inclusive) fits; (0, 0) if malformed."""
         short = f"{self.ttt_short_doc_len}:{self.ttt_short_chunk_size}"
         short = (self.ttt_short_score_first_steps or short).split(",")
-        with contextlib.suppress(ValueError):
-            steps = sorted([*map(int, item.replace("=", ":").split(":"))] for item in short)
-            return [*steps * self.ttt_short_score_first_enabled, [math.inf, self.ttt_chunk_size]]
-        return []
+        with contextlib.suppress(ValueError):  # (not two numbers: no pairs)
+            pairs = (item.replace("=", ":").split(":") for item in short)
+            steps = sorted((int(doc), int(chunk)) for doc, chunk in pairs)
+            return [*steps * self.ttt_short_score_first_enabled, (math.inf, self.ttt_chunk_size)]
+        return [(0, 0)]
 
     @classmethod
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
@@ -283,8 +283,7 @@ class Hyperparameters:
             (self.eval_ttt and not 1 <= self.global_ttt_chunk_tokens // self.window <= 32,
              f"GLOBAL_TTT_CHUNK_TOKENS={self.global_ttt_chunk_tokens}: expected 1 to 32 sequences "
              f"of EVAL_SEQ_LEN={self.window} (one SGD step: GLOBAL_TTT_BATCH_SEQS=32)"),
-            (not all(len(s) == 2 and 0 < min(s) and s[1] <= self.ttt_eval_seq_len
-                     for s in self.ttt_chunks or [[]]),
+            (not all(doc > 0 < chunk <= self.ttt_eval_seq_len for doc, chunk in self.ttt_chunks),
              f"TTT_CHUNK_SIZE={self.ttt_chunk_size} TTT_SHORT_SCORE_FIRST_STEPS="
              f"{self.ttt_short_score_first_steps!r}: expected doc:chunk items, both > 0, and "
              f"chunks of at most TTT_EVAL_SEQ_LEN={self.ttt_eval_seq_len}"),
@@ -336,7 +335,8 @@ PRESETS = {"frontier": {
     "GRAD_CLIP_NORM": "0.3", "EMA_DECAY": "0.9965", "WARMDOWN_FRAC": "0.85", "MIN_LR": "0.1",
     "GPTQ_RESERVE_SECONDS": "0.5", "TRAIN_BATCH_TOKENS": "786432", "TRAIN_SEQ_LEN": "2048",
     "TRAIN_LOADER": "docpack", "VAL_LOSS_EVERY": "0", "TRAIN_LOG_EVERY": "500",
-    "EVAL_SEQ_LEN": "2048", "VAL_DOC_ATTENTION": "1", "EVAL_TTT": "1", "QUANTIZER": "gptq", "EMBED_BITS": "7",
+    "EVAL_SEQ_LEN": "2048", "VAL_DOC_ATTENTION": "1",  # the record's eval_val: within documents
+    "EVAL_TTT": "1", "QUANTIZER": "gptq", "EMBED_BITS": "7",
     "EMBED_CLIP_SIGMAS": "14.0", "MLP_CLIP_SIGMAS": "11.5", "GATED_ATTN_QUANT_GATE": "1",
     "COMPRESSOR": "brotli",  # the run's pergroup needs lrzip (not here): brotli, its default
 }}  # fmt: skip
@@ -619,6 +619,7 @@ FIXED_VARIABLES = {
         ("TTT_WARM_START_MEAN_ENABLED", "0"), ("TTT_LORA_EMA_DECAY", "0.0"),
         ("TTT_UPDATE_EVERY", "1"), ("TTT_GRAD_STEPS_CLEAN", "0"), ("GLOBAL_TTT_OPTIMIZER", "sgd"),
         ("LQER_SCOPE", "all"), ("LQER_GAIN_SELECT", "0"), ("GPTQ_CALIBRATION_MODE", "random"),
+        ("AWQ_LITE_GROUP_TOP_K", "1"),
     )},
 }  # fmt: skip
 INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
@@ -811,17 +812,17 @@ def gptq_bits(cfg: Hyperparameters, name: str) -> int:
     return cfg.embed_bits if "tok_emb" in name else cfg.matrix_bits
 
 
-def awq_groups(cfg: Hyperparameters, state: dict, act_rms: dict) -> list:
-    """AWQ-lite: (name, first column) of the AWQ_LITE_GROUP_TOP_K groups of AWQ_LITE_GROUP_SIZE
-    columns of the whole model (GPTQ matrices of fewer bits) scoring highest, a group's score
-    the sum of act_rms[c] * mean |W[:, c]| over its columns (ties: by name, then column)."""
-    G, scored = cfg.awq_lite_group_size, []
-    for name, rms in act_rms.items():
-        if gptq_bits(cfg, name) < cfg.awq_lite_bits:
-            salience = rms * state[name].float().abs().mean(0)
-            groups = range(0, rms.numel() - G + 1, G)
-            scored += [(-float(salience[a : a + G].sum()), name, a) for a in groups]
-    return [(name, a) for _, name, a in sorted(scored)[: cfg.awq_lite_group_top_k]]
+def awq_group(cfg: Hyperparameters, state: dict, act_rms: dict) -> tuple:
+    """AWQ-lite: (score, name, first column) of the group of AWQ_LITE_GROUP_SIZE columns of the
+    whole model (GPTQ matrices of fewer bits) scoring highest, a group's score the sum of
+    act_rms[c] * mean |W[:, c]| over its columns (ties: the first in `state`)."""
+    G, best = cfg.awq_lite_group_size, (-1.0, None, 0)
+    for name in [n for n in state if n in act_rms and gptq_bits(cfg, n) < cfg.awq_lite_bits]:
+        n = act_rms[name].numel() // G
+        score = (act_rms[name] * state[name].float().abs().mean(0))[: n * G].view(n, G).sum(1)
+        for g, v in enumerate(score.tolist()):
+            best = (v, name, g * G) if v > best[0] else best
+    return best
 
 
 def gptq_matrix(w: dict, name: str, q: str = ".q", s: str = ".scale") -> Tensor:
@@ -833,12 +834,12 @@ def gptq_matrix(w: dict, name: str, q: str = ".q", s: str = ".scale") -> Tensor:
     return t
 
 
-def quantize_state_dict_gptq(cfg, state: dict, hessians: dict, act_rms=None) -> dict:
+def quantize_state_dict_gptq(cfg, state: dict, hessians: dict, act_rms=()) -> dict:
     """The record's artifact object: {"w": tensors, "m": {name: how}}, in `state`'s order, the
     LQER factors last (largest error first). A matrix without a Hessian rounds to nearest.
     act_rms: per GPTQ matrix its input's RMS per column (AWQ_LITE_ENABLED's salience)."""
     w, meta, errors, G = {}, {}, {}, cfg.awq_lite_group_size
-    groups = awq_groups(cfg, state, act_rms or {}) if cfg.awq_lite_enabled else []
+    _, group, a = awq_group(cfg, state, act_rms if cfg.awq_lite_enabled else ())
     for name, t in state.items():
         t, route = t.detach().cpu(), quant_route(cfg, name, t)
         if route == "gate":
@@ -849,13 +850,12 @@ def quantize_state_dict_gptq(cfg, state: dict, hessians: dict, act_rms=None) -> 
         else:
             bits, k = gptq_bits(cfg, name), clip_sigmas(cfg, name)
             h = hessians[name] if name in hessians else torch.eye(t.size(1))
-            starts = [a for group, a in groups if group == name]
-            high = {c for a in starts for c in range(a, a + G)}
+            high = range(a, a + G) if name == group else ()
             q = gptq_quantize(t, h, k, bits, high, cfg.awq_lite_bits)
             w[f"{name}.q"], w[f"{name}.scale"] = q
             meta[name] = f"gptq (int{bits})"
-            if starts:  # the record's keys, after the matrix's own
-                w[f"{name}.awqg_start"] = torch.tensor(starts, dtype=torch.int16)
+            if high:  # the record's keys, after the matrix's own
+                w[f"{name}.awqg_start"] = torch.tensor([a], dtype=torch.int16)
                 w[f"{name}.awqg_s_hi"] = sdclip_scales(t, k, cfg.awq_lite_bits)
                 w[f"{name}.awqg_size"] = torch.tensor(G, dtype=torch.int16)
                 meta[name] += f"+awqgrpint{cfg.awq_lite_bits}"
@@ -2276,8 +2276,8 @@ LORA_SEED_STRIDE = 1_000_003  # a slot's A comes from a generator seeded SEED * 
 
 class LoRA:
     """Per-slot adapters: delta(h) = alpha/rank * h A^T B^T for Q, K, V, O and the MLP of every
-    block and for the logits. All A of a slot are one row of A_all (B: of B_all), so AdamW runs
-    over two whole tensors: every slot, every step."""
+    block (those TTT_*_LORA keep) and for the logits. All A of a slot are one row of A_all (B: of
+    B_all), so AdamW runs over two whole tensors: every slot, every step."""
 
     def __init__(self, model: GPT, slots: int, rank: int, alpha: float):
         vocab, dim = model.tok_emb.weight.shape
