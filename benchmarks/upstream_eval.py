@@ -4,6 +4,8 @@ window.
 
   records_split(tokens, seq_len, include_tail)   the split the function scores ([W1])
   records_sliding_sums(model, tokens, ...)        one rank's (loss, tokens, bytes) sums ([W2]-[W5])
+  kept_targets / diagnostic_batches               PR #2014's EVAL_INCLUDE_TAIL (FRONTIER_MAY §1.2;
+                                                  API at the end of the file)
 
 It serves as the expected numbers in tests/test_sliding_window.py and as the "records" row of
 benchmarks/sliding.py, so it keeps upstream's costs: per window a slice of a pageable CPU tensor
@@ -80,3 +82,30 @@ def records_sliding_sums(
                 target_bytes += (has_leading_space[tgt] & ~is_boundary[prev]).to(torch.float64)
                 nbytes += target_bytes.sum()  # [W5]
     return loss, count, nbytes
+
+
+# EVAL_INCLUDE_TAIL (FRONTIER_MAY.md §1.2, PR #2014) -------------------------------------------
+#
+# API:
+#   kept_targets(n_tokens, eval_seq_len, include_tail) -> the targets scored (tokens kept - 1)
+#   diagnostic_batches(total, eval_seq_len, rank, world_size) -> [(first, end), ...]: rank r's
+#       target index ranges (0-based over the kept targets), one per diagnostic batch
+
+DIAGNOSTIC_BATCH_TOKENS = 65_536
+
+
+def kept_targets(n_tokens: int, eval_seq_len: int, include_tail: bool) -> int:
+    """With the flag on every token is kept (N - 1 targets); off, the tokens are cut to
+    floor((N - 1) / L) * L + 1 ([W1], records_split)."""
+    total = n_tokens - 1
+    return total if include_tail else total // eval_seq_len * eval_seq_len
+
+
+def diagnostic_batches(total: int, eval_seq_len: int, rank: int, world_size: int):
+    """Rank r scores targets [T r / W, T (r + 1) / W) (floor division), in batches of
+    floor(65,536 / L) * L targets; the last batch is shorter and nothing is dropped. CHOICE: with
+    the flag off the same partition over kept_targets(..., False) (the sheet gives #1855's
+    per-rank cut to a multiple of 32 sequences, which this does not model)."""
+    first, end = total * rank // world_size, total * (rank + 1) // world_size
+    size = DIAGNOSTIC_BATCH_TOKENS // eval_seq_len * eval_seq_len
+    return [(a, min(a + size, end)) for a in range(first, end, size)]

@@ -11,6 +11,10 @@ train_gpt.py: a small, eager, functional CPU reference that the tests hold train
   ema_update, training_frac, lr_multiplier, muon_momentum_at, looping_on   §3.3-3.4, §2.5
   unbank / rebank                 the banks' per-layer names (§2.1 "Banks")
 
+The May records (FRONTIER_MAY.md) extend it: AsymLogit (RecordConfig.asym_logit_*, asym_softcap,
+head_logits; §1.11), SMEAR_GATE_BOS_FIX=0 (RecordConfig.smear_gate_bos_fix; §1.15) and the
+progressive training context (section "progressive training context", with its API; §1.1).
+
 Everything here computes in float32 (the record runs bf16 under autocast): it is the math, not the
 record's rounding, except where the facts fix a rounding (bf16-rounded init values, bf16 inv_freq,
 bf16 Muon buffer and Newton-Schulz). Choices where the facts are unsure or silent say "CHOICE".
@@ -42,6 +46,8 @@ POLAR_EXPRESS = (
     (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
 )
 PARALLEL_RESID_INIT = 1.1  # §2.1: becomes 1.1015625 once bf16-rounded
+ASYM_LOGIT = ("softcap_pos", "softcap_neg")  # FRONTIER_MAY §1.11: fp32 0-dim, not trained
+ASYM_LOGIT_INIT = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +79,11 @@ class RecordConfig:
     sparse_attn_gate_scale: float = 0.5
     leaky_relu_slope: float = 0.5  # the record hard-codes 0.5; 0.0 = relu (then square)
     bos_id: int = 1
+    # the May records (FRONTIER_MAY.md §1.11, §1.15)
+    smear_gate_bos_fix: bool = True  # #2135 runs SMEAR_GATE_BOS_FIX=0
+    asym_logit_rescale: bool = False  # both May records run 1
+    asym_logit_place: str = "after_smear"  # #2014: after smear_lambda; #2135: "first"
+    asym_positive_at_zero: bool = False  # #2014: z > 0 is positive; #2135: z >= 0
 
     def __post_init__(self):
         if self.model_dim % self.num_heads or self.num_heads % self.num_kv_heads:
@@ -83,6 +94,8 @@ class RecordConfig:
             raise ValueError("expected 0 <= LOOP_START <= LOOP_END < NUM_LAYERS")
         if self.rope_dims % 2 or self.rope_dims > self.head_dim:
             raise ValueError("ROPE_DIMS must be even and at most the head dim")
+        if self.asym_logit_place not in ("after_smear", "first"):
+            raise ValueError("asym_logit_place must be after_smear or first")
 
     @property
     def head_dim(self) -> int:
@@ -170,6 +183,9 @@ def state_shapes(cfg: RecordConfig) -> dict[str, tuple[tuple[int, ...], torch.dt
     out["parallel_resid_lambdas"] = ((L, 2), f32)
     if cfg.smear_gate_enabled:
         out["smear_lambda"] = ((1,), f32)
+    if cfg.asym_logit_rescale and cfg.asym_logit_place == "after_smear":
+        # CHOICE: without SmearGate, where smear_lambda would be
+        out |= dict.fromkeys(ASYM_LOGIT, ((), f32))
     out["tok_emb.weight"] = ((cfg.vocab_size, d), torch.bfloat16)
     for i in range(L):
         out[f"blocks.{i}.attn_scale"] = ((d,), f32)
@@ -180,6 +196,8 @@ def state_shapes(cfg: RecordConfig) -> dict[str, tuple[tuple[int, ...], torch.dt
             out[f"blocks.{i}.attn.attn_gate_w"] = ((cfg.num_heads, cfg.gate_window), f32)
     if cfg.smear_gate_enabled:
         out["smear_gate.weight"] = ((1, cfg.gate_window), f32)
+    if cfg.asym_logit_rescale and cfg.asym_logit_place == "first":
+        out = dict.fromkeys(ASYM_LOGIT, ((), f32)) | out
     return out
 
 
@@ -202,6 +220,8 @@ def init_state_dict(cfg: RecordConfig, seed: int) -> dict[str, Tensor]:
     values["skip_weights"].fill_(1.0)
     values["parallel_post_lambdas"].fill_(1.0)
     values["parallel_resid_lambdas"].fill_(PARALLEL_RESID_INIT)
+    for name in ASYM_LOGIT if cfg.asym_logit_rescale else ():
+        values[name].fill_(ASYM_LOGIT_INIT)  # no RNG
     for i in range(L):
         values[f"blocks.{i}.attn_scale"].fill_(1.0)
         values[f"blocks.{i}.mlp_scale"].fill_(1.0)
@@ -317,12 +337,15 @@ def par_block(cfg, st, i: int, l0: Tensor, l1: Tensor, x0: Tensor, ctx: dict):
 
 def smear(cfg: RecordConfig, st: dict[str, Tensor], e: Tensor, ids: Tensor) -> Tensor:
     """SmearGate, BOS-fixed (§2.3 item 2): e'_t = e_t + lam*sig(w.e_t[:W])*e_{t-1}*[id_t != BOS].
-    CHOICE: over the row, ignoring cu_seqlens (a document's first token is a BOS; §6 item 4)."""
+    CHOICE: over the row, ignoring cu_seqlens (a document's first token is a BOS; §6 item 4).
+    SMEAR_GATE_BOS_FIX=0 (#2135, FRONTIER_MAY §1.15): no mask, every t >= 1 (BOS included)."""
     if not cfg.smear_gate_enabled:
         return e
     lam, w = _up(st["smear_lambda"]), _up(st["smear_gate.weight"])
     gate = torch.sigmoid(e[:, 1:, : cfg.gate_window] @ w.T)  # (B, T-1, 1)
     keep = (ids[:, 1:] != cfg.bos_id)[..., None].to(e.dtype)
+    if not cfg.smear_gate_bos_fix:
+        keep = torch.ones_like(keep)
     return torch.cat([e[:, :1], e[:, 1:] + lam * gate * e[:, :-1] * keep], dim=1)
 
 
@@ -390,15 +413,39 @@ def hidden_states(
     return rms(x)
 
 
-def forward_logits(cfg, state, input_ids: Tensor, *, looping: bool, cu_seqlens=None,
-                   positions: str = "row", lora=None) -> Tensor:  # fmt: skip
-    """The softcapped tied-head logits (B, T, V) of §2.3 item 8; lora as in hidden_states (the
-    head's adapter: key (None, "head"), added to z before the softcap)."""
+def head_logits(cfg, state, input_ids: Tensor, *, looping: bool, cu_seqlens=None,
+                positions: str = "row", lora=None) -> Tensor:  # fmt: skip
+    """z (B, T, V) of §2.3 item 8 before any softcap; lora as in hidden_states (the head's
+    adapter: key (None, "head"), added to z)."""
     h = hidden_states(cfg, state, input_ids, looping=looping, cu_seqlens=cu_seqlens,
                       positions=positions, lora=lora)  # fmt: skip
-    z = _adapt({"lora": lora, "slot": None}, "head", h, h @ _up(state["tok_emb.weight"]).T)
-    c = cfg.logit_softcap
+    return _adapt({"lora": lora, "slot": None}, "head", h, h @ _up(state["tok_emb.weight"]).T)
+
+
+def softcap(z: Tensor, c: float) -> Tensor:
     return c * torch.tanh(z / c) if c > 0 else z  # CHOICE: softcap <= 0 means none
+
+
+def asym_softcap(z: Tensor, pos: Tensor, neg: Tensor, *, positive_at_zero: bool = False):
+    """AsymLogit (FRONTIER_MAY §1.11): z' = s_p tanh(z / s_p) where z > 0 (#2014; z >= 0 with
+    positive_at_zero, #2135), else s_n tanh(z / s_n); the scalars are cast to z's dtype (the
+    record's bf16 logits). At z = 0 both branches give 0: the two conditions give equal values."""
+    p, n = pos.to(z.dtype), neg.to(z.dtype)
+    positive = z >= 0 if positive_at_zero else z > 0
+    return torch.where(positive, p * torch.tanh(z / p), n * torch.tanh(z / n))
+
+
+def forward_logits(cfg, state, input_ids: Tensor, *, looping: bool, cu_seqlens=None,
+                   positions: str = "row", lora=None) -> Tensor:  # fmt: skip
+    """The softcapped tied-head logits (B, T, V) of §2.3 item 8 (the eval and TTT logits): with
+    ASYM_LOGIT_RESCALE, asym_softcap with the state's softcap_pos / softcap_neg (after the head
+    adapter), else the LOGIT_SOFTCAP tanh."""
+    z = head_logits(cfg, state, input_ids, looping=looping, cu_seqlens=cu_seqlens,
+                    positions=positions, lora=lora)  # fmt: skip
+    if cfg.asym_logit_rescale:
+        return asym_softcap(z, state["softcap_pos"], state["softcap_neg"],
+                            positive_at_zero=cfg.asym_positive_at_zero)  # fmt: skip
+    return softcap(z, cfg.logit_softcap)
 
 
 def forward_loss(
@@ -414,9 +461,12 @@ def forward_loss(
 ) -> Tensor:
     """Cross-entropy of the softcapped tied-head logits (§2.3 item 8), in fp32: "mean" or "none"
     (per token, flattened). cu_seqlens (B = 1) keeps attention within each segment; positions
-    "row" (the record) or "document" (RoPE counted from each segment's start)."""
-    logits = forward_logits(cfg, state, input_ids, looping=looping, cu_seqlens=cu_seqlens,
-                            positions=positions)  # fmt: skip
+    "row" (the record) or "document" (RoPE counted from each segment's start). The training loss
+    (and the global TTT phases') is the fused CE with the scalar LOGIT_SOFTCAP even under
+    ASYM_LOGIT_RESCALE (FRONTIER_MAY §1.11): softcap_pos / softcap_neg get no gradient."""
+    z = head_logits(cfg, state, input_ids, looping=looping, cu_seqlens=cu_seqlens,
+                    positions=positions)  # fmt: skip
+    logits = softcap(z, cfg.logit_softcap)
     flat = logits.reshape(-1, logits.size(-1))
     return F.cross_entropy(flat, target_ids.reshape(-1), reduction=reduction)
 
@@ -467,9 +517,12 @@ def muon_step(
 
 
 def adamw_groups(state: dict[str, Tensor]) -> dict[str, list[str]]:
-    """§3.2: the names of the tok group, the scalar group and Muon's banks, in state order."""
+    """§3.2: the names of the tok group, the scalar group and Muon's banks, in state order
+    (softcap_pos / softcap_neg are in none)."""
     groups = {"tok": [], "scalar": [], "muon": []}
     for name, t in state.items():
+        if name in ASYM_LOGIT:
+            continue  # FRONTIER_MAY §1.11: in no optimizer group (14:2137-2180)
         if name in BANKS:
             groups["muon"].append(name)
         elif name == "tok_emb.weight":

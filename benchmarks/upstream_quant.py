@@ -14,7 +14,7 @@ train_gpt.py: a small CPU reference that the tests hold train_gpt.py's QUANTIZER
   counted_code_bytes(source)       the code bytes the record counts (4.7)
 
 PR #2014's AWQ-lite (FRONTIER_MAY.md §1.10) and #2135's LQER_ASYM_GROUP (§1.13) extend it: see the
-section "AWQ-lite" below for their API (Settings' awq_lite_* fields, quantize(..., act_rms=...)).
+section "AWQ-lite" below for their API (AwqLite, quantize(..., act_rms=..., awq=...)).
 
 Everything is fp32 on the CPU, as the record's GPTQ. Where the facts leave a choice open, it says
 CHOICE (train_gpt.py takes the same one).
@@ -52,7 +52,14 @@ class Settings:
     lqer_asym_enabled: bool = True
     lqer_asym_group: int = 64
     lqer_factor_bits: int = 4
-    awq_lite_enabled: bool = False  # FRONTIER_MAY §1.10 (#2014 runs 1/8/1/64)
+
+
+@dataclasses.dataclass(frozen=True)
+class AwqLite:
+    """FRONTIER_MAY §1.10's AWQ_LITE_* variables (lower case; #2014 runs 1/8/1/64). Kept apart
+    from Settings, whose fields the tests map one to one onto train_gpt's variables."""
+
+    awq_lite_enabled: bool = False
     awq_lite_bits: int = 8
     awq_lite_group_top_k: int = 1
     awq_lite_group_size: int = 64
@@ -197,12 +204,18 @@ def clip_and_bits(name: str, s: Settings) -> tuple[float, int]:
 
 
 def quantize(
-    state: dict[str, Tensor], hessians: dict[str, Tensor], s: Settings, act_rms=None
+    state: dict[str, Tensor],
+    hessians: dict[str, Tensor],
+    s: Settings,
+    act_rms: dict[str, Tensor] | None = None,
+    awq: AwqLite | None = None,
 ) -> dict:
     """{"w": tensors, "m": meta} in the state's order, LQER keys last by descending ||E||_F.
-    act_rms: {name: (cols,) fp32} (act_rms_of) for AWQ-lite, needed when s.awq_lite_enabled."""
+    awq: AWQ-lite's settings (off when None or not enabled); act_rms: {name: (cols,) fp32}
+    (act_rms_of), needed when AWQ-lite is on."""
     w, m, err = {}, {}, []
-    picks = awq_pick(state, act_rms, s) if s.awq_lite_enabled else {}
+    awq = awq or AwqLite()
+    picks = awq_pick(state, act_rms, s, awq) if awq.awq_lite_enabled else {}
     for name, t in state.items():
         kind = route(name, t, s)
         if kind == "gate":
@@ -214,17 +227,19 @@ def quantize(
         else:
             k, bits = clip_and_bits(name, s)
             starts = picks.get(name, [])
-            if starts and levels(s.awq_lite_bits) <= levels(bits):
+            if starts and levels(awq.awq_lite_bits) <= levels(bits):
                 starts = []  # applied only if R_hi > R
-            protected = group_mask(t.shape[1], starts, s.awq_lite_group_size) if starts else None
-            q, scale, s_hi = gptq_protected(t, hessians[name], k, bits, protected, s.awq_lite_bits)
+            protected = group_mask(t.shape[1], starts, awq.awq_lite_group_size) if starts else None
+            q, scale, s_hi = gptq_protected(
+                t, hessians[name], k, bits, protected, awq.awq_lite_bits
+            )
             w[name + ".q"], w[name + ".scale"] = q, scale
             m[name] = f"gptq (int{bits})"
             if starts:
                 w[name + ".awqg_start"] = torch.tensor(starts, dtype=torch.int16)
                 w[name + ".awqg_s_hi"] = s_hi
-                w[name + ".awqg_size"] = torch.tensor(s.awq_lite_group_size, dtype=torch.int16)
-                m[name] += f"+awqgrpint{s.awq_lite_bits}"
+                w[name + ".awqg_size"] = torch.tensor(awq.awq_lite_group_size, dtype=torch.int16)
+                m[name] += f"+awqgrpint{awq.awq_lite_bits}"
             E = t.to(torch.float32) - gptq_weight(w, name)  # the group already realised
             err.append((torch.linalg.matrix_norm(E).item(), name, E))
     if s.lqer_enabled:
@@ -272,12 +287,14 @@ def dequantize(obj: dict, template: dict[str, Tensor]) -> dict[str, Tensor]:
 #       tok_emb's are the final_norm outputs), per rank
 #   awq_candidates(state, s) -> names: GPTQ-routed, numel > 65,536, bits < 8
 #   group_scores(w, act_rms, group_size) -> (floor(cols/size),) sum_c act_rms[c] mean_r |W[r,c]|
-#   awq_pick(state, act_rms, s) -> {name: [start, ...]}: the top AWQ_LITE_GROUP_TOP_K groups over
-#       the whole model
+#   awq_pick(state, act_rms, s, awq) -> {name: [start, ...]}: the top AWQ_LITE_GROUP_TOP_K
+#       groups over the whole model
 #   group_mask(cols, starts, size) -> (cols,) bool
 #   gptq_protected(w, h, k, bits, protected, hi_bits) -> (q, scale, s_hi)   (above, with GPTQ)
-#   quantize(state, hessians, s, act_rms) stores name.awqg_start int16 (n,), name.awqg_s_hi fp16
-#       (rows,), name.awqg_size int16 0-dim, meta "gptq (int7)+awqgrpint8[+lqer_asym]";
+#   AwqLite: the AWQ_LITE_* settings (lower case)
+#   quantize(state, hessians, s, act_rms, awq) stores name.awqg_start int16 (n,),
+#       name.awqg_s_hi fp16 (rows,), name.awqg_size int16 0-dim, meta
+#       "gptq (int7)+awqgrpint8[+lqer_asym]";
 #   gptq_weight(w, name) / dequantize(obj, template): W = q s_row, then the groups' columns
 #       q s_hi (before LQER's A @ B)
 
@@ -311,17 +328,17 @@ def group_scores(w: Tensor, act_rms: Tensor, group_size: int) -> Tensor:
     return per_col[: n * group_size].reshape(n, group_size).sum(dim=1)
 
 
-def awq_pick(state: dict[str, Tensor], act_rms, s: Settings) -> dict[str, list[int]]:
+def awq_pick(state: dict[str, Tensor], act_rms, s: Settings, awq: AwqLite):
     """The top-K (score, tensor, group) over every candidate's groups, as {name: sorted starts}.
     CHOICE: equal scores keep the state's order, then the group order (a stable sort); with
     K > 1 a tensor may hold several groups (awqg_start then has one entry per group)."""
     scored = []
     for name in awq_candidates(state, s):
-        scores = group_scores(state[name], act_rms[name], s.awq_lite_group_size)
-        scored += [(float(v), name, g * s.awq_lite_group_size) for g, v in enumerate(scores)]
+        scores = group_scores(state[name], act_rms[name], awq.awq_lite_group_size)
+        scored += [(float(v), name, g * awq.awq_lite_group_size) for g, v in enumerate(scores)]
     scored.sort(key=lambda item: -item[0])
     picks: dict[str, list[int]] = {}
-    for _, name, start in scored[: s.awq_lite_group_top_k]:
+    for _, name, start in scored[: awq.awq_lite_group_top_k]:
         picks.setdefault(name, []).append(start)
     return {name: sorted(starts) for name, starts in picks.items()}
 

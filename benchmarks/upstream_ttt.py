@@ -282,8 +282,10 @@ def frontier_network(cfg: tg.Hyperparameters) -> bool:
 
 
 def frontier_config(cfg: tg.Hyperparameters) -> uf.RecordConfig:
+    """The reference's config from train_gpt's; a field train_gpt lacks (the May records'
+    levers, before train_gpt has them) keeps the reference's default (the #1855 behaviour)."""
     names = {f.name for f in dataclasses.fields(uf.RecordConfig)} - {"bos_id"}
-    return uf.RecordConfig(**{name: getattr(cfg, name) for name in names})
+    return uf.RecordConfig(**{name: getattr(cfg, name) for name in names if hasattr(cfg, name)})
 
 
 def lora_logits(model: tg.GPT, x: torch.Tensor, lora: Lora | None) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """The references for the May records' levers (FRONTIER_MAY.md §1: PR #2014, 1.0576, and PR
 #2135, 1.0565) against the fact sheet's own numbers: the progressive training context (§1.1), the
-TTT adapter masks, optimizer, chunks and phases (§1.3-1.8), AWQ-lite (§1.10, §1.13), AsymLogit and
+TTT adapter masks, optimizer, chunks and phases (§1.3-1.8), REC_Q-lite (§1.10, §1.13), AsymLogit and
 the SmearGate without its BOS fix (§1.11, §1.15), EVAL_INCLUDE_TAIL (§1.2) and the three runs'
 settings (§1.17). These test the references (benchmarks/upstream_*.py) themselves, on the CPU at
 tiny shapes.
@@ -11,11 +11,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import numpy as np
 import pytest
 import torch
 
+from benchmarks import upstream_eval as ue
 from benchmarks import upstream_frontier as uf
 from benchmarks import upstream_quant as uq
+from benchmarks import upstream_runs as ur
 from benchmarks import upstream_ttt as ut
 
 # §1.1 progressive training context ------------------------------------------------------------
@@ -312,10 +315,11 @@ def test_ttt_batches_and_the_single_phase():
     assert ut.pause_documents(50_000, 24, 2500) == 2504
 
 
-# §1.10 AWQ-lite, §1.13 LQER_ASYM_GROUP ---------------------------------------------------------
+# §1.10 REC_Q-lite, §1.13 LQER_ASYM_GROUP ---------------------------------------------------------
 
-AWQ = dataclasses.replace(uq.record_settings(), awq_lite_enabled=True, awq_lite_bits=8,
-                          awq_lite_group_top_k=1, awq_lite_group_size=64)  # fmt: skip
+REC_Q = uq.record_settings()  # the quantizer settings #1855 and #2014 share
+AWQ_RUN = uq.AwqLite(awq_lite_enabled=True, awq_lite_bits=8, awq_lite_group_top_k=1,
+                     awq_lite_group_size=64)  # fmt: skip
 ROWS, COLS = 40, 192  # tiny: the tests that quantize lower the 65,536 limit (small_limit)
 
 
@@ -363,11 +367,11 @@ def test_candidates_and_group_scores():
         "small.weight": meta(256, 256),  # 65,536: passthrough
         "other.weight": meta(257, 256),  # 65,792: GPTQ at MATRIX_BITS
     }
-    assert uq.awq_candidates(state, AWQ) == [
+    assert uq.awq_candidates(state, REC_Q) == [
         "tok_emb.weight", "blocks.0.attn.c_q.weight", "blocks.0.attn.c_k.weight",
         "blocks.0.mlp.fc.weight", "other.weight",
     ]  # fmt: skip
-    int8_embed = dataclasses.replace(AWQ, embed_bits=8)
+    int8_embed = dataclasses.replace(REC_Q, embed_bits=8)
     assert "tok_emb.weight" not in uq.awq_candidates(state, int8_embed)  # bits < 8 only
     w = torch.arange(2 * 130, dtype=torch.float32).reshape(2, 130) - 100
     rms = torch.linspace(0.5, 2.0, 130)
@@ -380,12 +384,15 @@ def test_the_top_group_is_chosen_over_the_whole_model(small_limit):
     state = awq_state()
     rms = {name: torch.ones(COLS) for name in state}
     rms["tok_emb.weight"] = torch.ones(COLS).index_fill(0, torch.arange(128, 192), 50.0)
-    assert uq.awq_pick(state, rms, AWQ) == {"tok_emb.weight": [128]}
+    assert uq.awq_pick(state, rms, REC_Q, AWQ_RUN) == {"tok_emb.weight": [128]}
     rms["blocks.0.mlp.fc.weight"] = torch.full((COLS,), 200.0)
-    assert list(uq.awq_pick(state, rms, AWQ)) == ["blocks.0.mlp.fc.weight"]
-    two = dataclasses.replace(AWQ, awq_lite_group_top_k=2)
+    assert list(uq.awq_pick(state, rms, REC_Q, AWQ_RUN)) == ["blocks.0.mlp.fc.weight"]
+    two = dataclasses.replace(AWQ_RUN, awq_lite_group_top_k=2)
     rms["blocks.0.mlp.fc.weight"] = torch.ones(COLS).index_fill(0, torch.arange(0, 64), 90.0)
-    assert uq.awq_pick(state, rms, two) == {"tok_emb.weight": [128], "blocks.0.mlp.fc.weight": [0]}
+    assert uq.awq_pick(state, rms, REC_Q, two) == {
+        "tok_emb.weight": [128],
+        "blocks.0.mlp.fc.weight": [0],
+    }
 
 
 def test_gptq_protects_columns_with_the_int8_scale_and_own_error_feedback():
@@ -423,7 +430,7 @@ def test_awq_storage_meta_and_dequantization(small_limit):
     hess = awq_hessians(state)
     rms = {name: torch.ones(COLS) for name in state}
     rms["tok_emb.weight"] = torch.ones(COLS).index_fill(0, torch.arange(128, 192), 50.0)
-    obj = uq.quantize(state, hess, AWQ, act_rms=rms)
+    obj = uq.quantize(state, hess, REC_Q, act_rms=rms, awq=AWQ_RUN)
     w, m = obj["w"], obj["m"]
     start, s_hi, size = (w["tok_emb.weight.awqg_" + k] for k in ("start", "s_hi", "size"))
     assert start.dtype == torch.int16 and start.shape == (1,) and start.tolist() == [128]
@@ -442,7 +449,7 @@ def test_awq_storage_meta_and_dequantization(small_limit):
     W[:, 128:192] = q[:, 128:192] * s_hi.float()[:, None]
     torch.testing.assert_close(uq.gptq_weight(w, "tok_emb.weight"), W, rtol=0, atol=0)
     # LQER fits the error of the weight with the group already realised
-    factors, _ = uq.lqer(state["tok_emb.weight"].float() - W, AWQ)
+    factors, _ = uq.lqer(state["tok_emb.weight"].float() - W, REC_Q)
     for key, value in factors.items():
         assert torch.equal(w["tok_emb.weight." + key], value)
     out = uq.dequantize(obj, state)
@@ -469,3 +476,183 @@ def test_lqer_asym_group_32_gives_64_group_scales():
         assert factors["lqBs_a"].dtype == torch.float16 and factors["lqBs_a"].shape == (scales,)
         B = factors["lqB_a"].float().reshape(-1, group) * factors["lqBs_a"].float()[:, None]
         assert B.shape == (scales, group)
+
+
+# §1.11 AsymLogit, §1.15 SMEAR_GATE_BOS_FIX=0 --------------------------------------------------
+
+ASYM14 = uf.RecordConfig(asym_logit_rescale=True)  # #2014: z > 0, after smear_lambda
+ASYM35 = uf.RecordConfig(asym_logit_rescale=True, asym_logit_place="first",
+                         asym_positive_at_zero=True, smear_gate_bos_fix=False)  # fmt: skip
+
+
+def test_asym_softcap_formula_in_the_logits_dtype():
+    z = torch.tensor([-80.0, -3.0, -0.0, 0.0, 2.5, 80.0]).bfloat16()
+    pos, neg = torch.tensor(20.3), torch.tensor(41.7)  # fp32 0-dim, not bf16-exact
+    out = uf.asym_softcap(z, pos, neg)
+    assert out.dtype == torch.bfloat16
+    p, n = pos.bfloat16(), neg.bfloat16()
+    want = torch.where(z > 0, p * torch.tanh(z / p), n * torch.tanh(z / n))
+    assert torch.equal(out, want)
+    assert -41.7 < float(out[0]) < -21 and float(out[-1]) < 20.3  # each side its own cap
+    assert torch.equal(uf.asym_softcap(z, pos, neg, positive_at_zero=True), out)  # z = 0: 0
+    thirty = torch.tensor(30.0)
+    zf = torch.linspace(-100, 100, 41)
+    assert torch.equal(uf.asym_softcap(zf, thirty, thirty), uf.softcap(zf, 30.0))
+
+
+def test_asym_logit_pair_in_each_records_state_dict():
+    names = list(uf.state_shapes(ASYM14))
+    i = names.index("smear_lambda")
+    assert names[i + 1 : i + 4] == ["softcap_pos", "softcap_neg", "tok_emb.weight"]
+    assert list(uf.state_shapes(ASYM35))[:3] == ["softcap_pos", "softcap_neg", "qo_bank"]
+    assert uf.state_shapes(ASYM14)["softcap_pos"] == ((), torch.float32)
+    plain, asym = uf.init_state_dict(uf.RecordConfig(), 3), uf.init_state_dict(ASYM14, 3)
+    assert asym["softcap_pos"].shape == () and asym["softcap_pos"].dtype == torch.float32
+    assert float(asym["softcap_pos"]) == float(asym["softcap_neg"]) == 30.0
+    assert all(torch.equal(plain[k], asym[k]) for k in plain)  # no RNG drawn
+    groups = uf.adamw_groups(asym)
+    assert not any(n in g for g in groups.values() for n in uf.ASYM_LOGIT)
+    assert uq.route("softcap_pos", asym["softcap_pos"], uq.record_settings()) == "passthrough"
+
+
+def test_asym_logit_is_in_the_eval_logits_but_not_the_training_loss():
+    cfg = dataclasses.replace(ASYM14, num_layers=2, num_loops=0, parallel_start_layer=0,
+                              xsa_last_n=0)  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+    st = {k: (v.float() + 0.05 * torch.randn(v.shape, generator=gen)).to(v.dtype)
+          for k, v in uf.init_state_dict(cfg, 0).items() if k not in uf.ASYM_LOGIT}  # fmt: skip
+    st["tok_emb.weight"] = (torch.randn(st["tok_emb.weight"].shape, generator=gen) * 3).bfloat16()
+    st["softcap_pos"] = torch.tensor(5.0, requires_grad=True)
+    st["softcap_neg"] = torch.tensor(9.0, requires_grad=True)
+    st["qo_bank"].requires_grad_(True)
+    x = torch.randint(0, cfg.vocab_size, (1, 12), generator=gen)
+    plain_cfg = dataclasses.replace(cfg, asym_logit_rescale=False)
+    z = uf.head_logits(cfg, st, x, looping=False)
+    logits = uf.forward_logits(cfg, st, x, looping=False)
+    assert torch.equal(logits, uf.asym_softcap(z, st["softcap_pos"], st["softcap_neg"]))
+    assert (logits - uf.forward_logits(plain_cfg, st, x, looping=False)).abs().max() > 0.1
+    loss = uf.forward_loss(cfg, st, x, x, looping=False)
+    assert torch.equal(loss, uf.forward_loss(plain_cfg, st, x, x, looping=False))
+    loss.backward()
+    assert st["qo_bank"].grad is not None
+    assert st["softcap_pos"].grad is None and st["softcap_neg"].grad is None
+
+
+def test_smear_without_the_bos_fix_crosses_into_bos():
+    cfg = uf.RecordConfig()
+    st = {"smear_lambda": torch.tensor([0.7]), "smear_gate.weight": torch.randn(1, 12)}
+    e = torch.randn(1, 5, cfg.model_dim)
+    ids = torch.tensor([[5, 7, cfg.bos_id, 9, cfg.bos_id]])
+    fixed = uf.smear(cfg, st, e, ids)
+    leaky = uf.smear(dataclasses.replace(cfg, smear_gate_bos_fix=False), st, e, ids)
+    gate = torch.sigmoid(e[0, :, :12] @ st["smear_gate.weight"].T)[:, 0]
+    for t in range(1, 5):
+        torch.testing.assert_close(leaky[0, t], e[0, t] + 0.7 * gate[t] * e[0, t - 1])
+    assert torch.equal(fixed[0, 2], e[0, 2]) and torch.equal(fixed[0, 4], e[0, 4])
+    assert torch.equal(fixed[0, 3], leaky[0, 3]) and torch.equal(leaky[0, 0], e[0, 0])
+
+
+# §1.2 EVAL_INCLUDE_TAIL -----------------------------------------------------------------------
+
+N_VAL_TOKENS = 47_853_344
+
+
+def test_targets_kept_with_and_without_the_tail():
+    assert ue.kept_targets(N_VAL_TOKENS, 3072, include_tail=True) == 47_853_343
+    assert ue.kept_targets(N_VAL_TOKENS, 2048, include_tail=False) == 47_851_520
+    assert ue.kept_targets(N_VAL_TOKENS, 2560, include_tail=False) == 47_851_520
+    assert ue.kept_targets(N_VAL_TOKENS, 3072, include_tail=False) == 47_852_544
+
+
+def test_diagnostic_partition_keeps_every_target():
+    total, L, W = 47_853_343, 3072, 8
+    parts = [ue.diagnostic_batches(total, L, r, W) for r in range(W)]
+    assert parts[0][0] == (0, 64_512) and 65_536 // L * L == 64_512
+    flat = [span for part in parts for span in part]
+    assert flat[0][0] == 0 and flat[-1][1] == total
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(flat))  # contiguous, no overlap
+    for r, part in enumerate(parts):
+        assert part[0][0] == total * r // W and part[-1][1] == total * (r + 1) // W
+        assert (
+            all(b - a == 64_512 for a, b in part[:-1]) and 0 < part[-1][1] - part[-1][0] <= 64_512
+        )
+    assert ue.diagnostic_batches(10, 4, 0, 1) == [(0, 10)]  # floor(65536/4)*4 = 65536 per batch
+
+
+# §1.17 the three runs' settings ---------------------------------------------------------------
+
+
+def test_run_table_values_as_the_sheet_gives_them():
+    r55, r14, r35 = (ur.RUNS[r] for r in ("1855", "2014", "2135"))
+    assert [r["TRAIN_SEQ_LEN"] for r in (r55, r14, r35)] == ["2048", "3072", "2048"]
+    assert r14["TRAIN_SEQ_SCHEDULE"] == RUN_SCHEDULE and r55["TRAIN_SEQ_SCHEDULE"] is None
+    assert [r["EVAL_SEQ_LEN"] for r in (r55, r14, r35)] == ["2048", "3072", "2560"]
+    assert r35["TOKEN_THRESHOLD"] == "0.800" and r35["TTT_LORA_LR"] == "8e-5"
+    assert [r["PHASED_TTT_NUM_PHASES"] for r in (r55, r14, r35)] == ["3", "1", "1"]
+    assert r14["MIDRUN_CAP_SCHEDULE"] == "" and "MIDRUN_CAP_SCHEDULE" in ur.DEFAULTED["2014"]
+    assert "TRAIN_SEQ_LEN" in ur.DEFAULTED["1855"] and "TRAIN_SEQ_LEN" not in ur.DEFAULTED["2014"]
+    assert "ASYM_LOGIT_RESCALE" in ur.UNLOGGED["2014"]
+    assert "ASYM_LOGIT_RESCALE" not in ur.UNLOGGED["2135"]
+    assert r35["SMEAR_GATE_BOS_FIX"] == "0" and "SMEAR_GATE_BOS_FIX" in ur.UNLOGGED["2135"]
+    assert r14["SMEAR_GATE_BOS_FIX"] is None and ur.NOTES["2014"]["SMEAR_GATE_BOS_FIX"] == "fix on"
+    assert ur.NOTES["2014"]["COMPILE_SHAPE_WARMUP"] == "log only"
+    assert ur.SEEDS["2014"] == (42, 314, 0) and ur.DYNAMO_CACHE_LIMIT == {
+        "1855": 64, "2014": 128, "2135": 16,
+    }  # fmt: skip
+    assert len(ur.RUNS["1855"]) == len(ur.RUNS["2014"]) == len(ur.RUNS["2135"]) == 70
+
+
+def test_what_differs_between_the_runs():
+    between = set(ur.differing("1855", "2014"))
+    assert {
+        "TRAIN_SEQ_LEN",
+        "QK_GAIN_INIT",
+        "GPTQ_RESERVE_SECONDS",
+        "TTT_BATCH_SIZE",
+        "PHASED_TTT_NUM_PHASES",
+        "TTT_LOCAL_LR_MULT",
+        "AWQ_LITE_ENABLED",
+    } <= between
+    assert not between & {"MATRIX_LR", "TTT_WEIGHT_DECAY", "LQER_ASYM_GROUP", "TTT_LORA_LR"}
+    assert {"MATRIX_LR", "LQER_ASYM_GROUP", "NGRAM_TILT_ENABLED"} <= set(
+        ur.differing("2014", "2135")
+    )
+
+
+def ttt_kwargs(record: str) -> dict:
+    """The TTT reference's settings from a record's row values."""
+    run, out = ur.RUNS[record], {}
+    for name, cast in (("TTT_BATCH_SIZE", int), ("TTT_EVAL_SEQ_LEN", int), ("EVAL_SEQ_LEN", int),
+                       ("TTT_LORA_LR", float), ("TTT_LOCAL_LR_MULT", float),
+                       ("TTT_WEIGHT_DECAY", float), ("PHASED_TTT_NUM_PHASES", int),
+                       ("TTT_MASK", str), ("TTT_Q_LORA", int), ("TTT_V_LORA", int),
+                       ("TTT_K_LORA", int), ("TTT_SHORT_SCORE_FIRST_ENABLED", int),
+                       ("TTT_SHORT_SCORE_FIRST_STEPS", str), ("TTT_SHORT_DOC_LEN", int),
+                       ("TTT_SHORT_CHUNK_SIZE", int)):  # fmt: skip
+        if run[name] is not None:
+            out[name.lower()] = cast(run[name])
+    return out
+
+
+def test_the_tables_ttt_settings_drive_the_references():
+    c14, c35, c55 = (ut.TTTConfig(**ttt_kwargs(r)) for r in ("2014", "2135", "1855"))
+    assert c14.sites == ("head", "k", "mlp", "o") and c35.sites == ("head", "q", "v", "mlp", "o")
+    assert c55.sites == ut.BUILD_ORDER and c55.phased_ttt_num_phases == 3
+    assert (c14.lora_lr, c35.lora_lr, c55.lora_lr) == pytest.approx((7.5e-5, 8e-5, 1e-4))
+    assert [ut.batch_chunk_size(m, c14) for m in (200, 1000, 3000)] == [8, 24, 48]
+    assert [ut.batch_chunk_size(m, c) for m in (200,) for c in (c35, c55)] == [48, 48]
+    schedule = uf.parse_seq_schedule(ur.RUNS["2014"]["TRAIN_SEQ_SCHEDULE"],
+                                     int(ur.RUNS["2014"]["TRAIN_SEQ_LEN"]))  # fmt: skip
+    assert schedule[-1] == (3072, 1.0)
+
+
+def test_global_ttt_trains_whole_sequences_of_eval_seq_len_per_chunk():
+    # one document of 100,000 predictions: chunks of 32,768 hold floor(32768 / L) sequences
+    tokens = np.full(100_001, 7, dtype=np.int64)
+    tokens[0] = 1
+    docs = ut.documents(tokens)
+    for L, trained in ((3072, 30_720), (2560, 30_720), (2048, 32_768)):
+        cfg = ut.TTTConfig(eval_seq_len=L, ttt_eval_seq_len=L)
+        steps = ut.phase_steps(tokens, docs, [0], cfg)
+        assert len(steps) == 3  # 4 chunks (the stream has its closing token too): 3 steps
+        assert all(x.shape == (1, trained) for x, *_ in steps)
