@@ -30,9 +30,7 @@ SETTINGS = {  # our variables as the reference's fields
 
 
 def ours(s: ref.Settings, **extra) -> tg.Hyperparameters:
-    fields = dataclasses.asdict(s)
-    assert fields.pop("awq_lite_group_top_k") == 1  # AWQ_LITE_GROUP_TOP_K: the run's 1 only
-    return tg.Hyperparameters(quantizer="gptq", **fields, **extra)
+    return tg.Hyperparameters(quantizer="gptq", **dataclasses.asdict(s), **extra)
 
 
 def correlated_inputs(n: int, d: int, seed: int, dead: tuple = ()) -> torch.Tensor:

@@ -25,6 +25,7 @@ from test_ttt import ours, plan_for, runtime
 from test_ttt_reference import SMALL, SPLIT, config, luts, random_gpt
 
 import train_gpt as tg
+from benchmarks import upstream_eval as ue
 from benchmarks import upstream_quant as uq
 from benchmarks import upstream_ttt as ut
 from data.shard_io import shard_name, write_shard
@@ -147,7 +148,7 @@ def test_phased_ttt_with_the_records_settings_gives_the_references_numbers(tmp_p
 
 # 5. AWQ-lite -------------------------------------------------------------------------------------
 
-AWQ = dataclasses.replace(uq.record_settings(), awq_lite_enabled=True)
+RUN, AWQ = uq.record_settings(), uq.AwqLite(awq_lite_enabled=True)  # #2014's 1/8/1/64
 
 
 def awq_state(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -169,8 +170,9 @@ def test_awq_lite_is_the_references(hot):
     act_rms = {n: 0.5 + torch.rand(256, generator=g) for n in hessians}
     if hot:  # one group's inputs far larger: it must be the one
         act_rms[hot] = act_rms[hot].index_fill(0, torch.arange(128, 192), 40.0)
-    obj = tg.quantize_state_dict_gptq(ours_quant(AWQ), state, hessians, act_rms)
-    want = uq.quantize(state, hessians, AWQ, act_rms=act_rms)
+    obj = tg.quantize_state_dict_gptq(ours_quant(RUN, awq_lite_enabled=True), state, hessians,
+                                      act_rms)  # fmt: skip
+    want = uq.quantize(state, hessians, RUN, act_rms=act_rms, awq=AWQ)
     assert list(obj["w"]) == list(want["w"]) and obj["m"] == want["m"]
     awq = [k for k in want["w"] if ".awqg_" in k]
     assert len(awq) == 3 and (hot is None or awq[0] == f"{hot}.awqg_start")
@@ -194,7 +196,7 @@ def test_a_records_awq_artifact_scores_in_ours():
     hessians = {n: torch.eye(256) for n, t in state.items() if t.numel() > 65_536}
     act_rms = {n: torch.ones(256) for n in hessians}
     act_rms["blocks.0.attn.c_q.weight"][:64] = 9.0
-    obj = uq.quantize(state, hessians, AWQ, act_rms=act_rms)
+    obj = uq.quantize(state, hessians, RUN, act_rms=act_rms, awq=AWQ)
     assert "blocks.0.attn.c_q.weight.awqg_s_hi" in obj["w"]
     back = tg.dequantize_state_dict_gptq(obj, state)
     for name, t in uq.dequantize(obj, state).items():
@@ -213,7 +215,7 @@ def diagnostic(folder, split, world_size, **kw) -> list[tg.ValidationSet]:
 @pytest.mark.parametrize("doc", [False, True])
 @pytest.mark.parametrize("world_size", [1, 2, 4])
 def test_with_the_tail_each_rank_scores_its_slice_of_every_target_in_batches(
-    tmp_path, world_size, doc
+    monkeypatch, tmp_path, world_size, doc
 ):
     """§1.2: rank r scores targets [T r / W, T (r + 1) / W); batches of floor(B / L) L targets,
     the last one shorter; nothing dropped. EVAL_SEQ_LEN (not TRAIN_SEQ_LEN) cuts it."""
@@ -222,9 +224,10 @@ def test_with_the_tail_each_rank_scores_its_slice_of_every_target_in_batches(
     sets = diagnostic(tmp_path, split, world_size, eval_include_tail=True, eval_seq_len=L,
                       val_doc_attention=doc, val_batch_size=1024)  # fmt: skip
     T, B = 202, per_rank // L * L
+    monkeypatch.setattr(ue, "DIAGNOSTIC_BATCH_TOKENS", per_rank)  # (65,536 on 8 GPUs)
     for r, val in enumerate(sets):
         lo, hi = T * r // world_size, T * (r + 1) // world_size
-        want = [(a, min(a + B, hi) + 1) for a in range(lo, hi, B)]
+        want = [(a, b + 1) for a, b in ue.diagnostic_batches(T, L, r, world_size)]
         if not doc:  # rows of L: a rank's last part row is a batch of its own
             want = split_rows(lo, hi, B, L)
         assert val.spans == want and val.seq_len == L
