@@ -162,6 +162,9 @@ class Hyperparameters:
     mlp_clip_sigmas: float = knob(10.0, above=0)  # ... for names with .mlp.
     attn_clip_sigmas: float = knob(13.0, above=0)  # ... for names with .attn.
     gptq_calibration_batches: int = knob(16, 1)  # Hessian batches of 48 x TRAIN_SEQ_LEN
+    awq_lite_enabled: bool = False  # the model's most salient column groups in AWQ_LITE_BITS
+    awq_lite_bits: int = knob(8, 2, 8)
+    awq_lite_group_size: int = knob(64, 1)
     gated_attn_quant_gate: bool = False  # the attention gates in int8 per row, not fp16
     lqer_enabled: bool = True  # a low-rank correction of the worst-quantized GPTQ matrices
     lqer_rank: int = knob(4, 1)
@@ -193,6 +196,17 @@ class Hyperparameters:
     ttt_lora_rank: int = knob(80, 1)
     ttt_lora_alpha: float = knob(144.0, above=0)
     ttt_lora_lr: float = knob(1e-4, 0)
+    ttt_local_lr_mult: float = knob(1.0, 0)  # times TTT_LORA_LR (not GLOBAL_TTT_LR)
+    ttt_mask: str = knob("", choices=("", "all", "baseline_all", "no_q", "no_v", "no_qv"))
+    ttt_q_lora: bool = True  # the adapters: TTT_MASK=no_q, no_v, no_qv sets Q's and V's default
+    ttt_k_lora: bool = True
+    ttt_v_lora: bool = True
+    ttt_o_lora: bool = True
+    ttt_mlp_lora: bool = True
+    ttt_short_score_first_enabled: bool = False  # smaller chunks for batches of short documents:
+    ttt_short_score_first_steps: str = ""  # doc:chunk,... (the first doc >= a batch's longest),
+    ttt_short_doc_len: int = knob(2000, 1)  # else with no steps this one
+    ttt_short_chunk_size: int = knob(24, 1)
     ttt_beta1: float = knob(0.0, 0, below=1)
     ttt_beta2: float = knob(0.99, 0, below=1)
     ttt_weight_decay: float = knob(0.5, 0)
@@ -216,11 +230,27 @@ class Hyperparameters:
     val_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_[0-9]*.bin"))
     val_bytes_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_bytes_*.bin"))
     window = property(lambda self: self.eval_seq_len or self.train_seq_len)  # EVAL_SEQ_LEN
+    # the TTT adapters' sites (TTT_Q_LORA, ...); a dropped one draws no A: the later A shift
+    lora_sites = property(lambda self: [s for s in LORA_SITES if getattr(self, f"ttt_{s}_lora")])
+
+    @property
+    def ttt_chunks(self) -> list:
+        """(longest document, chunk size) by length, TTT_SHORT_*'s first: a TTT batch chunks as
+        the first its longest document (BOS to BOS, inclusive) fits; (0, 0) if malformed."""
+        short = f"{self.ttt_short_doc_len}:{self.ttt_short_chunk_size}"
+        short = (self.ttt_short_score_first_steps or short).split(",")
+        with contextlib.suppress(ValueError):  # (not two numbers: no pairs)
+            pairs = (item.replace("=", ":").split(":") for item in short)
+            steps = sorted((int(doc), int(chunk)) for doc, chunk in pairs)
+            return [*steps * self.ttt_short_score_first_enabled, (math.inf, self.ttt_chunk_size)]
+        return [(0, 0)]
 
     @classmethod
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
         fields = {f.name.upper(): f for f in dataclasses.fields(cls)}
         env = PRESETS.get(env.get("PRESET", ""), {}) | dict(env)  # a variable beats its preset
+        mask = env.get("TTT_MASK", "").partition("no_")[2].upper()  # no_q, no_v, no_qv
+        env = {f"TTT_{site}_LORA": "0" for site in mask} | env
         values = {f.name: parse_value(n, env[n], f.type) for n, f in fields.items() if n in env}
         for name, (accepted, what) in FIXED_VARIABLES.items():  # constants here: refused, not
             if env.get(name, accepted[0]) not in accepted:  # ignored, at another value
@@ -241,9 +271,10 @@ class Hyperparameters:
              f"TRAIN_BATCH_TOKENS={self.train_batch_tokens} with TRAIN_SEQ_LEN={T}: expected a "
              f"multiple of WORLD_SIZE*grad_accum_steps*TRAIN_SEQ_LEN = {world_size}*{accum}*{T} "
              f"= {unit}"),
-            (self.val_batch_size < unit,
+            (self.val_batch_size < unit // T * self.window,
              f"VAL_BATCH_SIZE={self.val_batch_size}: expected at least one sequence per rank and "
-             f"micro-step, i.e. >= WORLD_SIZE*grad_accum_steps*TRAIN_SEQ_LEN = {unit}"),
+             f"micro-step, i.e. >= WORLD_SIZE*grad_accum_steps*EVAL_SEQ_LEN = "
+             f"{unit // T * self.window}"),
             (self.model_dim % (2 * self.num_heads),
              f"MODEL_DIM={self.model_dim}: expected a multiple of NUM_HEADS={self.num_heads} with "
              f"an even head size (RoPE)"),
@@ -260,9 +291,10 @@ class Hyperparameters:
             (self.eval_ttt and not 1 <= self.global_ttt_chunk_tokens // self.window <= 32,
              f"GLOBAL_TTT_CHUNK_TOKENS={self.global_ttt_chunk_tokens}: expected 1 to 32 sequences "
              f"of EVAL_SEQ_LEN={self.window} (one SGD step: GLOBAL_TTT_BATCH_SEQS=32)"),
-            (self.ttt_chunk_size > self.ttt_eval_seq_len,
-             f"TTT_CHUNK_SIZE={self.ttt_chunk_size}: expected at most "
-             f"TTT_EVAL_SEQ_LEN={self.ttt_eval_seq_len}"),
+            (not all(doc > 0 < chunk <= self.ttt_eval_seq_len for doc, chunk in self.ttt_chunks),
+             f"TTT_CHUNK_SIZE={self.ttt_chunk_size} TTT_SHORT_SCORE_FIRST_STEPS="
+             f"{self.ttt_short_score_first_steps!r}: expected doc:chunk items, both > 0, and "
+             f"chunks of at most TTT_EVAL_SEQ_LEN={self.ttt_eval_seq_len}"),
             (self.rope_dims % 2 or self.rope_dims > self.model_dim // self.num_heads,
              f"ROPE_DIMS={self.rope_dims}: expected an even number of at most the head size "
              f"MODEL_DIM/NUM_HEADS={self.model_dim // self.num_heads} (0 = all of it)"),
@@ -291,9 +323,6 @@ class Hyperparameters:
              f"(pip install -r requirements.txt)"),
             (self.train_seq_schedule and self.train_loader != "docpack",
              "TRAIN_SEQ_SCHEDULE: expected TRAIN_LOADER=docpack (its cut changes with it)"),
-            (self.eval_stride and self.val_doc_attention,
-             "EVAL_STRIDE with VAL_DOC_ATTENTION=1: not supported; sliding windows attend "
-             "across documents, as the records' evaluation does"),
         ]:  # fmt: skip
             if broken:
                 raise ConfigError(message)
@@ -321,7 +350,8 @@ PR1855 = {
     "GRAD_CLIP_NORM": "0.3", "EMA_DECAY": "0.9965", "WARMDOWN_FRAC": "0.85", "MIN_LR": "0.1",
     "GPTQ_RESERVE_SECONDS": "0.5", "TRAIN_BATCH_TOKENS": "786432", "TRAIN_SEQ_LEN": "2048",
     "TRAIN_LOADER": "docpack", "VAL_LOSS_EVERY": "0", "TRAIN_LOG_EVERY": "500",
-    "EVAL_SEQ_LEN": "2048", "EVAL_TTT": "1", "QUANTIZER": "gptq", "EMBED_BITS": "7",
+    "EVAL_SEQ_LEN": "2048", "VAL_DOC_ATTENTION": "1",  # the record's eval_val: within documents
+    "EVAL_TTT": "1", "QUANTIZER": "gptq", "EMBED_BITS": "7",
     "EMBED_CLIP_SIGMAS": "14.0", "MLP_CLIP_SIGMAS": "11.5", "GATED_ATTN_QUANT_GATE": "1",
     "COMPRESSOR": "brotli",  # the run's pergroup needs lrzip (not here): brotli, its default
     "FUSED_CE_ENABLED": "1", "PHASED_TTT_NUM_PHASES": "3",
@@ -344,10 +374,9 @@ PR2135 = PR1855 | {  # 2026-05-01, 1.0565: #1855's network, #1797's code line, T
     "GPTQ_CALIBRATION_BATCHES": "32", "GATED_ATTN_QUANT_GATE": "0", "LQER_ASYM_GROUP": "32",
     "ASYM_LOGIT_RESCALE": "1", "ASYM_LOGIT_LAYOUT": "pr2135", "SMEAR_GATE_BOS_FIX": "0",
     "VAL_LOSS_EVERY": "4000", "PHASED_TTT_NUM_PHASES": "1", "TTT_LORA_LR": "8e-5",
-    "TTT_WEIGHT_DECAY": "2.0",
-    # "TTT_K_LORA": "0": live with the TTT masks (issue 37); NGRAM_TILT_ENABLED=1 and its
-    # TOKEN_*/WITHIN_*/WORD_*/AGREE_ADD_BOOST go here with the n-gram tilt, and the run's
-    # COMPRESSOR=pergroup (#2135's format) with the per-group compressor.
+    "TTT_WEIGHT_DECAY": "2.0", "TTT_K_LORA": "0",
+    # NGRAM_TILT_ENABLED=1 and its TOKEN_*/WITHIN_*/WORD_*/AGREE_ADD_BOOST go here with the
+    # n-gram tilt, and the run's COMPRESSOR=pergroup (#2135's format) with the per-group compressor.
 }  # fmt: skip
 PRESETS = {"pr1855": PR1855, "pr2014": PR2014, "pr2135": PR2135, "frontier": PR2135}
 
@@ -629,37 +658,29 @@ FRONTIER_PATTERNS += "attn_gate_proj,attn_gate_w,smear_gate,smear_lambda"  # the
 CONTROL_TENSOR_NAME_PATTERNS = tuple(FRONTIER_PATTERNS.split(","))
 # Variables the baseline or the record reads that are constants here: (accepted values, why).
 PATTERNS_BUILT_IN = "the baseline's default patterns are built in"
-INERT = "this lever (off in the May records' runs) is not here"
-SHAPES = "the shapes training reaches compile in WARMUP_STEPS steps each, before the clock"
 FIXED_VARIABLES = {
     "CONTROL_TENSOR_NAME_PATTERNS": ((BASELINE_PATTERNS, FRONTIER_PATTERNS),
                                      f"{PATTERNS_BUILT_IN} (or the record's)"),
     "INT8_KEEP_FLOAT_FP32_NAME_PATTERNS": ((BASELINE_PATTERNS,), PATTERNS_BUILT_IN),
-    "ATTN_OUT_GATE_ENABLED": (("0",), "the record's AttnOutGate (off in its run) is not here"),
-    "GATED_ATTN_ENABLED": (("0",), "the record's dense GatedAttn (off in its run) is not here"),
-    "ROPE_YARN": (("0",), "YaRN (off in the record's run) is not here"),
-    # the 1.0611 record's TTT variables for what is fixed here at its run's value
-    "TTT_GRAD_STEPS": (("1",), "one AdamW step per chunk, as the record's run"),
-    "TTT_OPTIMIZER": (("adam",), "the adapters train with AdamW, as the record's run"),
-    **dict.fromkeys(("TTT_K_LORA", "TTT_O_LORA", "TTT_MLP_LORA"),
-                    (("1",), "adapters on K, O and the MLP are always on, as the record's run")),
-    "TTT_WARM_START_A": (("1",), "A is kept between batches until a phase, as the record's run"),
-    "TTT_EVAL_ONLY": (("0",), "EVAL_ONLY_PATH scores a saved model"),
-    "PHASED_TTT_ENABLED": (("1",), "EVAL_TTT=1 runs phases; PHASED_TTT_PREFIX_DOCS=0: none"),
-    "GLOBAL_TTT_EPOCHS": (("1",), "a phase trains on its documents once, as the record's run"),
-    "GLOBAL_TTT_BATCH_SEQS": (("32",), "a phase's SGD step is one GLOBAL_TTT_CHUNK_TOKENS chunk"),
-    "GLOBAL_TTT_WARMUP_CHUNKS": (("0",), "a phase's learning rate has no warm-up"),
-    "GLOBAL_TTT_RESPECT_DOC_BOUNDARIES": (("1",), "a phase's attention never crosses a BOS"),
-    # the May records' (FRONTIER_MAY.md 1.1, 1.14, 1.16): inert in their runs, or ours differ
-    "COMPILE_SHAPE_WARMUP": (("0", "1"), SHAPES),
-    "COMPILE_SHAPE_WARMUP_ITERS": (("1",), SHAPES),
-    "COMPILE_SHAPE_WARMUP_LOOP_MODES": (("auto",), SHAPES),
-    "DYNAMO_CACHE_SIZE_LIMIT": (("128",), "128 graphs"),
+    # the records' variables for what is fixed here at their runs' values (AttnOutGate, dense
+    # GatedAttn and YaRN, off in the runs, are not here)
+    **{name: ((value,), "fixed here at the records' runs' value") for name, value in (
+        ("ATTN_OUT_GATE_ENABLED", "0"), ("GATED_ATTN_ENABLED", "0"), ("ROPE_YARN", "0"),
+        ("TTT_GRAD_STEPS", "1"), ("TTT_OPTIMIZER", "adam"), ("TTT_WARM_START_A", "1"),
+        ("TTT_EVAL_ONLY", "0"), ("PHASED_TTT_ENABLED", "1"), ("GLOBAL_TTT_EPOCHS", "1"),
+        ("GLOBAL_TTT_BATCH_SEQS", "32"), ("GLOBAL_TTT_WARMUP_CHUNKS", "0"),
+        ("GLOBAL_TTT_RESPECT_DOC_BOUNDARIES", "1"), ("TTT_SHORT_LORA_ENABLED", "0"),
+        ("TTT_TRAIN_MIN_DOC_LEN", "0"), ("TTT_TRAIN_MAX_DOC_LEN", "0"),
+        ("TTT_WARM_START_MEAN_ENABLED", "0"), ("TTT_LORA_EMA_DECAY", "0.0"),
+        ("TTT_UPDATE_EVERY", "1"), ("TTT_GRAD_STEPS_CLEAN", "0"), ("GLOBAL_TTT_OPTIMIZER", "sgd"),
+        ("LQER_SCOPE", "all"), ("LQER_GAIN_SELECT", "0"), ("GPTQ_CALIBRATION_MODE", "random"),
+        ("AWQ_LITE_GROUP_TOP_K", "1"), ("COMPILE_SHAPE_WARMUP_ITERS", "1"),
+        ("COMPILE_SHAPE_WARMUP_LOOP_MODES", "auto"), ("DYNAMO_CACHE_SIZE_LIMIT", "128"),
+        ("MIDRUN_CAP_SCHEDULE", ""), ("QK_GAIN_INIT_SCHEDULE", ""), ("FORCE_STOP_STEP", "0"),
+        ("MUON_HUBER_WD", "0"), ("OPTROT_ENABLED", "0"), ("PERGROUP_ROUNDTRIP_CHECK", "0"),
+    )},
+    "COMPILE_SHAPE_WARMUP": (("0", "1"), "every shape compiles before the clock either way"),
     "ROPE_TRAIN_SEQ_LEN": (("2048", "3072"), "read by YaRN only"),
-    "GLOBAL_TTT_OPTIMIZER": (("sgd",), "a phase trains with SGD"),
-    **dict.fromkeys(("MIDRUN_CAP_SCHEDULE", "QK_GAIN_INIT_SCHEDULE"), (("",), INERT)),
-    **dict.fromkeys(("FORCE_STOP_STEP", "MUON_HUBER_WD", "OPTROT_ENABLED",
-                     "PERGROUP_ROUNDTRIP_CHECK"), (("0",), INERT)),
 }  # fmt: skip
 INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
 INT8_CLIP_Q = 99.99984 / 100.0
@@ -791,10 +812,12 @@ def sdclip_scales(w: Tensor, clip_sigmas: float, bits: int) -> Tensor:
     return (clip_sigmas * w.float().std(dim=1) / (2 ** (bits - 1) - 1)).clamp_min(1e-10).half()
 
 
-def gptq_quantize(w: Tensor, hessian: Tensor, clip_sigmas: float, bits: int) -> tuple:
+def gptq_quantize(w, hessian, clip_sigmas: float, bits: int, high=(), high_bits=8) -> tuple:
     """GPTQ (FRONTIER.md 4.2): columns by decreasing Hessian diagonal, each rounded, its error
-    spread over the columns not yet rounded through the upper Cholesky factor of H^-1."""
+    spread over the columns not yet rounded through the upper Cholesky factor of H^-1. The
+    columns in `high` round at high_bits' own SDClip step (AWQ-lite, FRONTIER_MAY.md 1.10)."""
     R, scale = 2 ** (bits - 1) - 1, sdclip_scales(w, clip_sigmas, bits)
+    R_hi, s_hi = 2 ** (high_bits - 1) - 1, sdclip_scales(w, clip_sigmas, high_bits).float()[:, None]
     W, H = w.float().clone(), hessian.float().clone()
     dead = H.diagonal() == 0
     H[dead, dead] = 1.0
@@ -803,12 +826,13 @@ def gptq_quantize(w: Tensor, hessian: Tensor, clip_sigmas: float, bits: int) -> 
     W, H = W[:, perm], H[perm][:, perm]
     W[:, dead[perm]] = 0.0
     U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
-    s, Q = scale.float()[:, None], torch.zeros_like(W)
+    Q, high, s_lo = torch.zeros_like(W), [c in high for c in perm.tolist()], scale.float()[:, None]
     for a in range(0, W.size(1), 128):  # blocks of 128 columns, updated lazily
         b = min(a + 128, W.size(1))
         block, errors = W[:, a:b].clone(), torch.zeros_like(W[:, a:b])
         for j in range(b - a):
-            Q[:, a + j] = torch.clamp(torch.round(block[:, j : j + 1] / s), -R, R)[:, 0]
+            s, r = (s_hi, R_hi) if high[a + j] else (s_lo, R)
+            Q[:, a + j] = torch.clamp(torch.round(block[:, j : j + 1] / s), -r, r)[:, 0]
             errors[:, j] = (block[:, j] - Q[:, a + j] * s[:, 0]) / U[a + j, a + j]
             block[:, j:] -= errors[:, j : j + 1] * U[a + j, a + j : b][None, :]
         W[:, b:] -= errors @ U[a:b, b:]
@@ -844,10 +868,38 @@ def clip_sigmas(cfg: Hyperparameters, name: str) -> float:  # by the first part 
     return next((k for part, k in parts if part in name), cfg.matrix_clip_sigmas)
 
 
-def quantize_state_dict_gptq(cfg: Hyperparameters, state: dict, hessians: dict) -> dict:
+def gptq_bits(cfg: Hyperparameters, name: str) -> int:
+    return cfg.embed_bits if "tok_emb" in name else cfg.matrix_bits
+
+
+def awq_group(cfg: Hyperparameters, state: dict, act_rms: dict) -> tuple:
+    """AWQ-lite: (score, name, first column) of the group of AWQ_LITE_GROUP_SIZE columns of the
+    whole model (GPTQ matrices of fewer bits) scoring highest, a group's score the sum of
+    act_rms[c] * mean |W[:, c]| over its columns (ties: the first in `state`)."""
+    G, best = cfg.awq_lite_group_size, (-1.0, None, 0)
+    for name in [n for n in state if n in act_rms and gptq_bits(cfg, n) < cfg.awq_lite_bits]:
+        n = act_rms[name].numel() // G
+        score = (act_rms[name] * state[name].float().abs().mean(0))[: n * G].view(n, G).sum(1)
+        for g, v in enumerate(score.tolist()):
+            best = (v, name, g * G) if v > best[0] else best
+    return best
+
+
+def gptq_matrix(w: dict, name: str, q: str = ".q", s: str = ".scale") -> Tensor:
+    """The integers times their row's step; AWQ-lite's groups' columns at their own step."""
+    t = w[name + q].float() * w[name + s].float()[:, None]
+    for a in map(int, w.get(f"{name}.awqg_start", ())):
+        b = a + int(w[f"{name}.awqg_size"])
+        t[:, a:b] = w[name + q][:, a:b].float() * w[f"{name}.awqg_s_hi"].float()[:, None]
+    return t
+
+
+def quantize_state_dict_gptq(cfg, state: dict, hessians: dict, act_rms=()) -> dict:
     """The record's artifact object: {"w": tensors, "m": {name: how}}, in `state`'s order, the
-    LQER factors last (largest error first). A matrix without a Hessian rounds to nearest."""
-    w, meta, errors = {}, {}, {}
+    LQER factors last (largest error first). A matrix without a Hessian rounds to nearest.
+    act_rms: per GPTQ matrix its input's RMS per column (AWQ_LITE_ENABLED's salience)."""
+    w, meta, errors, G = {}, {}, {}, cfg.awq_lite_group_size
+    _, group, a = awq_group(cfg, state, act_rms if cfg.awq_lite_enabled else ())
     for name, t in state.items():
         t, route = t.detach().cpu(), quant_route(cfg, name, t)
         if route == "gate":
@@ -856,12 +908,18 @@ def quantize_state_dict_gptq(cfg: Hyperparameters, state: dict, hessians: dict) 
         elif route == "passthrough":
             w[name], meta[name] = t.half() if t.is_floating_point() else t, "passthrough (float16)"
         else:
-            bits = cfg.embed_bits if "tok_emb" in name else cfg.matrix_bits
+            bits, k = gptq_bits(cfg, name), clip_sigmas(cfg, name)
             h = hessians[name] if name in hessians else torch.eye(t.size(1))
-            q, s = gptq_quantize(t, h, clip_sigmas(cfg, name), bits)
-            w[f"{name}.q"], w[f"{name}.scale"] = q, s
+            high = range(a, a + G) if name == group else ()
+            q = gptq_quantize(t, h, k, bits, high, cfg.awq_lite_bits)
+            w[f"{name}.q"], w[f"{name}.scale"] = q
             meta[name] = f"gptq (int{bits})"
-            errors[name] = t.float() - q.float() * s.float()[:, None]
+            if high:  # the record's keys, after the matrix's own
+                w[f"{name}.awqg_start"] = torch.tensor([a], dtype=torch.int16)
+                w[f"{name}.awqg_s_hi"] = sdclip_scales(t, k, cfg.awq_lite_bits)
+                w[f"{name}.awqg_size"] = torch.tensor(G, dtype=torch.int16)
+                meta[name] += f"+awqgrpint{cfg.awq_lite_bits}"
+            errors[name] = t.float() - gptq_matrix(w, name)
     ranked = sorted(errors, key=lambda n: float(errors[n].norm()), reverse=True)
     for name in ranked[: cfg.lqer_top_k] if cfg.lqer_enabled else ():
         factors, suffix = lqer_factors(cfg, errors[name])
@@ -879,8 +937,7 @@ def dequantize_state_dict_gptq(obj: dict, template: dict[str, Tensor]) -> dict[s
         if how.startswith("passthrough"):
             out[name] = w[name].to(like.dtype)
             continue
-        q, s = (".gq", ".gs") if how == "gate_int8_row" else (".q", ".scale")
-        t = w[name + q].float() * w[name + s].float()[:, None]
+        t = gptq_matrix(w, name, *((".gq", ".gs") if how == "gate_int8_row" else ()))
         if how.endswith("+lqer_asym"):
             qB, sB = w[f"{name}.lqB_a"], w[f"{name}.lqBs_a"]
             B = (qB.float().reshape(sB.numel(), -1) * sB.float()[:, None]).view(qB.shape)
@@ -1553,25 +1610,23 @@ class ValidationSet:
                     f"{cfg.val_bytes_files}: {self.counts.size} byte counts for the "
                     f"{self.split.size} tokens of {cfg.val_files}: expected one per token"
                 )
-        T = self.seq_len = cfg.train_seq_len
-        usable = self.scored_targets(cfg, T, "TRAIN_SEQ_LEN")
+        L = self.seq_len = cfg.window
+        usable = self.scored_targets(cfg, L, "EVAL_SEQ_LEN")
         self.tokens = self.split[: usable + 1]
-        total_seqs = -(-usable // T)  # the last one short when EVAL_INCLUDE_TAIL keeps the tail
-        first = total_seqs * rt.rank // rt.world_size
-        end = total_seqs * (rt.rank + 1) // rt.world_size
-        whole_end = min(end, usable // T)
-        batch_seqs = cfg.val_batch_size // (rt.world_size * rt.grad_accum_steps) // T
-        starts = range(first, whole_end, batch_seqs)
-        self.spans = [(s * T, min(s + batch_seqs, whole_end) * T + 1) for s in starts]
-        if end > whole_end:  # the tail, a batch of its own: one sequence of fewer than T targets
-            self.spans.append((whole_end * T, usable + 1))
-        self.max_span = batch_seqs * T + 1
+        unit = 1 if cfg.eval_include_tail else L  # rank r: whole sequences, or targets Tr/W..
+        first, end = (usable // unit * r // rt.world_size * unit for r in (rt.rank, rt.rank + 1))
+        B = cfg.val_batch_size // (rt.world_size * rt.grad_accum_steps) // L * L
+        cuts = [*range(first, end, B), end]
+        if not cfg.val_doc_attention:  # rows of L: a last part row, a batch of its own
+            cuts.insert(-1, end - (end - first) % L)
+        self.spans = [(a, b + 1) for a, b in itertools.pairwise(cuts) if b > a]
+        self.max_span = B + 1
         order = DocPackOrder if cfg.val_doc_attention else StreamOrder
-        self.assemble = functools.partial(order.assemble, seq_len=T)
+        self.assemble = functools.partial(order.assemble, seq_len=L)
         self.documents = None  # per batch: its cu_seqlens (padded to 64) and longest piece
         if cfg.val_doc_attention:
             self.documents = [self.cut_documents(a, b) for a, b in self.spans]
-        self.target_tokens, self.target_bytes = self.totals(rt, first * T, min(end * T, usable))
+        self.target_tokens, self.target_bytes = self.totals(rt, first, end)
 
     def scored_targets(self, cfg: Hyperparameters, seq_len: int, name: str) -> int:
         """The split's targets evaluated: whole sequences of seq_len, or all (EVAL_INCLUDE_TAIL)."""
@@ -2241,7 +2296,7 @@ def eval_val(cfg, rt, model, val, device_luts=None) -> tuple[float, float]:
     with torch.no_grad(), contextlib.closing(val.batches(cfg, rt.device)) as batches:
         for x, y, *docs in batches:
             with rt.autocast():
-                loss = model(x, y, "none", **document_kwargs((x, y, *docs), cfg.train_seq_len))
+                loss = model(x, y, "none", **document_kwargs((x, y, *docs), cfg.window))
             loss_sum += loss.to(torch.float64).sum()
             if device_luts is not None:  # VAL_BYTECOUNT_DEVICE=cuda: the baseline's lookups
                 base_bytes, has_leading_space, is_boundary = device_luts
@@ -2298,14 +2353,14 @@ LORA_SEED_STRIDE = 1_000_003  # a slot's A comes from a generator seeded SEED * 
 
 class LoRA:
     """Per-slot adapters: delta(h) = alpha/rank * h A^T B^T for Q, K, V, O and the MLP of every
-    block and for the logits. All A of a slot are one row of A_all (B: of B_all), so AdamW runs
-    over two whole tensors: every slot, every step."""
+    block (those TTT_*_LORA keep) and for the logits. All A of a slot are one row of A_all (B: of
+    B_all), so AdamW runs over two whole tensors: every slot, every step."""
 
     def __init__(self, model: GPT, slots: int, rank: int, alpha: float):
         vocab, dim = model.tok_emb.weight.shape
         kv = model.blocks[0].attn.c_k.weight.size(0)
         outs = dict(zip(LORA_SITES, (dim, kv, kv, dim, dim), strict=True))
-        keys = [(i, site) for i in range(lora_layers(model.cfg)) for site in LORA_SITES]
+        keys = [(i, site) for i in range(lora_layers(model.cfg)) for site in model.cfg.lora_sites]
         self.shapes = {key: outs[key[1]] for key in keys} | {(None, "head"): vocab}
         self.offsets, a, b = {}, 0, 0
         for key, out in self.shapes.items():
@@ -2325,6 +2380,8 @@ class LoRA:
         return lambda site, h: self.delta((block, site), h)
 
     def delta(self, key: tuple, h: Tensor) -> Tensor:
+        if key not in self.offsets:  # TTT_Q_LORA=0 ...: the plain projection
+            return 0
         (a, b), out, r = self.offsets[key], self.shapes[key], self.rank
         A = self.A[:, a : a + r * self.dim].view(-1, r, self.dim)
         B = self.B[:, b : b + out * r].view(-1, out, r)
@@ -2332,7 +2389,8 @@ class LoRA:
 
     def optimizer(self, cfg: Hyperparameters) -> torch.optim.AdamW:
         betas, cuda = (cfg.ttt_beta1, cfg.ttt_beta2), self.A_all.is_cuda
-        return torch.optim.AdamW([self.A_all, self.B_all], cfg.ttt_lora_lr, betas, 1e-10,
+        lr = cfg.ttt_lora_lr * cfg.ttt_local_lr_mult
+        return torch.optim.AdamW([self.A_all, self.B_all], lr, betas, 1e-10,
                                  cfg.ttt_weight_decay, fused=cuda, foreach=not cuda)  # fmt: skip
 
     def reset(self, opt: torch.optim.AdamW) -> None:  # a new batch: B, moments, step count to 0
@@ -2348,7 +2406,7 @@ def draw_lora_a(cfg: Hyperparameters, document: int) -> Tensor:
     """Every A of a slot whose first document is `document` (one row of LoRA.A_all, on the
     CPU): uniform in +-1/sqrt(MODEL_DIM) from a generator seeded by SEED and the document."""
     generator = torch.Generator().manual_seed(cfg.seed * LORA_SEED_STRIDE + document)
-    size = cfg.ttt_lora_rank * cfg.model_dim * (lora_layers(cfg) * len(LORA_SITES) + 1)
+    size = cfg.ttt_lora_rank * cfg.model_dim * (lora_layers(cfg) * len(cfg.lora_sites) + 1)
     u = torch.rand(size, generator=generator, dtype=torch.float32)
     return (2 * u - 1) / math.sqrt(cfg.model_dim)
 
@@ -2420,8 +2478,7 @@ class TTTPlan:
         self.scored = max(1, sum(b.scored for b in self.work))  # this rank's predictions
         tail = np.zeros(cfg.ttt_eval_seq_len + 1, dtype=np.int64)  # room for padded windows
         self.split = torch.from_numpy(np.append(split, tail)).to(device)
-        first, last = (0, total) if rt.rank == 0 else (0, 0)
-        self.target_tokens, self.target_bytes = val.totals(rt, first, last)
+        self.target_tokens, self.target_bytes = val.totals(rt, 0, total * (rt.rank == 0))
 
     @staticmethod
     def chunk_steps(cfg: Hyperparameters, starts: np.ndarray, preds: np.ndarray) -> tuple:
@@ -2429,7 +2486,8 @@ class TTTPlan:
         start in the split, its columns, the scored ones (its last), 1 if the slot trains.
         Slots hold documents shortest first, so the live ones are the last rows: a step runs only
         the last rows and columns, a power of two of each (a fixed set of shapes)."""
-        K, W = cfg.ttt_chunk_size, cfg.ttt_eval_seq_len
+        W = cfg.ttt_eval_seq_len  # K: the first whose doc the longest's tokens (BOS to BOS) fit
+        K = next(chunk for doc, chunk in cfg.ttt_chunks if preds.max() < doc)
         chunks = -(-preds // K)
         c = np.arange(chunks.max())[:, None]
         end = np.minimum(K * (c + 1), preds)
@@ -3383,10 +3441,10 @@ def quantize_gptq(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callabl
     log0("GPTQ:collecting Hessians from calibration data...")
     t0 = time.perf_counter()
     matrices = [name for name, t in state.items() if quant_route(cfg, name, t) == "gptq"]
-    hessians = collect_hessians(cfg, rt, net.base, matrices)
+    hessians, act_rms = collect_hessians(cfg, rt, net.base, matrices)
     log0(f"GPTQ:collected {len(hessians)} Hessians in {time.perf_counter() - t0:.1f}s")
     t0 = time.perf_counter()
-    obj = quantize_state_dict_gptq(cfg, state, hessians)
+    obj = quantize_state_dict_gptq(cfg, state, hessians, act_rms)
     log0(f"GPTQ:quantized {len(matrices)} matrices in {time.perf_counter() - t0:.1f}s")
     log_quantized_weights(obj["m"], log0)
     return obj
@@ -3395,7 +3453,7 @@ def quantize_gptq(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callabl
 def collect_hessians(cfg: Hyperparameters, rt: Runtime, model: GPT, names: list) -> dict:
     """FRONTIER.md 4.1: H = mean over batches of X^T X (fp32), X a matrix's input; looped layers
     add a term per pass. Every rank draws what the record's rank 0 draws: all compute its file."""
-    hessians, hooks = {}, []
+    hessians, squares, rows, hooks = {}, {}, collections.Counter(), []
     modules = {f"{n}.weight": m for n, m in model.named_modules()}
     modules["tok_emb.weight"] = model.final_norm  # the tied head's input
 
@@ -3403,6 +3461,8 @@ def collect_hessians(cfg: Hyperparameters, rt: Runtime, model: GPT, names: list)
         x = (out if module is model.final_norm else args[0]).detach().float()
         x = x.reshape(-1, x.size(-1))
         hessians.setdefault(name, torch.zeros(x.size(1), x.size(1), device=x.device)).addmm_(x.T, x)
+        squares[name] = squares.get(name, 0) + x.square().sum(0)  # AWQ-lite's activation RMS
+        rows[name] += x.size(0)
 
     for name in names:  # (an untied embedding has none: it rounds to nearest)
         if name != "tok_emb.weight" or model.lm_head is None:
@@ -3418,7 +3478,8 @@ def collect_hessians(cfg: Hyperparameters, rt: Runtime, model: GPT, names: list)
     model.train()
     for hook in hooks:
         hook.remove()
-    return {name: (h / cfg.gptq_calibration_batches).cpu() for name, h in hessians.items()}
+    act_rms = {name: (squares[name] / rows[name]).sqrt().cpu() for name in squares}
+    return {name: (h / cfg.gptq_calibration_batches).cpu() for name, h in hessians.items()}, act_rms
 
 
 def weights_mismatch(ours: dict, theirs: dict) -> str:

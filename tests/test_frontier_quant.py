@@ -376,9 +376,20 @@ def test_every_rank_collects_rank_0s_hessians_and_the_world_size_picks_the_data(
              "blocks.0.attn.c_v.weight", "blocks.1.mlp.proj.weight"]  # fmt: skip
 
     def collect(rank, world):
-        return tg.collect_hessians(cfg, tg.Runtime(rank, rank, world, 1, CPU, False), model, names)
+        rt = tg.Runtime(rank, rank, world, 1, CPU, False)
+        return tg.collect_hessians(cfg, rt, model, names)
 
-    r0, r1, alone = collect(0, 2), collect(1, 2), collect(0, 1)
+    inputs = {"tok_emb.weight": [], "blocks.0.attn.c_q.weight": []}  # AWQ-lite's act_rms
+    hooks = [model.final_norm.register_forward_hook(lambda m, a, out: inputs["tok_emb.weight"]
+                                                    .append(out)),
+             model.blocks[0].attn.c_q.register_forward_hook(
+                 lambda m, a, out: inputs["blocks.0.attn.c_q.weight"].append(a[0]))]  # fmt: skip
+    (r0, rms), (r1, _) = collect(0, 2), collect(1, 2)
+    for hook in hooks:
+        hook.remove()
+    for name, xs in inputs.items():  # both ranks' inputs are alike: rank 0's, twice
+        torch.testing.assert_close(rms[name], ref.act_rms_of(xs[: len(xs) // 2]))
+    alone = collect(0, 1)[0]
     assert set(r0) == set(names) and model.training
     assert all(torch.equal(r0[n], r1[n]) for n in names)
     assert not torch.equal(r0["blocks.1.mlp.proj.weight"], alone["blocks.1.mlp.proj.weight"])

@@ -255,7 +255,7 @@ def test_after_the_warm_up_the_timed_evaluation_compiles_nothing(tmp_path, model
 
 
 RECORD_TTT_VARIABLES = dict(
-    TTT_GRAD_STEPS="1", TTT_OPTIMIZER="adam", TTT_K_LORA="1", TTT_MLP_LORA="1", TTT_O_LORA="1",
+    TTT_GRAD_STEPS="1", TTT_OPTIMIZER="adam",
     TTT_WARM_START_A="1", TTT_EVAL_ONLY="0", PHASED_TTT_ENABLED="1", GLOBAL_TTT_EPOCHS="1",
     GLOBAL_TTT_BATCH_SEQS="32", GLOBAL_TTT_WARMUP_CHUNKS="0", GLOBAL_TTT_RESPECT_DOC_BOUNDARIES="1",
 )  # fmt: skip
