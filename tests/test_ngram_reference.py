@@ -224,66 +224,64 @@ def test_the_tilted_loss_is_plus_beta_on_the_hint_logit_then_renormalised():
 
 
 # ---------------------------------------------------------------------------------------------
-# (f) the phased TTT's score, on the tiny GPT of tests/test_ttt_reference.py
+# (f) the phased TTT's score, on the tiny GPT of tests/test_ttt_reference.py (no phases: the
+# CPU here is slow; phases do not touch the scoring path the hook sits in)
 # ---------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def ttt():
-    from benchmarks import upstream_ttt as ut
-    from tests import test_ttt_reference as tr
-
-    return ut, tr, tr.random_gpt()
-
-
-def test_the_tilt_hook_scores_with_hint_j_on_target_token_j_plus_1(ttt):
-    ut, tr, model = ttt
-    split = tr.SPLIT
-    calls = []
-
-    def spy(logits, y, positions):
-        calls.append(positions)
-        assert torch.equal(y, torch.from_numpy(split[positions]))
-        return torch.nn.functional.cross_entropy(logits, y, reduction="none")
-
-    plain = ut.reference_ttt(model, split, tr.luts(), **tr.SMALL)
-    assert ut.reference_ttt(model, split, tr.luts(), tilt=spy, **tr.SMALL) == plain
-    assert sorted(i for c in calls for i in c) == list(range(1, split.size))
-    h = un.hints(split[1:])
-    tilt = un.ttt_tilt(h)
-    logits, positions = torch.randn(3, tr.VOCAB), [5, 6, 7]
-    y = torch.from_numpy(split[positions])
-    expected = un.tilted_nll(
-        logits, y, *(torch.from_numpy(np.array(a[[4, 5, 6]])) for a in (h.hint, h.gate, h.boost))
-    )
-    assert torch.equal(tilt(logits, y, positions), expected)
-
-
-def test_only_the_score_is_tilted_never_the_lora_steps(ttt):
-    """Scores that add nll^2 equal the plain scores plus the nll^2 scores, chunk by chunk: the
-    adapters trained on the same (untilted) losses in all three runs."""
-    ut, tr, model = ttt
-    runs = {}
-    for name, f in [
-        ("plain", None),
-        ("sq", lambda z, y, p: ce(z, y) ** 2),
-        ("both", lambda z, y, p: ce(z, y) + ce(z, y) ** 2),
-    ]:
-        record = []
-        ut.reference_ttt(model, tr.SPLIT, tr.luts(), record=record, tilt=f, **tr.SMALL)
-        runs[name] = np.array([r[3] for r in record])
-    np.testing.assert_allclose(runs["both"], runs["plain"] + runs["sq"], rtol=1e-6)
-
-
 def ce(logits, y):
     return torch.nn.functional.cross_entropy(logits, y, reduction="none")
 
 
-def test_a_tilted_ttt_changes_the_score_only_where_gated(ttt):
-    ut, tr, model = ttt
-    split = np.concatenate([tr.SPLIT, tr.SPLIT[1:]])  # the second half repeats: hints fire
-    plain = ut.reference_ttt(model, split, tr.luts(), **tr.SMALL)
-    tilted = un.tilted_reference_ttt(model, split, tr.luts(), **tr.SMALL)
+@pytest.fixture(scope="module")
+def ttt():
+    """(upstream_ttt, the TTT tests' module, their tiny GPT, a split whose second half repeats
+    its first (hints fire there), the keywords, the plain result)."""
+    from benchmarks import upstream_ttt as ut
+    from tests import test_ttt_reference as tr
+
+    model = tr.random_gpt()
+    split = np.concatenate([tr.SPLIT[:70], tr.SPLIT[1:70]])
+    kw = tr.SMALL | dict(phased_ttt_prefix_docs=0)
+    plain = []
+    result = ut.reference_ttt(model, split, tr.luts(), record=plain, **kw)
+    return ut, tr, model, split, kw, (result, plain)
+
+
+def test_the_hook_sees_every_target_once_and_only_the_score_is_tilted(ttt):
+    """A hook returning nll + nll^2 scores, chunk by chunk, the plain score plus the nll^2 it
+    saw: the adapters trained on the plain losses (else the logits, hence nll, would differ)."""
+    ut, tr, model, split, kw, (plain_result, plain) = ttt
+    seen, squares = [], []
+
+    def hook(logits, y, positions):
+        assert torch.equal(y, torch.from_numpy(split[positions]))
+        seen.extend(positions)
+        squares.append(float((ce(logits, y) ** 2).double().sum()))
+        return ce(logits, y) + ce(logits, y) ** 2
+
+    record = []
+    result = ut.reference_ttt(model, split, tr.luts(), record=record, tilt=hook, **kw)
+    assert sorted(seen) == list(range(1, split.size)) and result[2:] == plain_result[2:]
+    got = np.array([r[3] for r in record])
+    np.testing.assert_allclose(got, np.array([r[3] for r in plain]) + squares, rtol=1e-6)
+
+
+def test_a_tilted_ttt_scores_hint_j_on_target_token_j_plus_1(ttt):
+    """The tilted total = the plain total + sum over scored targets of (tilted - plain) nll,
+    with hint j = hints(split[1:])[j] on target token j + 1, from the logits each chunk saw."""
+    ut, tr, model, split, kw, (plain_result, _) = ttt
     h = un.hints(split[1:])
-    assert h.gate.sum() > 20 and tilted[2:] == plain[2:]  # same tokens and bytes
-    assert tilted[0] != plain[0]
-    never = un.tilted_reference_ttt(model, split, tr.luts(), ngram=dict(threshold=2.0), **tr.SMALL)
-    assert never == plain  # no gate: the plain score
+    assert h.gate.sum() > 20
+    delta = []
+
+    def hook(logits, y, positions):
+        j = np.asarray(positions) - 1
+        args = (torch.from_numpy(np.array(a[j])) for a in (h.hint, h.gate, h.boost))
+        delta.append(float((un.tilted_nll(logits, y, *args) - ce(logits, y)).double().sum()))
+        return ce(logits, y)
+
+    ut.reference_ttt(model, split, tr.luts(), tilt=hook, **kw)
+    tilted = un.tilted_reference_ttt(model, split, tr.luts(), **kw)
+    count = plain_result[2]
+    assert tilted[2:] == plain_result[2:] and abs(sum(delta)) > 1.0
+    # f32 per-token differences summed: equal up to their rounding
+    assert tilted[0] * count == pytest.approx(plain_result[0] * count + sum(delta), rel=1e-7)
