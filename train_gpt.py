@@ -2562,15 +2562,17 @@ def ngram_hints(cfg: Hyperparameters, targets: Tensor) -> Tensor:
     a position's table entry is the positions before it with the same key."""
     k = cfg.token_order - 1
     s = torch.cat((targets[:1], targets)).long()
-    tok, h = s[k:], 0
+    tok = s[k:]
+    h, product = torch.zeros_like(tok), torch.empty_like(tok)
     for j in range(k):  # keys below 2^37, pair keys below 2^58: the record's uint64, unwrapped
-        h ^= s[j : j + tok.numel()] * NGRAM_KEYS[j]
+        h ^= torch.mul(s[j : j + tok.numel()], NGRAM_KEYS[j], out=product)
     at = torch.arange(tok.numel(), device=tok.device)
     pairs, order = (h * 1_000_003 ^ tok * NGRAM_KEYS[k]).sort(stable=True)
     count = torch.empty_like(at)
     count[order] = at + 1 - run_start(pairs, at)  # each pair's count with its position's
     keys, order = h.sort(stable=True)
-    start, count, tok = run_start(keys, at), count[order], tok[order]
+    both = (count << 16 | tok)[order]  # one gather: tokens are below 2^16
+    start, count, tok = run_start(keys, at), both >> 16, both & 0xFFFF
     top = run_start((start << 32 | count).cummax(0).values, at).roll(1)  # per key: the top count
     share = count[top].float() / (at - start)  # where the top count, before each position, rose
     hints = torch.full_like(s[1:], -1)
