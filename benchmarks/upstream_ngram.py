@@ -412,18 +412,22 @@ def generate(args) -> np.ndarray:
     return distinct_stream(args.tokens)
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="benchmarks/upstream_ngram.py",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
         epilog="Examples:\n  python benchmarks/upstream_ngram.py stream --kind stdlib "
         "--tokens 10000000 --out /tmp/stdlib10m.npy\n  python benchmarks/upstream_ngram.py "
         "hints /tmp/stdlib10m.npy --out /tmp/hints.npz",
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("stream", help="write a test stream (uint16 .npy)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+                       formatter_class=HelpFormatter)  # fmt: skip
     g.add_argument("--kind", choices=KINDS, default="stdlib")
     g.add_argument("--tokens", type=int, default=10_000_000)
     g.add_argument("--tokenizer", default="/work/shared/data/fineweb_1024_bpe.model",
@@ -434,7 +438,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--out", type=Path, required=True)
     h = sub.add_parser("hints", help="compute the hints of a token file (its tokens are the "
                        "targets, i.e. val_tokens[1:])",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+                       formatter_class=HelpFormatter)  # fmt: skip
     h.add_argument("tokens_file", type=Path, help=".npy, a shard, or raw little-endian uint16")
     h.add_argument("--val", action="store_true", help="the file is val_tokens: drop its first")
     h.add_argument("--order", type=int, default=TOKEN_ORDER)

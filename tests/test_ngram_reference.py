@@ -285,3 +285,29 @@ def test_a_tilted_ttt_scores_hint_j_on_target_token_j_plus_1(ttt):
     assert tilted[2:] == plain_result[2:] and abs(sum(delta)) > 1.0
     # f32 per-token differences summed: equal up to their rounding
     assert tilted[0] * count == pytest.approx(plain_result[0] * count + sum(delta), rel=1e-7)
+
+
+# ---------------------------------------------------------------------------------------------
+# the CLI
+# ---------------------------------------------------------------------------------------------
+def test_the_cli_answers_help_and_writes_a_stream_and_its_hints(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    from data.shard_io import write_shard
+
+    script = un.__file__
+    out = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "stream" in out.stdout and "hints" in out.stdout
+    stream = tmp_path / "s.npy"
+    assert un.main(["stream", "--kind", "random", "--vocab", "3", "--tokens", "4000",
+                    "--out", str(stream)]) == 0  # fmt: skip
+    tokens = np.load(stream)
+    assert tokens.tolist() == un.random_stream(4000, 3, 0).tolist()
+    shard = write_shard(tmp_path / "fineweb_val_000000.bin", tokens)
+    for path, extra, targets in [(stream, [], tokens), (shard, ["--val"], tokens[1:])]:
+        assert un.main(["hints", str(path), *extra, "--out", str(tmp_path / "h.npz")]) == 0
+        saved, expected = np.load(tmp_path / "h.npz"), un.hints(targets)
+        for name in ("hint", "gate", "boost", "gain", "p", "top_tok"):
+            assert np.array_equal(saved[name], getattr(expected, name)), name
+    assert f"gated={int(un.hints(tokens[1:]).gate.sum())} " in capsys.readouterr().out
