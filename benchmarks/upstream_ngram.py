@@ -48,9 +48,13 @@ never overwrites). So the dicts below ARE the tables' semantics, distinct contex
 keys collide (XOR hashes do collide) merging as they do there. The C hashes and the probing
 index only decide where an entry lives, not what a lookup returns.
 
-Constants C[0..31] (ROLLING_COEFFS of online_ngram_state.c; C[15] = 1441801 as the fact sheet
-says): read in the record lineage's helper, the same text in a standalone online_ngram_state.c
-and inlined into a train_gpt.py of that lineage (see the issue's note for where).
+Constants C[0..31]: the helper's 32 rolling coefficients (C[15] = 1441801, as the fact sheet
+says; PAIR_MIX 1000003 and the slot multiplier agree with it too). The record's folder
+(openai/parameter-golf records/track_10min_16mb/2026-05-01_SP8192_PR2130Base_Calib32/, README at
+be7420d313586bef947ef2043d0d3065a9dec2f2) lists online_ngram_state.c, but the code index holds
+no copy of it there; the values were read from two identical copies of the lineage's helper the
+index holds without naming their repository: a standalone online_ngram_state.c (index id
+52091647012, 14,132 characters) and the same source inlined in a train_gpt.py (id 51859931810).
 """
 
 from __future__ import annotations
