@@ -160,23 +160,11 @@ def test_big_token_ids_wrap_the_key_products_to_64_bits():
     assert un.pair_key(2**63 + 5, 65535, K) == (((2**63 + 5) * 1000003) % 2**64) ^ (65535 * 1441801)
 
 
-def colliding_windows(vocab: int = 3, seed: int = 0) -> tuple[list, list]:
-    """Two different 15-token windows with the same context key (the XOR of small products
-    lives in about 22 bits for tokens < 3)."""
-    rng = np.random.default_rng(seed)
-    seen = {}
-    while True:
-        w = tuple(int(x) for x in rng.integers(0, vocab, K))
-        key = un.context_key(w)
-        if key in seen and seen[key] != w:
-            return list(seen[key]), list(w)
-        seen[key] = w
-
-
 def test_contexts_with_equal_keys_merge():
-    a, b = colliding_windows()
+    a, b = un.colliding_windows()
     assert a != b and un.context_key(a) == un.context_key(b)
-    stream = np.asarray([*a, 50, *b, 60], dtype=np.uint16)
+    stream = un.collision_stream()
+    assert stream.tolist() == [*a, 50, *b, 60]
     h = un.hints(stream)
     assert (h.hint[31], h.p[31]) == (50, 1.0)  # b's context finds what followed a
 
