@@ -51,6 +51,8 @@ def test_a_constant_stream_hints_from_position_15_with_p_one():
     assert (h.hint[15:] == 7).all() and (h.p[15:] == 1.0).all() and h.gate[15:].all()
     lookups = un.walk(un.constant_stream(40, tok=7))
     assert lookups.total[15] == 1 and lookups.total[39] == 25  # positions 14..38 updated
+    for n, gated in [(0, 0), (1, 0), (14, 0), (15, 0), (16, 1)]:  # short streams
+        assert un.hints(un.constant_stream(n)).gate.sum() == gated
 
 
 def test_the_seed_token_is_processed_twice():
