@@ -4,9 +4,12 @@ Written from the fact sheet and from reading the record's native helper (online_
 no code taken from either. It is the reference a fast implementation is held to.
 
   hints(targets, order=16, threshold=0.8, boost=2.625)   per position: hint, gate, boost, gain, p
+  walk(targets, order=16) -> Lookups                      [N1]-[N5] top_tok, top_count, total
+  context_keys / pair_keys (vectorised), context_key / pair_key (one window)   [N3]
   tilted_nll(logits, y, hint, gate, boost)                [N7] the scored loss with the tilt
   ttt_tilt(hints) / tilted_reference_ttt(...)             [N8] the tilt inside the phased TTT score
   streams: repeated_stream, distinct_stream, tie_stream, constant_stream, random_stream,
+           collision_stream (two different contexts with one key),
            stdlib_stream (real text through a SentencePiece model)
 
   [N1] Input: targets = val_tokens[1:] (token ids < 2^16), one left-to-right pass over the whole
@@ -46,11 +49,17 @@ finds the slot holding the key if there is one, the same answer as a dict keyed 
 key, for as long as the table has a free slot; a full table makes the helper return an error (it
 never overwrites). So the dicts below ARE the tables' semantics, distinct contexts whose 64-bit
 keys collide (XOR hashes do collide) merging as they do there. The C hashes and the probing
-index only decide where an entry lives, not what a lookup returns.
+index only decide where an entry lives, not what a lookup returns. Collisions are real: on 10M
+tokens of stdlib source through the 1024-token tokenizer, 6,878,850 distinct 15-token windows
+have 6,867,804 distinct keys, so a fast version must key on the 64-bit hash, not the tokens.
 
-Constants C[0..31] (ROLLING_COEFFS of online_ngram_state.c; C[15] = 1441801 as the fact sheet
-says): read in the record lineage's helper, the same text in a standalone online_ngram_state.c
-and inlined into a train_gpt.py of that lineage (see the issue's note for where).
+Constants C[0..31]: the helper's 32 rolling coefficients (C[15] = 1441801, as the fact sheet
+says; PAIR_MIX 1000003 and the slot multiplier agree with it too). The record's folder
+(openai/parameter-golf records/track_10min_16mb/2026-05-01_SP8192_PR2130Base_Calib32/, README at
+be7420d313586bef947ef2043d0d3065a9dec2f2) lists online_ngram_state.c, but the code index holds
+no copy of it there; the values were read from two identical copies of the lineage's helper the
+index holds without naming their repository: a standalone online_ngram_state.c (index id
+52091647012, 14,132 characters) and the same source inlined in a train_gpt.py (id 51859931810).
 """
 
 from __future__ import annotations
@@ -340,6 +349,26 @@ def tie_stream(context, followers) -> np.ndarray:
     return np.asarray([*parts, *context, 0], dtype=np.uint16)
 
 
+def colliding_windows(k: int = 15, vocab: int = 3, seed: int = 0) -> tuple[list, list]:
+    """Two different k-token windows with the same context key, found by drawing windows until
+    one collides (for tokens < 3 the XOR of the products lives in about 22 bits)."""
+    rng = np.random.default_rng(seed)
+    seen = {}
+    while True:
+        w = tuple(int(x) for x in rng.integers(0, vocab, k))
+        key = context_key(w)
+        if key in seen and seen[key] != w:
+            return list(seen[key]), list(w)
+        seen[key] = w
+
+
+def collision_stream(k: int = 15, seed: int = 0) -> np.ndarray:
+    """Window a, token 50, window b (a != b, same key), token 60: position 2k + 1 (b's context)
+    finds what followed a: hint 50 with p = 1, the tables merging equal keys."""
+    a, b = colliding_windows(k, seed=seed)
+    return np.asarray([*a, 50, *b, 60], dtype=np.uint16)
+
+
 def stdlib_texts(include_tests: bool = True):
     """Every .py file of this Python's stdlib (site-packages skipped), in sorted order."""
     import os
@@ -412,18 +441,22 @@ def generate(args) -> np.ndarray:
     return distinct_stream(args.tokens)
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="benchmarks/upstream_ngram.py",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
         epilog="Examples:\n  python benchmarks/upstream_ngram.py stream --kind stdlib "
         "--tokens 10000000 --out /tmp/stdlib10m.npy\n  python benchmarks/upstream_ngram.py "
         "hints /tmp/stdlib10m.npy --out /tmp/hints.npz",
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("stream", help="write a test stream (uint16 .npy)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+                       formatter_class=HelpFormatter)  # fmt: skip
     g.add_argument("--kind", choices=KINDS, default="stdlib")
     g.add_argument("--tokens", type=int, default=10_000_000)
     g.add_argument("--tokenizer", default="/work/shared/data/fineweb_1024_bpe.model",
@@ -434,7 +467,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--out", type=Path, required=True)
     h = sub.add_parser("hints", help="compute the hints of a token file (its tokens are the "
                        "targets, i.e. val_tokens[1:])",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+                       formatter_class=HelpFormatter)  # fmt: skip
     h.add_argument("tokens_file", type=Path, help=".npy, a shard, or raw little-endian uint16")
     h.add_argument("--val", action="store_true", help="the file is val_tokens: drop its first")
     h.add_argument("--order", type=int, default=TOKEN_ORDER)

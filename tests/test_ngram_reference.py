@@ -51,6 +51,8 @@ def test_a_constant_stream_hints_from_position_15_with_p_one():
     assert (h.hint[15:] == 7).all() and (h.p[15:] == 1.0).all() and h.gate[15:].all()
     lookups = un.walk(un.constant_stream(40, tok=7))
     assert lookups.total[15] == 1 and lookups.total[39] == 25  # positions 14..38 updated
+    for n, gated in [(0, 0), (1, 0), (14, 0), (15, 0), (16, 1)]:  # short streams
+        assert un.hints(un.constant_stream(n)).gate.sum() == gated
 
 
 def test_the_seed_token_is_processed_twice():
@@ -160,23 +162,11 @@ def test_big_token_ids_wrap_the_key_products_to_64_bits():
     assert un.pair_key(2**63 + 5, 65535, K) == (((2**63 + 5) * 1000003) % 2**64) ^ (65535 * 1441801)
 
 
-def colliding_windows(vocab: int = 3, seed: int = 0) -> tuple[list, list]:
-    """Two different 15-token windows with the same context key (the XOR of small products
-    lives in about 22 bits for tokens < 3)."""
-    rng = np.random.default_rng(seed)
-    seen = {}
-    while True:
-        w = tuple(int(x) for x in rng.integers(0, vocab, K))
-        key = un.context_key(w)
-        if key in seen and seen[key] != w:
-            return list(seen[key]), list(w)
-        seen[key] = w
-
-
 def test_contexts_with_equal_keys_merge():
-    a, b = colliding_windows()
+    a, b = un.colliding_windows()
     assert a != b and un.context_key(a) == un.context_key(b)
-    stream = np.asarray([*a, 50, *b, 60], dtype=np.uint16)
+    stream = un.collision_stream()
+    assert stream.tolist() == [*a, 50, *b, 60]
     h = un.hints(stream)
     assert (h.hint[31], h.p[31]) == (50, 1.0)  # b's context finds what followed a
 
@@ -285,3 +275,29 @@ def test_a_tilted_ttt_scores_hint_j_on_target_token_j_plus_1(ttt):
     assert tilted[2:] == plain_result[2:] and abs(sum(delta)) > 1.0
     # f32 per-token differences summed: equal up to their rounding
     assert tilted[0] * count == pytest.approx(plain_result[0] * count + sum(delta), rel=1e-7)
+
+
+# ---------------------------------------------------------------------------------------------
+# the CLI
+# ---------------------------------------------------------------------------------------------
+def test_the_cli_answers_help_and_writes_a_stream_and_its_hints(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    from data.shard_io import write_shard
+
+    script = un.__file__
+    out = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "stream" in out.stdout and "hints" in out.stdout
+    stream = tmp_path / "s.npy"
+    assert un.main(["stream", "--kind", "random", "--vocab", "3", "--tokens", "4000",
+                    "--out", str(stream)]) == 0  # fmt: skip
+    tokens = np.load(stream)
+    assert tokens.tolist() == un.random_stream(4000, 3, 0).tolist()
+    shard = write_shard(tmp_path / "fineweb_val_000000.bin", tokens)
+    for path, extra, targets in [(stream, [], tokens), (shard, ["--val"], tokens[1:])]:
+        assert un.main(["hints", str(path), *extra, "--out", str(tmp_path / "h.npz")]) == 0
+        saved, expected = np.load(tmp_path / "h.npz"), un.hints(targets)
+        for name in ("hint", "gate", "boost", "gain", "p", "top_tok"):
+            assert np.array_equal(saved[name], getattr(expected, name)), name
+    assert f"gated={int(un.hints(tokens[1:]).gate.sum())} " in capsys.readouterr().out
