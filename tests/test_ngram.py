@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import test_ttt
 import torch
-from test_ngram_reference import CONTEXT, A, B, colliding_windows
+from test_ngram_reference import CONTEXT, A, B
 from test_ttt import plan_for, runtime
 from test_ttt_reference import SMALL, SPLIT, luts, random_gpt
 
@@ -100,8 +100,7 @@ def test_at_other_orders_and_thresholds(order, threshold):
 
 
 def test_contexts_with_equal_keys_merge():
-    a, b = colliding_windows()
-    stream = np.asarray([*a, 50, *b, 60], dtype=np.uint16)
+    stream = un.collision_stream()  # window a, 50, window b (another window, a's key), 60
     got = ours(stream)
     assert (got == reference(stream)).all() and got[31] == 50  # b's context: what followed a
 
