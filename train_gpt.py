@@ -216,6 +216,12 @@ class Hyperparameters:
     global_ttt_momentum: float = knob(0.9, 0, 1)
     global_ttt_chunk_tokens: int = knob(32768, 1)  # a phase's SGD step: 1-32 EVAL_SEQ_LEN rows
     global_ttt_grad_clip: float = knob(1.0, 0)  # 0 = none
+    # #2135's token n-gram tilt of the TTT's score (docs/evaluation.md#the-n-gram-tilt)
+    ngram_tilt_enabled: bool = False
+    ngram_hint_precompute_outside: bool = True  # the hints before the eval's timer; 0: inside
+    token_order: int = knob(16, 2, 16)  # a hint follows the TOKEN_ORDER - 1 targets before it
+    token_threshold: float = knob(0.8, high=1, above=0)  # a hint's least share of its followers
+    token_boost: float = knob(2.625, 0)  # added to the hint's logit
     # observability (changes no number either)
     training_timing_breakdown: bool = False
     training_timing_every: int = knob(200, 1)
@@ -291,6 +297,8 @@ class Hyperparameters:
             (self.eval_ttt and not 1 <= self.global_ttt_chunk_tokens // self.window <= 32,
              f"GLOBAL_TTT_CHUNK_TOKENS={self.global_ttt_chunk_tokens}: expected 1 to 32 sequences "
              f"of EVAL_SEQ_LEN={self.window} (one SGD step: GLOBAL_TTT_BATCH_SEQS=32)"),
+            (self.ngram_tilt_enabled and not self.eval_ttt,
+             "NGRAM_TILT_ENABLED=1: expected EVAL_TTT=1 (it tilts the TTT's score)"),
             (not all(doc > 0 < chunk <= self.ttt_eval_seq_len for doc, chunk in self.ttt_chunks),
              f"TTT_CHUNK_SIZE={self.ttt_chunk_size} TTT_SHORT_SCORE_FIRST_STEPS="
              f"{self.ttt_short_score_first_steps!r}: expected doc:chunk items, both > 0, and "
@@ -374,9 +382,8 @@ PR2135 = PR1855 | {  # 2026-05-01, 1.0565: #1855's network, #1797's code line, T
     "GPTQ_CALIBRATION_BATCHES": "32", "GATED_ATTN_QUANT_GATE": "0", "LQER_ASYM_GROUP": "32",
     "ASYM_LOGIT_RESCALE": "1", "ASYM_LOGIT_LAYOUT": "pr2135", "SMEAR_GATE_BOS_FIX": "0",
     "VAL_LOSS_EVERY": "4000", "PHASED_TTT_NUM_PHASES": "1", "TTT_LORA_LR": "8e-5",
-    "TTT_WEIGHT_DECAY": "2.0", "TTT_K_LORA": "0",
-    # NGRAM_TILT_ENABLED=1 and its TOKEN_*/WITHIN_*/WORD_*/AGREE_ADD_BOOST go here with the
-    # n-gram tilt, and the run's COMPRESSOR=pergroup (#2135's format) with the per-group compressor.
+    "TTT_WEIGHT_DECAY": "2.0", "TTT_K_LORA": "0", "NGRAM_TILT_ENABLED": "1",
+    "NGRAM_HINT_PRECOMPUTE_OUTSIDE": "0",  # the hints inside the evaluation's timer, as its run
 }  # fmt: skip
 PRESETS = {"pr1855": PR1855, "pr2014": PR2014, "pr2135": PR2135, "frontier": PR2135}
 
@@ -678,6 +685,8 @@ FIXED_VARIABLES = {
         ("COMPILE_SHAPE_WARMUP_LOOP_MODES", "auto"), ("DYNAMO_CACHE_SIZE_LIMIT", "128"),
         ("MIDRUN_CAP_SCHEDULE", ""), ("QK_GAIN_INIT_SCHEDULE", ""), ("FORCE_STOP_STEP", "0"),
         ("MUON_HUBER_WD", "0"), ("OPTROT_ENABLED", "0"), ("PERGROUP_ROUNDTRIP_CHECK", "0"),
+        ("WITHIN_TAU", "99.0"), ("WORD_TAU", "99.0"), ("WITHIN_BOOST", "0.0"),
+        ("WORD_BOOST", "0.0"), ("AGREE_ADD_BOOST", "0.0"),  # #2135's n-gram word channels
     )},
     "COMPILE_SHAPE_WARMUP": (("0", "1"), "every shape compiles before the clock either way"),
     "ROPE_TRAIN_SEQ_LEN": (("2048", "3072"), "read by YaRN only"),
@@ -2093,11 +2102,19 @@ class GPT(nn.Module):
         return torch.cat((x[:, :1], x[:, 1:] + lam * gate * x[:, :-1]), dim=1)
 
     def forward(
-        self, input_ids, target_ids, reduction="mean", cu_seqlens=None, max_seqlen=0, lora=None
+        self,
+        input_ids,
+        target_ids,
+        reduction="mean",
+        cu_seqlens=None,
+        max_seqlen=0,
+        lora=None,
+        hint=None,
     ):
         """With cu_seqlens (one packed row), attention stays within each segment [cu[i], cu[i+1]),
         and RoPE counts positions from each segment's start. lora: EVAL_TTT's adapters, one row
-        per slot, one set per layer as it runs (a looped layer has one per pass)."""
+        per slot, one set per layer as it runs (a looped layer has one per pass). hint: the
+        n-gram tilt's hints of the targets: the nll stacked with its tilted copy."""
         n, docs, positions = input_ids.size(1), None, None  # the segments, once per forward:
         if cu_seqlens is not None:
             docs = self.documents(cu_seqlens, max_seqlen, n)
@@ -2140,7 +2157,10 @@ class GPT(nn.Module):
             logits = logits.float()  # its fused CE softcaps in fp32
         logits = cap * torch.tanh(logits / cap)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16: fp32
-        return F.cross_entropy(logits, target_ids.reshape(-1), reduction=reduction)
+        nll = F.cross_entropy(logits, target_ids.reshape(-1), reduction=reduction)
+        if hint is None:
+            return nll
+        return torch.stack((nll, ngram_tilt(nll, logits, target_ids, hint, self.cfg.token_boost)))
 
     def skip(self, j: int, x: Tensor, s: Tensor) -> Tensor:
         """Decoder slot j's U-Net skip s: added with weight w_j, or (SKIP_GATES_ENABLED) a lerp
@@ -2474,10 +2494,11 @@ class TTTPlan:
                 scored, table = int(table[..., 2].sum()), torch.from_numpy(table).to(device)
                 self.work.append(TTTBatch(j, widths, table, draws, scored, throwaway))
                 fresh = fresh and throwaway
-        self.batch_count, self.used, self.lora = len(batches), False, None
+        self.batch_count, self.used, self.lora, self.hints = len(batches), False, None, None
         self.scored = max(1, sum(b.scored for b in self.work))  # this rank's predictions
         tail = np.zeros(cfg.ttt_eval_seq_len + 1, dtype=np.int64)  # room for padded windows
         self.split = torch.from_numpy(np.append(split, tail)).to(device)
+        self.total = total
         self.target_tokens, self.target_bytes = val.totals(rt, 0, total * (rt.rank == 0))
 
     @staticmethod
@@ -2538,10 +2559,10 @@ def warm_up_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> None:
     model.eval()
     base.requires_grad_(False)
     for rows, width in sorted(shapes):
-        x, y = (torch.zeros(rows, width, dtype=torch.int64, device=rt.device) for _ in "xy")
+        x, y, hint = (torch.zeros(rows, width, dtype=torch.int64, device=rt.device) for _ in "xyh")
         lora.select(0, rows)
-        with rt.autocast():
-            nll = model(x, y, "none", lora=lora)  # (not x twice: an aliasing guard)
+        with rt.autocast():  # (not x twice: an aliasing guard)
+            nll = model(x, y, "none", lora=lora, hint=hint if cfg.ngram_tilt_enabled else None)
         torch.autograd.grad(nll.sum(), (lora.A_all, lora.B_all))
     base.requires_grad_(True)
     for x, y, cu, _ in [s for _, steps in plan.phases for s in steps if s[0].numel()][:1]:
@@ -2568,6 +2589,8 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
     loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
     phases, timeline, mark = list(plan.phases), [], time.perf_counter()
     start, done, tenth = mark, 0, 1
+    if cfg.ngram_tilt_enabled and plan.hints is None:  # NGRAM_HINT_PRECOMPUTE_OUTSIDE=0: timed
+        plan.hints = ngram_tilt_hints(cfg, plan, log0)
 
     def barrier_and_phase(steps) -> None:  # every rank: the critical path ends here
         nonlocal mark
@@ -2598,10 +2621,12 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
             idx = begin[:, None] + at
             keep = (at >= (cols - scored)[:, None]) & (at < cols[:, None])
             lora.select(lo, batch.table.size(1))
+            hint = None if plan.hints is None else plan.hints[idx]
             with rt.autocast():  # gradients on even where none trains: one graph per shape
-                nll = model(plan.split[idx], plan.split[idx + 1], "none", lora=lora)
-            nll = nll.view(-1, width) * keep
-            loss_sum += nll.detach().sum(dtype=torch.float64)  # scored before any update
+                nll = model(plan.split[idx], plan.split[idx + 1], "none", lora=lora, hint=hint)
+            nll = nll.view(-1, *idx.shape) * keep  # [the nll, its tilted copy] with hints
+            loss_sum += nll[-1].detach().sum(dtype=torch.float64)  # scored before any update
+            nll = nll[0]
             if trains:  # AdamW over every slot (zero gradients: decay), as the record's
                 means = nll.sum(1) / scored.clamp(min=1)
                 lora.A_all.grad, lora.B_all.grad = torch.autograd.grad(
@@ -2659,6 +2684,69 @@ def log_timeline(rt: Runtime, timeline: list, log0: Callable) -> None:
         wait = ",".join(f"{t[k][1]:.2f}" for t in every)
         where = f"phase:{k + 1}" if k < len(timeline) - 1 else "end"
         log0(f"ttt_barrier {where} busy_s:{busy} wait_s:{wait}")
+
+
+# -----------------------------
+# THE N-GRAM TILT (NGRAM_TILT_ENABLED): #2135'S HINTS ON THE TTT'S SCORE
+# -----------------------------
+
+NGRAM_KEYS = (36313, 27191, 51647, 81929, 131071, 196613, 262147, 393241, 524309, 655373,
+              786433, 917521, 1048583, 1179653, 1310729, 1441801)  # fmt: skip  # the record's
+
+
+def ngram_hints(cfg: Hyperparameters, targets: Tensor) -> Tensor:
+    """Per target, the token that most often followed the same TOKEN_ORDER - 1 targets before
+    (of equal counts the first to reach it) where its share of them is >= TOKEN_THRESHOLD, else
+    -1: the record's one pass over hashed tables (keyed as it keys them, from the context of
+    position TOKEN_ORDER - 2 on, targets[0] standing before the first) as sorts and scans, since
+    a position's table entry is the positions before it with the same key."""
+    k = cfg.token_order - 1
+    s = torch.cat((targets[:1], targets)).long()
+    tok = s[k:]
+    h, product = torch.zeros_like(tok), torch.empty_like(tok)
+    for j in range(k):  # keys below 2^37, pair keys below 2^58: the record's uint64, unwrapped
+        h ^= torch.mul(s[j : j + tok.numel()], NGRAM_KEYS[j], out=product)
+    at = torch.arange(tok.numel(), device=tok.device)
+    pairs, order = (h * 1_000_003 ^ tok * NGRAM_KEYS[k]).sort(stable=True)
+    count = torch.empty_like(at)
+    count[order] = at + 1 - run_start(pairs, at)  # each pair's count with its position's
+    keys, order = h.sort(stable=True)
+    both = (count << 16 | tok)[order]  # one gather: tokens are below 2^16
+    start, count, tok = run_start(keys, at), both >> 16, both & 0xFFFF
+    top = run_start((start << 32 | count).cummax(0).values, at).roll(1)  # per key: the top count
+    share = count[top].float() / (at - start)  # where the top count, before each position, rose
+    hints = torch.full_like(s[1:], -1)
+    hints[order + k - 1] = torch.where((at > start) & (share >= cfg.token_threshold), tok[top], -1)
+    return hints
+
+
+def run_start(keys: Tensor, at: Tensor) -> Tensor:
+    """Along sorted keys: where the run of keys equal to each one starts (at: their indices)."""
+    return (at * (keys != keys.roll(1))).cummax(0).values
+
+
+def ngram_tilt(nll: Tensor, logits: Tensor, y: Tensor, hint: Tensor, boost: float) -> Tensor:
+    """The scored nll with TOKEN_BOOST on the hint's logit, renormalised, in the record's closed
+    form (fp32): nll - b [y = hint] + log1p(q expm1(b)), q = p(hint), b = 0 without a hint."""
+    hint, y = hint.reshape(-1, 1), y.reshape(-1, 1)
+    b = boost * (hint >= 0)
+    log_q = logits.gather(1, hint.clamp(min=0)) - logits.logsumexp(1, keepdim=True)
+    return (nll[:, None] - b * (y == hint) + torch.log1p(log_q.clamp(max=0).exp() * b.expm1()))[
+        :, 0
+    ].detach()
+
+
+def ngram_tilt_hints(cfg: Hyperparameters, plan: TTTPlan, log0: Callable) -> Tensor:
+    """The hints of the split's targets (every rank all of them; -1 past the end), logged as
+    the record logs them."""
+    t0, n = time.perf_counter(), plan.total
+    hints = ngram_hints(cfg, plan.split[1 : n + 1])
+    gated = int((hints >= 0).sum())
+    log0(f"ngram_tilt:hints total={n} gated={gated} token_gate={gated} within_gate=0 word_gate=0 "
+         f"agree2plus=0")  # fmt: skip
+    done = f"{'_outside_timer' * cfg.ngram_hint_precompute_outside}_done"
+    log0(f"ngram_tilt:precompute{done} elapsed={time.perf_counter() - t0:.2f}s total_targets={n}")
+    return F.pad(hints, (0, plan.split.numel() - n), value=-1)
 
 
 # -----------------------------
@@ -3598,6 +3686,9 @@ def main() -> None:
         sliding = functools.partial(eval_sliding, cfg, rt, net.compiled, windows)
         log_score("final_sliding_window_eval", f"stride:{cfg.eval_stride} ", rt, sliding, log0)
     if plan is not None:  # the frontier's score; last, as its phases train the weights
+        if cfg.ngram_tilt_enabled and cfg.ngram_hint_precompute_outside:
+            log0("ngram_tilt:precomputing hints OUTSIDE eval timer")
+            plan.hints = ngram_tilt_hints(cfg, plan, log0)
         warm_up_ttt(cfg, rt, net.compiled, plan, log0)  # compiles, outside eval_time
         ttt = functools.partial(eval_ttt, cfg, rt, net.compiled, plan, log0)
         log_score("quantized_ttt_phased", "", rt, ttt, log0, digits=8)

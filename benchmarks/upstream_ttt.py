@@ -423,9 +423,12 @@ def prepare(model, tokens, kwargs):
 # 1. the specification -------------------------------------------------------------------------
 
 
-def reference_ttt(model, tokens, luts=None, counts=None, *, record=None, **kwargs):
+def reference_ttt(model, tokens, luts=None, counts=None, *, record=None, tilt=None, **kwargs):
     """[T1]-[T10], one document at a time on the CPU in fp32. record: a list that receives
     (document index, chunk, scored target positions, nll sum) for every chunk, in scoring order.
+    tilt: #2135's n-gram tilt on the SCORE only (benchmarks/upstream_ngram.ttt_tilt):
+    tilt(scored logits, scored targets, their positions) -> the scored per-token nll; the LoRA
+    steps still train on the untilted nll.
     """
     cfg, tokens, model = prepare(model, tokens, kwargs)
     docs = documents(tokens)
@@ -462,9 +465,10 @@ def reference_ttt(model, tokens, luts=None, counts=None, *, record=None, **kwarg
                 y = torch.from_numpy(tokens[start + w + 1 : start + e + 1])
                 logits = lora_logits(model, x, lora)[0]
                 nll = F.cross_entropy(logits.float(), y, reduction="none")[s - w :]
-                chunk_loss = float(nll.detach().double().sum())
-                loss_sum += chunk_loss  # scored first [T7]
                 targets = list(range(start + s + 1, start + e + 1))
+                score = nll if tilt is None else tilt(logits[s - w :].detach(), y[s - w :], targets)
+                chunk_loss = float(score.detach().double().sum())
+                loss_sum += chunk_loss  # scored first [T7]
                 count += len(targets)
                 nbytes += sum(target_bytes(tokens, i, luts, counts) for i in targets)
                 if record is not None:
