@@ -297,8 +297,6 @@ class Hyperparameters:
             (self.eval_ttt and not 1 <= self.global_ttt_chunk_tokens // self.window <= 32,
              f"GLOBAL_TTT_CHUNK_TOKENS={self.global_ttt_chunk_tokens}: expected 1 to 32 sequences "
              f"of EVAL_SEQ_LEN={self.window} (one SGD step: GLOBAL_TTT_BATCH_SEQS=32)"),
-            (self.ngram_tilt_enabled and not self.eval_ttt,
-             "NGRAM_TILT_ENABLED=1: expected EVAL_TTT=1 (it tilts the TTT's score)"),
             (not all(doc > 0 < chunk <= self.ttt_eval_seq_len for doc, chunk in self.ttt_chunks),
              f"TTT_CHUNK_SIZE={self.ttt_chunk_size} TTT_SHORT_SCORE_FIRST_STEPS="
              f"{self.ttt_short_score_first_steps!r}: expected doc:chunk items, both > 0, and "
