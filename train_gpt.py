@@ -192,7 +192,7 @@ class Hyperparameters:
     phased_ttt_num_phases: int = knob(3, 0)  # 0 counts as 1, as in the record
     global_ttt_lr: float = knob(1e-3, 0)
     global_ttt_momentum: float = knob(0.9, 0, 1)
-    global_ttt_chunk_tokens: int = knob(32768, 1)  # a phase's SGD step: 1-32 EVAL_SEQ_LEN rows
+    global_ttt_chunk_tokens: int = knob(32768, 1)  # a phase's SGD step (32 EVAL_SEQ_LEN at most)
     global_ttt_grad_clip: float = knob(1.0, 0)  # 0 = none
     # observability (changes no number either)
     training_timing_breakdown: bool = False
@@ -211,22 +211,35 @@ class Hyperparameters:
 
     @classmethod
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
-        fields = {f.name.upper(): f for f in dataclasses.fields(cls)}
-        env = PRESETS.get(env.get("PRESET", ""), {}) | dict(env)  # a variable beats its preset
-        values = {f.name: parse_value(n, env[n], f.type) for n, f in fields.items() if n in env}
+        chosen = PRESETS.get(env.get("PRESET", ""), {})
+        preset = {n: v for n, v in chosen.items() if n not in env}  # a variable beats its preset
+        env = preset | dict(env)
+        values = {
+            f.name: parse_value(n, env[n], f.type) for f in FIELDS if (n := f.name.upper()) in env
+        }
+        if "NUM_LAYERS" in chosen.keys() - preset.keys():  # the preset's layer numbers follow it
+            for name in LAYER_NUMBERS & preset.keys():
+                scaled = values[name.lower()] * values["num_layers"] / int(chosen["NUM_LAYERS"])
+                values[name.lower()] = round(scaled)
         for name, (accepted, what) in FIXED_VARIABLES.items():  # constants here: refused, not
             if env.get(name, accepted[0]) not in accepted:  # ignored, at another value
                 raise ConfigError(f"{name}={env[name]!r}: not read here: {what}; unset it")
         cfg = cls(**values)
-        cfg.validate(world_size)
+        try:
+            cfg.validate(world_size)
+        except ConfigError as e:  # which of the named variables the preset set
+            named = ", ".join(n for n in preset if f"{n}=" in str(e))
+            raise ConfigError(f"{e} ({named}: PRESET={cfg.preset}'s)" if named else e) from None
         return cfg
 
     def validate(self, world_size: int) -> None:
-        for f in dataclasses.fields(self):
-            check_bounds(f.name.upper(), getattr(self, f.name), **f.metadata)
+        """Every value out of its bounds, else every conflict between values, in one error."""
+        bad = [check_bounds(f.name.upper(), getattr(self, f.name), **f.metadata) for f in FIELDS]
+        if any(bad):
+            raise ConfigError("; ".join(filter(None, bad)))
         accum, T = grad_accum_steps_for(world_size), self.train_seq_len
         unit = world_size * accum * T  # tokens of one sequence per rank and micro-step
-        for broken, message in [
+        bad = [message for broken, message in [
             (not self.run_id or any(c in self.run_id for c in "/\\") or self.run_id in (".", ".."),
              f"RUN_ID={self.run_id!r}: expected a plain file name (it names logs/<RUN_ID>.txt)"),
             (self.train_batch_tokens % unit,
@@ -249,9 +262,9 @@ class Hyperparameters:
             (self.eval_stride > self.window,
              f"EVAL_STRIDE={self.eval_stride}: expected at most EVAL_SEQ_LEN={self.window} (a "
              f"window scores its last EVAL_STRIDE targets)"),
-            (self.eval_ttt and not 1 <= self.global_ttt_chunk_tokens // self.window <= 32,
-             f"GLOBAL_TTT_CHUNK_TOKENS={self.global_ttt_chunk_tokens}: expected 1 to 32 sequences "
-             f"of EVAL_SEQ_LEN={self.window} (one SGD step: GLOBAL_TTT_BATCH_SEQS=32)"),
+            (self.eval_ttt and self.global_ttt_chunk_tokens < self.window,
+             f"GLOBAL_TTT_CHUNK_TOKENS={self.global_ttt_chunk_tokens}: expected at least one "
+             f"sequence of EVAL_SEQ_LEN={self.window}"),
             (self.ttt_chunk_size > self.ttt_eval_seq_len,
              f"TTT_CHUNK_SIZE={self.ttt_chunk_size}: expected at most "
              f"TTT_EVAL_SEQ_LEN={self.ttt_eval_seq_len}"),
@@ -284,12 +297,13 @@ class Hyperparameters:
             (self.eval_stride and self.val_doc_attention,
              "EVAL_STRIDE with VAL_DOC_ATTENTION=1: not supported; sliding windows attend "
              "across documents, as the records' evaluation does"),
-        ]:  # fmt: skip
-            if broken:
-                raise ConfigError(message)
+        ] if broken]  # fmt: skip
+        if bad:
+            raise ConfigError("; ".join(bad))
 
 
-DEFAULTS = {f.name: f.default for f in dataclasses.fields(Hyperparameters)}
+FIELDS = dataclasses.fields(Hyperparameters)
+DEFAULTS = {f.name: f.default for f in FIELDS}
 # PRESET=frontier: the 2026-04-27 record's run (PR #1855, 1.0611), as its log's hyperparameter
 # dump gives it, with our names for what it hard-codes. Its data: sp8192 CaseOps (docs/data.md).
 PRESETS = {"frontier": {
@@ -306,22 +320,30 @@ PRESETS = {"frontier": {
     "GRAD_CLIP_NORM": "0.3", "EMA_DECAY": "0.9965", "WARMDOWN_FRAC": "0.85", "MIN_LR": "0.1",
     "GPTQ_RESERVE_SECONDS": "0.5", "TRAIN_BATCH_TOKENS": "786432", "TRAIN_SEQ_LEN": "2048",
     "TRAIN_LOADER": "docpack", "VAL_LOSS_EVERY": "0", "TRAIN_LOG_EVERY": "500",
-    "EVAL_SEQ_LEN": "2048", "EVAL_TTT": "1", "QUANTIZER": "gptq", "EMBED_BITS": "7",
+    "EVAL_TTT": "1", "QUANTIZER": "gptq", "EMBED_BITS": "7",
     "EMBED_CLIP_SIGMAS": "14.0", "MLP_CLIP_SIGMAS": "11.5", "GATED_ATTN_QUANT_GATE": "1",
     "COMPRESSOR": "brotli",  # the run's pergroup needs lrzip (not here): brotli, its default
 }}  # fmt: skip
+# A preset's layer numbers, scaled with NUM_LAYERS when it is set (docs/frontier.md)
+LAYER_NUMBERS = {"LOOP_START", "LOOP_END", "PARALLEL_START_LAYER", "XSA_LAST_N"}
 
 
 def check_bounds(name: str, value, low=None, high=None, above=None, below=None, choices=None):
+    """What is wrong with the value, in one line; "" if nothing."""
     if choices is not None and value not in choices:
-        raise ConfigError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+        return f"{name}={value!r}: expected one of {', '.join(map(shown_choice, choices))}"
     if above is not None and not value > above:
-        raise ConfigError(f"{name}={value}: expected a value > {above}")
+        return f"{name}={value}: expected a value > {above}"
     if below is not None and not value < below:
-        raise ConfigError(f"{name}={value}: expected a value < {below}")
+        return f"{name}={value}: expected a value < {below}"
     if (low is not None and value < low) or (high is not None and value > high):
         want = [f">= {low}"] * (low is not None) + [f"<= {high}"] * (high is not None)
-        raise ConfigError(f"{name}={value}: expected a value {' and '.join(want)}")
+        return f"{name}={value}: expected a value {' and '.join(want)}"
+    return ""
+
+
+def shown_choice(choice: str) -> str:
+    return choice or "''"
 
 
 PARSERS = {"int": int, "float": float, "bool": {"0": False, "1": True}.__getitem__, "str": str}
@@ -496,8 +518,10 @@ class Muon(torch.optim.Optimizer):
 
 
 def training_fraction(step, elapsed_ms, iterations, max_wallclock_ms) -> float:
-    """How far training is: its share of the time budget under a cap, else of ITERATIONS."""
-    return elapsed_ms / max_wallclock_ms if max_wallclock_ms else step / max(iterations, 1)
+    """How far training is: its share of ITERATIONS or, under a cap, of the time budget, whichever
+    is further (whichever ends training first). A record's run reaches its cap long before its
+    ITERATIONS: its time share, as the record's; a short run under the cap: its steps' share."""
+    return max(elapsed_ms / (max_wallclock_ms or math.inf), step / max(iterations, 1))
 
 
 def lr_multiplier(step, elapsed_ms, iterations, warmdown_iters, max_wallclock_ms,
@@ -2367,7 +2391,8 @@ class TTTPlan:
         m*(r+1)//W), attention segments from every BOS and every EVAL_SEQ_LEN tokens. Per SGD
         step, on the CPU: this rank's (inputs, targets, segment bounds, cosine lr factor)."""
         at = np.concatenate([np.arange(s, s + p + 1) for s, p in zip(starts, preds, strict=True)])
-        C, L, W = cfg.global_ttt_chunk_tokens, cfg.window, rt.world_size
+        L, W = cfg.window, rt.world_size
+        C = min(cfg.global_ttt_chunk_tokens, 32 * L)  # GLOBAL_TTT_BATCH_SEQS=32 sequences at most
         lo, hi = (C // L * r // W * L for r in (rt.rank, rt.rank + 1))
         n, out = -(-(at.size - 1) // C), []
         for i in range(n - 1):
@@ -2389,6 +2414,9 @@ def warm_up_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> None:
     (one graph per rows x columns of a chunk step, one for this rank's phase steps). No weight
     changes; the adapters are the plan's, so the timed evaluation compiles nothing."""
     base, t0 = getattr(model, "_orig_mod", model), time.perf_counter()
+    if base is model:  # not compiled (the CPU): nothing to warm up, the shapes would only cost time
+        log0("ttt_warmup: skipped (no torch.compile on the CPU)")
+        return
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     plan.lora = lora = LoRA(base, cfg.ttt_batch_size, cfg.ttt_lora_rank, cfg.ttt_lora_alpha)
     shapes = {(b.table.size(1) - lo, width) for b in plan.work for width, _, lo in b.steps}
@@ -3104,18 +3132,20 @@ def check_tokenizer(cfg: Hyperparameters, sp, split: np.ndarray) -> None:
 
 
 def settings_help() -> str:
-    """--help: each setting with its default, as the environment writes it, and the comment its
-    Hyperparameters field carries in this file (a field without one prints name and default)."""
+    """--help: each setting with its default (its PRESET's value when one is set), as the
+    environment writes it, and the comment its Hyperparameters field carries in this file."""
     notes = {}
     for line in inspect.getsource(Hyperparameters).splitlines():
         name, _, rest = line.strip().partition(": ")
         notes[name] = rest.partition("  # ")[2]
+    cfg = Hyperparameters.from_env({"PRESET": os.environ.get("PRESET", ""), "RUN_ID": "-"})
     usage = "usage: [VARIABLE=value ...] torchrun --standalone --nproc_per_node=N train_gpt.py"
-    lines = [usage, "", __doc__.split("\n\n")[0], "", "Settings (docs/environment.md), defaults:"]
-    for f in dataclasses.fields(Hyperparameters):
-        value = "(new each run)" if f.default is dataclasses.MISSING else f.default
+    values = f"PRESET={cfg.preset}'s values" if cfg.preset else "defaults"
+    lines = [usage, "", __doc__.split("\n\n")[0], "", f"Settings (docs/environment.md), {values}:"]
+    for f in FIELDS:
+        value = "(new each run)" if f.name == "run_id" else getattr(cfg, f.name)
         value = int(value) if isinstance(value, bool) else value
-        choices = "|".join(c or "''" for c in f.metadata.get("choices") or ())
+        choices = "|".join(map(shown_choice, f.metadata.get("choices") or ()))
         choices = f"one of {choices}; " if choices else ""
         lines.append(f"  {f.name.upper()}={value}  {choices}{notes.get(f.name, '')}".rstrip(" ;"))
     return "\n".join(lines)
@@ -3478,16 +3508,16 @@ def main_interruptible() -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] in (["-h"], ["--help"]):
-        print(settings_help())
-        sys.exit(0)
-    if sys.argv[1:]:
+    if sys.argv[1:] and sys.argv[1:] not in (["-h"], ["--help"]):
         print(f"error: {sys.argv[1]!r}: train_gpt.py takes no arguments; settings are "
               f"environment variables (python train_gpt.py --help)", file=sys.stderr)  # fmt: skip
         sys.exit(2)
     exit_code = 0
     try:
-        exit_code = main_interruptible()
+        if sys.argv[1:]:  # --help: under PRESET, its values (a misspelt PRESET: one line)
+            print(settings_help())
+        else:
+            exit_code = main_interruptible()
     except Exception as e:  # user mistakes: one clear line, not a traceback per rank
         error = e.__cause__ if isinstance(e, WorkerError) else e  # a loader thread's: a bad shard
         if not isinstance(error, (ConfigError, DataError)):
