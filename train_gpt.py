@@ -865,12 +865,13 @@ def compress(data: bytes, compressor: str) -> bytes:
 
 
 def decompress(blob: bytes) -> bytes:
-    """Whichever compressor wrote it: lzma (its magic), zlib, else brotli."""
-    if blob.startswith(b"\xfd7zXZ\x00"):
-        return lzma.decompress(blob)
-    with contextlib.suppress(zlib.error):
-        return zlib.decompress(blob)
-    return importlib.import_module("brotli").decompress(blob)
+    """Whichever compressor wrote it, by its first bytes: lzma's magic, zlib's 0x78 (our brotli
+    streams, window 2^22, start with an odd byte), else brotli; damaged data is named as such."""
+    kind = "lzma" if blob.startswith(b"\xfd7zXZ\x00") else "zlib" if blob[:1] == b"x" else "brotli"
+    try:
+        return importlib.import_module(kind).decompress(blob)
+    except Exception as e:
+        raise ValueError(f"damaged or cut-short {kind} data ({e})") from None
 
 
 def read_artifact(path: str | Path, source: str) -> dict:
@@ -3029,14 +3030,14 @@ def configure() -> tuple[Hyperparameters, Runtime]:
 
 
 class RunLog:
-    """log0: rank 0's console and logs/<RUN_ID>.txt (a no-op elsewhere). Lines wait in memory
-    until keep(): a run stopped by its start-up checks leaves no file behind."""
+    """log0: rank 0's console and logs/<RUN_ID>.txt (a no-op elsewhere), from the first line: a run
+    that stops, at its start-up checks too, ends its log with the error or interruption."""
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, code: str):
-        self.rank0, self.path, self.pending = rt.rank == 0, Path(f"logs/{cfg.run_id}.txt"), []
-        self.kept = False
+        self.rank0, self.path = rt.rank == 0, Path(f"logs/{cfg.run_id}.txt")
         if not self.rank0:
             return
+        self.path.parent.mkdir(exist_ok=True)
         try:
             smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -3058,20 +3059,8 @@ class RunLog:
         if self.rank0:
             if console:
                 print(msg, flush=True)
-            self.pending.append(msg)
-            if self.kept:
-                self.flush()
-
-    def keep(self) -> None:
-        self.kept = self.rank0
-        if self.kept:
-            self.path.parent.mkdir(exist_ok=True)
-            self.flush()
-
-    def flush(self) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            print(*self.pending, sep="\n", file=f)
-        self.pending.clear()
+            with open(self.path, "a", encoding="utf-8") as f:
+                print(msg, file=f)
 
 
 LAUNCHER_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")  # torchrun's
@@ -3166,7 +3155,11 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     if not Path(cfg.tokenizer_path).is_file():
         path = cfg.tokenizer_path
         raise DataError(f"TOKENIZER_PATH={path}: no such file (build or download the data first)")
-    sp = spm.SentencePieceProcessor(model_file=cfg.tokenizer_path)
+    try:
+        sp = spm.SentencePieceProcessor(model_file=cfg.tokenizer_path)
+    except RuntimeError:  # not a model: the .vocab beside it, say
+        path = cfg.tokenizer_path
+        raise DataError(f"TOKENIZER_PATH={path}: not a SentencePiece .model file") from None
     if int(sp.vocab_size()) != cfg.vocab_size:
         found = f"tokenizer vocab_size={int(sp.vocab_size())} ({cfg.tokenizer_path})"
         raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size} does not match {found}")
@@ -3248,6 +3241,8 @@ def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, l
     """final_model.pt and the quantized artifact (rank 0 writes them); what each rank scores."""
     gptq, path = cfg.quantizer == "gptq", Path(ARTIFACT_FILES[cfg.quantizer])
     if rt.rank == 0:
+        for earlier in (Path("final_model.pt"), path):
+            keep_earlier(earlier, log0)
         atomic_torch_save(file_state_dict(net.base), Path("final_model.pt"))
         model_bytes = os.path.getsize("final_model.pt")
         log0(f"Serialized model: {model_bytes} bytes")
@@ -3269,6 +3264,15 @@ def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, l
         log0(f"Total submission size {how}: {size + code_bytes} bytes")
     barrier(rt)
     return read_artifact(path, str(path)) if gptq or rt.rank == 0 else obj
+
+
+def keep_earlier(path: Path, log0: Callable) -> None:
+    """An earlier run's file is renamed by its time (final_model.20260427-093000.pt), not replaced
+    without a word: a 2-step experiment keeps the quick start's model."""
+    if path.exists():
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
+        path.rename(kept := path.with_stem(f"{path.stem}.{stamp}"))
+        log0(f"kept the earlier {path} as {kept}")
 
 
 def log_code_size(code: str, gptq: bool, model_bytes: int, log0: Callable) -> int:
@@ -3357,12 +3361,21 @@ def weights_mismatch(ours: dict, theirs: dict) -> str:
     if ("lm_head.weight" in ours) != ("lm_head.weight" in theirs):
         tied = "lm_head.weight" not in ours
         found.append(f"TIE_EMBEDDINGS={int(tied)} here, the file is {'un' * tied}tied")
-    if not found:  # another difference: name the first tensor
-        key = next(k for k in [*ours, *theirs] if k not in ours or k not in theirs
-                   or ours[k].shape != theirs[k].shape)  # fmt: skip
-        shapes = [tuple(sd[key].shape) if key in sd else "absent" for sd in (ours, theirs)]
-        found.append(f"{key}: {shapes[0]} here, {shapes[1]} in the file")
+    for key in [] if found else [*ours, *theirs]:  # else: the settings of the tensors that differ
+        if key not in ours or key not in theirs or ours[key].shape != theirs[key].shape:
+            shapes = [tuple(sd[key].shape) if key in sd else "absent" for sd in (ours, theirs)]
+            name = next((f"{name}: " for part, name in TENSOR_SETTINGS if part in key), "")
+            if not any(line.startswith(name or key) for line in found):  # each setting once
+                found.append(f"{name}{key} {shapes[0]} here, {shapes[1]} in the file")
     return "; ".join(found)
+
+
+# The settings that give a tensor (weights_mismatch): the part of its name they give it
+TENSOR_SETTINGS = (
+    ("skip_gates", "SKIP_GATES_ENABLED"), ("skip_weights", "NUM_LOOPS/LOOP_START/LOOP_END"),
+    ("parallel_", "PARALLEL_START_LAYER"), ("smear", "SMEAR_GATE_ENABLED"),
+    ("attn_gate", "SPARSE_ATTN_GATE_ENABLED"),
+)  # fmt: skip
 
 
 def load_weights(net: Network, state: dict, source: str) -> None:
@@ -3384,8 +3397,7 @@ def load_for_evaluation(cfg, rt, net: Network, evaluate: Callable, log0: Callabl
     except Exception as e:  # missing, truncated or not ours: one line
         raise DataError(f"EVAL_ONLY_PATH={path}: unreadable ({type(e).__name__}: {e})") from None
     load_weights(net, state, f"EVAL_ONLY_PATH={path}")
-    val_loss, val_bpb = evaluate()
-    log0(f"eval_only path:{path} val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f}")
+    log_score("eval_only", f"path:{path} ", rt, evaluate, log0)
     if cfg.quantizer == "gptq":
         return quantize_gptq(cfg, rt, net, log0)
     return quantize_state_dict_int8(net.base.state_dict())[0]
@@ -3409,24 +3421,25 @@ def log_score(label, fields, rt, evaluate, log0, record_label="", digits=4) -> N
 def main() -> None:
     cfg, rt = configure()
     code = Path(__file__).read_bytes().decode("utf-8")  # as counted: no newline translation
-    log0 = RunLog(cfg, rt, code)
+    log0 = Interrupted.log0 = RunLog(cfg, rt, code)
     checkpoint = read_checkpoint(cfg, rt)
     val, device_luts, windows, plan = load_data(cfg, rt, log0)
-    log0.keep()  # the checks passed: the log file from here on
     net = build_network(cfg, rt)
     log_network(cfg, rt, net, log0)
     evaluate = functools.partial(eval_val, cfg, rt, net.compiled, val, device_luts)
     if cfg.eval_only_path:
+        Interrupted.phase = f"while evaluating {cfg.eval_only_path}"
         net.base.looping = cfg.num_loops > 0  # the record evaluates looped
         quantized = load_for_evaluation(cfg, rt, net, evaluate, log0)
     else:
         with Trainer(cfg, rt, net, log0) as trainer:
-            Interrupted.trainer = trainer  # the step an interruption reports
+            Interrupted.trainer, Interrupted.phase = trainer, "training"  # at its step
             trainer.warm_up_and_restore()
             if checkpoint:
                 trainer.resume(checkpoint)
             trainer.train(evaluate)
         trainer.log_summary()
+        Interrupted.phase = "while saving and quantizing the model"
         if trainer.ema is not None:  # the in-loop final validation scored the live weights
             log0("ema:applying EMA weights")
             net.base.load_state_dict(trainer.ema.state_dict())  # cast to the live dtypes
@@ -3440,6 +3453,7 @@ def main() -> None:
     else:
         load_weights(net, dequantize_state_dict_gptq(quantized, net.base.state_dict()), source)
     record_label = "" if "__quant_format__" in quantized else "diagnostic quantized"
+    Interrupted.phase = "in the final evaluation"
     rt.synchronize()
     evals_start = time.perf_counter()
     log_score("final_int8_zlib_roundtrip", "", rt, evaluate, log0, record_label)
@@ -3447,6 +3461,7 @@ def main() -> None:
         sliding = functools.partial(eval_sliding, cfg, rt, net.compiled, windows)
         log_score("final_sliding_window_eval", f"stride:{cfg.eval_stride} ", rt, sliding, log0)
     if plan is not None:  # the frontier's score; last, as its phases train the weights
+        Interrupted.phase = "in the TTT evaluation"
         warm_up_ttt(cfg, rt, net.compiled, plan, log0)  # compiles, outside eval_time
         ttt = functools.partial(eval_ttt, cfg, rt, net.compiled, plan, log0)
         log_score("quantized_ttt_phased", "", rt, ttt, log0, digits=8)
@@ -3465,6 +3480,9 @@ class Interrupted(KeyboardInterrupt):
 
     signum = 0  # the first signal received: whatever a rank raises after it is the interruption
     trainer = None  # the run's Trainer, once there is one
+    phase = "at start-up"  # what the run is doing, as its interruption line says it
+    log0 = None  # the run's RunLog, once there is one
+    reported = threading.Lock()  # held once the interruption's line is out
 
 
 def handle_signals(handler) -> None:
@@ -3480,30 +3498,59 @@ def on_signal(signum: int, frame) -> None:
 
 def main_interruptible() -> int:
     """main(); after SIGINT or SIGTERM: the loaders closed (the `with` blocks), incomplete
-    checkpoints removed, the process group destroyed, one line on rank 0, exit 130 or 143."""
+    checkpoints removed, the process group destroyed, one line on rank 0, exit 130 or 143.
+    Python runs a signal's handler between bytecodes only: while the main thread is inside one
+    long call (a backward on the CPU, a collective whose peer is gone), exit_when_stuck ends
+    the run instead, STOP_GRACE_S after the signal."""
     handle_signals(on_signal)
+    wake, woken = os.pipe()
+    os.set_blocking(woken, False)
+    signal.set_wakeup_fd(woken)  # the C-level handler writes the signal's number there at once
+    threading.Thread(target=exit_when_stuck, args=(wake,), daemon=True).start()
     try:
         main()
         handle_signals(signal.SIG_IGN)  # the final line is out: the run succeeded
         return 0
-    except (Exception, Interrupted):
+    except (Exception, Interrupted) as e:
         if not Interrupted.signum:  # an error: torchrun's SIGTERM ends a waiting rank, as before
             handle_signals(signal.SIG_DFL)
+            error = e.__cause__ if isinstance(e, WorkerError) else e
+            user = isinstance(error, (ConfigError, DataError))
+            if Interrupted.log0 is not None:  # the log ends with what ended the run
+                Interrupted.log0(f"error: {error if user else repr(error)}", console=False)
             raise
-    trainer, where, saved = Interrupted.trainer, "before training", "no checkpoint"
-    if trainer is not None:
-        cfg, where = trainer.cfg, f"at step {trainer.step}"
-        folder = Path(cfg.checkpoint_dir)
-        done = sorted(folder.glob("step_*/meta.json")) if cfg.checkpoint_every else []
-        saved = f"checkpoint: {done[-1].parent}" if done else saved
-        if trainer.rt.rank == 0:  # a checkpoint cut short: its hidden folder
-            for tmp in folder.glob(".step_*.tmp"):
-                shutil.rmtree(tmp, ignore_errors=True)
+    code = report_interruption()
     if dist.is_available() and dist.is_initialized():
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
-    if os.environ.get("RANK", "0") == "0":
-        (trainer.log0 if trainer is not None else print)(f"interrupted {where} ({saved})")
+    return code
+
+
+STOP_GRACE_S = 3.0  # the main thread's own stop, when it is not inside a long call, is quicker
+
+
+def exit_when_stuck(wake: int) -> None:
+    os.read(wake, 1)  # a signal arrived
+    time.sleep(STOP_GRACE_S)
+    os._exit(report_interruption())
+
+
+def report_interruption() -> int:
+    """Once, from whichever thread comes first: incomplete checkpoints removed, rank 0's line
+    (`interrupted at step N (checkpoint: ...)`, or the phase), the exit code 128 + signal."""
+    if Interrupted.reported.acquire(blocking=False):
+        trainer, where, saved = Interrupted.trainer, Interrupted.phase, "no checkpoint"
+        if trainer is not None:
+            cfg = trainer.cfg
+            where = f"at step {trainer.step}" if where == "training" else where
+            folder = Path(cfg.checkpoint_dir)
+            done = sorted(folder.glob("step_*/meta.json")) if cfg.checkpoint_every else []
+            saved = f"checkpoint: {done[-1].parent}" if done else saved
+            if trainer.rt.rank == 0:  # a checkpoint cut short: its hidden folder
+                for tmp in folder.glob(".step_*.tmp"):
+                    shutil.rmtree(tmp, ignore_errors=True)
+        if os.environ.get("RANK", "0") == "0":
+            (Interrupted.log0 or print)(f"interrupted {where} ({saved})")
     return 128 + Interrupted.signum
 
 

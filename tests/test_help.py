@@ -137,5 +137,18 @@ def test_several_differences_are_all_named_and_an_unknown_one_by_its_tensor():
     both = tg.weights_mismatch(state(), state(NUM_LAYERS="2", MODEL_DIM="32"))
     assert both.startswith("NUM_LAYERS=4 here, the file has 2 blocks; MODEL_DIM: embedding")
     other = state()
-    other["skip_weights"] = torch.zeros(3, 64)
-    assert tg.weights_mismatch(state(), other) == "skip_weights: (2, 64) here, (3, 64) in the file"
+    other["blocks.0.surprise"] = torch.zeros(3, 64)
+    assert (
+        tg.weights_mismatch(state(), other) == "blocks.0.surprise absent here, (3, 64) in the file"
+    )
+
+
+@pytest.mark.parametrize("preset", sorted(tg.PRESETS))
+def test_a_presets_weights_without_the_preset_name_its_settings_not_only_tensors(preset):
+    """Same widths (NUM_LAYERS, MLP_MULT, ... set alike): what differs is the preset's toggles."""
+    shared = {k: v for k, v in tg.PRESETS[preset].items() if k == "MLP_MULT"}
+    sized = {**SMALL, "ROPE_DIMS": "4", "VOCAB_SIZE": "1024", **shared, "NUM_LAYERS": "4"}
+    mismatch = tg.weights_mismatch(state(**sized), state(PRESET=preset, **sized))
+    for part in mismatch.split("; "):
+        assert re.match(r"[A-Z][A-Z_/]+: ", part), part  # a setting first, then its tensor
+    assert "SKIP_GATES_ENABLED: skip_gates absent here" in mismatch
