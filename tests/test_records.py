@@ -1378,3 +1378,17 @@ def test_seeds_of_different_settings_fail_and_seeds_of_the_same_pass(tmp_path):
         f"FAIL same_settings: the seeds ran different settings: {logs[0].name}: ITERATIONS=30; "
         f"{others}; fix: run every seed with the same settings but SEED"
     ) in lines
+
+
+def test_new_says_a_gptq_runs_code_counts_as_the_records_count_it(tmp_path):
+    from records.golf.cli import code_counting
+
+    (tmp_path / "train_gpt.py").write_text("x = 1\n" * 1000)
+    (tmp_path / "submission.json").write_text(json.dumps({"bytes_code": 6000}))
+    log = "Code size (uncompressed): 6000 bytes\nCode size (compressed): 1234 bytes\n"
+    (tmp_path / "train_seed1.log").write_text(log)
+    assert code_counting(tmp_path, packed=False) == (
+        "code: train_gpt.py ships readable, 6,000 bytes; bytes_code 6,000; the artifact counts "
+        "the code as the logs' `Code size (compressed)`, 1,234 bytes (minified, brotli, base85: "
+        "the accepted records' rule); --pack would ship and count the bz2-packed file instead"
+    )
