@@ -3421,25 +3421,25 @@ def log_score(label, fields, rt, evaluate, log0, record_label="", digits=4) -> N
 def main() -> None:
     cfg, rt = configure()
     code = Path(__file__).read_bytes().decode("utf-8")  # as counted: no newline translation
-    log0 = Interrupted.log0 = RunLog(cfg, rt, code)
+    log0 = RunState.log0 = RunLog(cfg, rt, code)
     checkpoint = read_checkpoint(cfg, rt)
     val, device_luts, windows, plan = load_data(cfg, rt, log0)
     net = build_network(cfg, rt)
     log_network(cfg, rt, net, log0)
     evaluate = functools.partial(eval_val, cfg, rt, net.compiled, val, device_luts)
     if cfg.eval_only_path:
-        Interrupted.phase = f"while evaluating {cfg.eval_only_path}"
+        RunState.phase = f"while evaluating {cfg.eval_only_path}"
         net.base.looping = cfg.num_loops > 0  # the record evaluates looped
         quantized = load_for_evaluation(cfg, rt, net, evaluate, log0)
     else:
         with Trainer(cfg, rt, net, log0) as trainer:
-            Interrupted.trainer, Interrupted.phase = trainer, "training"  # at its step
+            RunState.trainer, RunState.phase = trainer, "training"  # at its step
             trainer.warm_up_and_restore()
             if checkpoint:
                 trainer.resume(checkpoint)
             trainer.train(evaluate)
         trainer.log_summary()
-        Interrupted.phase = "while saving and quantizing the model"
+        RunState.phase = "while saving and quantizing the model"
         if trainer.ema is not None:  # the in-loop final validation scored the live weights
             log0("ema:applying EMA weights")
             net.base.load_state_dict(trainer.ema.state_dict())  # cast to the live dtypes
@@ -3453,7 +3453,7 @@ def main() -> None:
     else:
         load_weights(net, dequantize_state_dict_gptq(quantized, net.base.state_dict()), source)
     record_label = "" if "__quant_format__" in quantized else "diagnostic quantized"
-    Interrupted.phase = "in the final evaluation"
+    RunState.phase = "in the final evaluation"
     rt.synchronize()
     evals_start = time.perf_counter()
     log_score("final_int8_zlib_roundtrip", "", rt, evaluate, log0, record_label)
@@ -3461,7 +3461,7 @@ def main() -> None:
         sliding = functools.partial(eval_sliding, cfg, rt, net.compiled, windows)
         log_score("final_sliding_window_eval", f"stride:{cfg.eval_stride} ", rt, sliding, log0)
     if plan is not None:  # the frontier's score; last, as its phases train the weights
-        Interrupted.phase = "in the TTT evaluation"
+        RunState.phase = "in the TTT evaluation"
         warm_up_ttt(cfg, rt, net.compiled, plan, log0)  # compiles, outside eval_time
         ttt = functools.partial(eval_ttt, cfg, rt, net.compiled, plan, log0)
         log_score("quantized_ttt_phased", "", rt, ttt, log0, digits=8)
@@ -3475,14 +3475,12 @@ def main() -> None:
         inductor_compile.shutdown_compile_workers()
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM, which torchrun forwards to every rank: each stops where it is."""
+class RunState:
+    """What an interruption's line says: the run's Trainer (its step), phase and log."""
 
-    signum = 0  # the first signal received: whatever a rank raises after it is the interruption
     trainer = None  # the run's Trainer, once there is one
     phase = "at start-up"  # what the run is doing, as its interruption line says it
     log0 = None  # the run's RunLog, once there is one
-    reported = threading.Lock()  # held once the interruption's line is out
 
 
 def handle_signals(handler) -> None:
@@ -3490,68 +3488,51 @@ def handle_signals(handler) -> None:
         signal.signal(sig, handler)
 
 
-def on_signal(signum: int, frame) -> None:
-    handle_signals(signal.SIG_IGN)  # one interruption: later signals change nothing
-    Interrupted.signum = signum
-    raise Interrupted(signum)
+def hold(signum: int, frame) -> None:  # the main thread, between bytecodes: stop_on_signal ends it
+    threading.Event().wait()
 
 
 def main_interruptible() -> int:
-    """main(); after SIGINT or SIGTERM: the loaders closed (the `with` blocks), incomplete
-    checkpoints removed, the process group destroyed, one line on rank 0, exit 130 or 143.
-    Python runs a signal's handler between bytecodes only: while the main thread is inside one
-    long call (a backward on the CPU, a collective whose peer is gone), exit_when_stuck ends
-    the run instead, STOP_GRACE_S after the signal."""
-    handle_signals(on_signal)
+    """main(). SIGINT or SIGTERM (torchrun forwards them to every rank) end the run from a thread:
+    Python runs a signal's handler in the main thread between bytecodes only, and one long call
+    (a backward on the CPU, a collective whose peer is gone) would keep it for many seconds. An
+    error: its line ends the log, and the signals are the defaults again (torchrun's SIGTERM
+    ends a waiting rank)."""
+    handle_signals(hold)
     wake, woken = os.pipe()
     os.set_blocking(woken, False)
     signal.set_wakeup_fd(woken)  # the C-level handler writes the signal's number there at once
-    threading.Thread(target=exit_when_stuck, args=(wake,), daemon=True).start()
+    threading.Thread(target=stop_on_signal, args=(wake,), daemon=True).start()
     try:
         main()
         handle_signals(signal.SIG_IGN)  # the final line is out: the run succeeded
         return 0
-    except (Exception, Interrupted) as e:
-        if not Interrupted.signum:  # an error: torchrun's SIGTERM ends a waiting rank, as before
-            handle_signals(signal.SIG_DFL)
-            error = e.__cause__ if isinstance(e, WorkerError) else e
-            user = isinstance(error, (ConfigError, DataError))
-            if Interrupted.log0 is not None:  # the log ends with what ended the run
-                Interrupted.log0(f"error: {error if user else repr(error)}", console=False)
-            raise
-    code = report_interruption()
-    if dist.is_available() and dist.is_initialized():
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
-    return code
+    except Exception as e:
+        handle_signals(signal.SIG_DFL)
+        error = e.__cause__ if isinstance(e, WorkerError) else e
+        user = isinstance(error, (ConfigError, DataError))
+        if RunState.log0 is not None:
+            RunState.log0(f"error: {error if user else repr(error)}", console=False)
+        raise
 
 
-STOP_GRACE_S = 3.0  # the main thread's own stop, when it is not inside a long call, is quicker
-
-
-def exit_when_stuck(wake: int) -> None:
-    os.read(wake, 1)  # a signal arrived
-    time.sleep(STOP_GRACE_S)
-    os._exit(report_interruption())
-
-
-def report_interruption() -> int:
-    """Once, from whichever thread comes first: incomplete checkpoints removed, rank 0's line
-    (`interrupted at step N (checkpoint: ...)`, or the phase), the exit code 128 + signal."""
-    if Interrupted.reported.acquire(blocking=False):
-        trainer, where, saved = Interrupted.trainer, Interrupted.phase, "no checkpoint"
-        if trainer is not None:
-            cfg = trainer.cfg
-            where = f"at step {trainer.step}" if where == "training" else where
-            folder = Path(cfg.checkpoint_dir)
-            done = sorted(folder.glob("step_*/meta.json")) if cfg.checkpoint_every else []
-            saved = f"checkpoint: {done[-1].parent}" if done else saved
-            if trainer.rt.rank == 0:  # a checkpoint cut short: its hidden folder
-                for tmp in folder.glob(".step_*.tmp"):
-                    shutil.rmtree(tmp, ignore_errors=True)
-        if os.environ.get("RANK", "0") == "0":
-            (Interrupted.log0 or print)(f"interrupted {where} ({saved})")
-    return 128 + Interrupted.signum
+def stop_on_signal(wake: int) -> None:
+    """The first signal: an incomplete checkpoint removed, rank 0's line (`interrupted at step N
+    (checkpoint: ...)`, or the phase), exit 128 + the signal (threads and files end with us)."""
+    signum = os.read(wake, 1)[0]
+    trainer, where, saved = RunState.trainer, RunState.phase, "no checkpoint"
+    if trainer is not None:
+        cfg = trainer.cfg
+        where = f"at step {trainer.step}" if where == "training" else where
+        folder = Path(cfg.checkpoint_dir)
+        done = sorted(folder.glob("step_*/meta.json")) if cfg.checkpoint_every else []
+        saved = f"checkpoint: {done[-1].parent}" if done else saved
+        if trainer.rt.rank == 0:  # a checkpoint cut short: its hidden folder
+            for tmp in folder.glob(".step_*.tmp"):
+                shutil.rmtree(tmp, ignore_errors=True)
+    if os.environ.get("RANK", "0") == "0":
+        (RunState.log0 or print)(f"interrupted {where} ({saved})")
+    os._exit(128 + signum)
 
 
 if __name__ == "__main__":
