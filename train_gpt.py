@@ -3358,9 +3358,6 @@ def weights_mismatch(ours: dict, theirs: dict) -> str:
             found.append(f"{name}: {what} {a} here, {b} in the file")
         if name == "MODEL_DIM" and a != b:  # the widths below follow from it
             break
-    if ("lm_head.weight" in ours) != ("lm_head.weight" in theirs):
-        tied = "lm_head.weight" not in ours
-        found.append(f"TIE_EMBEDDINGS={int(tied)} here, the file is {'un' * tied}tied")
     for key in [] if found else [*ours, *theirs]:  # else: the settings of the tensors that differ
         if key not in ours or key not in theirs or ours[key].shape != theirs[key].shape:
             shapes = [tuple(sd[key].shape) if key in sd else "absent" for sd in (ours, theirs)]
@@ -3374,7 +3371,7 @@ def weights_mismatch(ours: dict, theirs: dict) -> str:
 TENSOR_SETTINGS = (
     ("skip_gates", "SKIP_GATES_ENABLED"), ("skip_weights", "NUM_LOOPS/LOOP_START/LOOP_END"),
     ("parallel_", "PARALLEL_START_LAYER"), ("smear", "SMEAR_GATE_ENABLED"),
-    ("attn_gate", "SPARSE_ATTN_GATE_ENABLED"),
+    ("attn_gate", "SPARSE_ATTN_GATE_ENABLED"), ("lm_head", "TIE_EMBEDDINGS"),
 )  # fmt: skip
 
 
@@ -3505,15 +3502,11 @@ def main_interruptible() -> int:
     threading.Thread(target=stop_on_signal, args=(wake,), daemon=True).start()
     try:
         main()
-        handle_signals(signal.SIG_IGN)  # the final line is out: the run succeeded
-        return 0
-    except Exception as e:
+    except Exception:
         handle_signals(signal.SIG_DFL)
-        error = e.__cause__ if isinstance(e, WorkerError) else e
-        user = isinstance(error, (ConfigError, DataError))
-        if RunState.log0 is not None:
-            RunState.log0(f"error: {error if user else repr(error)}", console=False)
         raise
+    handle_signals(signal.SIG_IGN)  # the final line is out: the run succeeded
+    return 0
 
 
 def stop_on_signal(wake: int) -> None:
@@ -3548,7 +3541,10 @@ if __name__ == "__main__":
             exit_code = main_interruptible()
     except Exception as e:  # user mistakes: one clear line, not a traceback per rank
         error = e.__cause__ if isinstance(e, WorkerError) else e  # a loader thread's: a bad shard
-        if not isinstance(error, (ConfigError, DataError)):
+        user = isinstance(error, (ConfigError, DataError))
+        if RunState.log0 is not None:  # the log ends with what ended the run
+            RunState.log0(f"error: {error if user else repr(error)}", console=False)
+        if not user:
             raise
         rank = os.environ.get("RANK", "0")
         if rank not in ("0", ""):  # rank 0 says it and torchrun stops us, unless it is ours alone

@@ -124,7 +124,10 @@ class FakeNetwork:  # what load_weights reads of a Network: its base model
         ({"VOCAB_SIZE": "512"}, "VOCAB_SIZE: embedding rows 1024 here, 512 in the file"),
         ({"NUM_KV_HEADS": "4"}, "NUM_KV_HEADS: key width 32 here, 64 in the file"),
         ({"MLP_MULT": "3"}, "MLP_MULT: MLP width 128 here, 192 in the file"),
-        ({"TIE_EMBEDDINGS": "0"}, "TIE_EMBEDDINGS=1 here, the file is untied"),
+        (
+            {"TIE_EMBEDDINGS": "0"},
+            "TIE_EMBEDDINGS: lm_head.weight absent here, (1024, 64) in the file",
+        ),
     ],
 )
 def test_weights_of_another_config_name_the_setting(file_env, message):
