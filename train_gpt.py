@@ -3162,7 +3162,9 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
         raise DataError(f"TOKENIZER_PATH={path}: not a SentencePiece .model file") from None
     if int(sp.vocab_size()) != cfg.vocab_size:
         found = f"tokenizer vocab_size={int(sp.vocab_size())} ({cfg.tokenizer_path})"
-        raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size} does not match {found}")
+        ours = "VOCAB_SIZE" in os.environ or "VOCAB_SIZE" not in PRESETS.get(cfg.preset, {})
+        preset = "" if ours else f" (PRESET={cfg.preset}'s)"
+        raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size}{preset} does not match {found}")
     luts = build_sentencepiece_luts(sp, cfg.vocab_size)
     shards = None
     calibrate = cfg.quantizer == "gptq" and not cfg.eval_only_path.endswith(".ptz")

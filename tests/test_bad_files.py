@@ -60,3 +60,28 @@ def test_an_earlier_runs_file_is_kept_under_its_time_and_said(tmp_path):
     assert lines == [f"kept the earlier {earlier} as {kept}"]
     tg.keep_earlier(earlier, lines.append)  # nothing there: nothing to say
     assert len(lines) == 1
+
+
+def test_a_presets_vocabulary_against_another_tokenizer_says_it_came_from_the_preset(
+    tmp_path, monkeypatch
+):
+    import sentencepiece as spm  # a real 1024-piece model: the local dataset's kind
+
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(f"line {i} of some words and more words {i * 7}" for i in range(400)))
+    spm.SentencePieceTrainer.train(
+        input=str(text), model_prefix=str(tmp_path / "tok"), vocab_size=300, model_type="bpe",
+        minloglevel=2,
+    )  # fmt: skip
+    monkeypatch.delenv("VOCAB_SIZE", raising=False)
+    for preset in sorted(tg.PRESETS):
+        if "VOCAB_SIZE" not in tg.PRESETS[preset]:
+            continue
+        cfg = tg.Hyperparameters.from_env(
+            {"PRESET": preset, "RUN_ID": "r", "DATA_PATH": str(tmp_path),
+             "TOKENIZER_PATH": str(tmp_path / "tok.model")}, 8,
+        )  # fmt: skip
+        with pytest.raises(tg.ConfigError) as info:
+            tg.load_data(cfg, None, print)
+        want = f"VOCAB_SIZE={cfg.vocab_size} (PRESET={preset}'s) does not match tokenizer "
+        assert str(info.value).startswith(want + "vocab_size=300")
