@@ -3497,11 +3497,11 @@ def main_interruptible() -> int:
     (a backward on the CPU, a collective whose peer is gone) would keep it for many seconds. An
     error: its line ends the log, and the signals are the defaults again (torchrun's SIGTERM
     ends a waiting rank)."""
-    handle_signals(hold)
     wake, woken = os.pipe()
     os.set_blocking(woken, False)
     signal.set_wakeup_fd(woken)  # the C-level handler writes the signal's number there at once
     threading.Thread(target=stop_on_signal, args=(wake,), daemon=True).start()
+    handle_signals(hold)
     try:
         main()
     except Exception:
