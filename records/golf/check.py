@@ -361,8 +361,8 @@ def check_same_settings(ctx: Context) -> Checks:
         return
     common = set.intersection(*compared.values())
     if any(words != common for words in compared.values()):
-        differ = [f"{lg.name}: {' '.join(sorted(words - common)) or 'none of those'}"
-                  for lg, words in compared.items()]  # fmt: skip
+        differ = sorted(f"{lg.name}: {' '.join(sorted(words - common)) or 'none of those'}"
+                        for lg, words in compared.items())  # fmt: skip
         what = f"the seeds ran different settings: {'; '.join(differ)}"
         yield bad("same_settings", what, "run every seed with the same settings but SEED")
     else:
