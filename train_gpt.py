@@ -214,7 +214,7 @@ class Hyperparameters:
     phased_ttt_num_phases: int = knob(3, 0)  # 0 counts as 1, as in the record
     global_ttt_lr: float = knob(1e-3, 0)
     global_ttt_momentum: float = knob(0.9, 0, 1)
-    global_ttt_chunk_tokens: int = knob(32768, 1)  # a phase's SGD step: 1-32 EVAL_SEQ_LEN rows
+    global_ttt_chunk_tokens: int = knob(32768, 1)  # a phase's SGD step (32 EVAL_SEQ_LEN at most)
     global_ttt_grad_clip: float = knob(1.0, 0)  # 0 = none
     # #2135's token n-gram tilt of the TTT's score (docs/evaluation.md#the-n-gram-tilt)
     ngram_tilt_enabled: bool = False
@@ -253,24 +253,37 @@ class Hyperparameters:
 
     @classmethod
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
-        fields = {f.name.upper(): f for f in dataclasses.fields(cls)}
-        env = PRESETS.get(env.get("PRESET", ""), {}) | dict(env)  # a variable beats its preset
+        chosen = PRESETS.get(env.get("PRESET", ""), {})
+        preset = {n: v for n, v in chosen.items() if n not in env}  # a variable beats its preset
+        env = preset | dict(env)
         mask = env.get("TTT_MASK", "").partition("no_")[2].upper()  # no_q, no_v, no_qv
         env = {f"TTT_{site}_LORA": "0" for site in mask} | env
-        values = {f.name: parse_value(n, env[n], f.type) for n, f in fields.items() if n in env}
+        values = {
+            f.name: parse_value(n, env[n], f.type) for f in FIELDS if (n := f.name.upper()) in env
+        }
+        if "NUM_LAYERS" in chosen.keys() - preset.keys():  # the preset's layer numbers follow it
+            for name in LAYER_NUMBERS & preset.keys():
+                scaled = values[name.lower()] * values["num_layers"] / int(chosen["NUM_LAYERS"])
+                values[name.lower()] = round(scaled)
         for name, (accepted, what) in FIXED_VARIABLES.items():  # constants here: refused, not
             if env.get(name, accepted[0]) not in accepted:  # ignored, at another value
                 raise ConfigError(f"{name}={env[name]!r}: not read here: {what}; unset it")
         cfg = cls(**values)
-        cfg.validate(world_size)
+        try:
+            cfg.validate(world_size)
+        except ConfigError as e:  # which of the named variables the preset set
+            named = ", ".join(n for n in preset if f"{n}=" in str(e))
+            raise ConfigError(f"{e} ({named}: PRESET={cfg.preset}'s)" if named else e) from None
         return cfg
 
     def validate(self, world_size: int) -> None:
-        for f in dataclasses.fields(self):
-            check_bounds(f.name.upper(), getattr(self, f.name), **f.metadata)
+        """Every value out of its bounds, else every conflict between values, in one error."""
+        bad = [check_bounds(f.name.upper(), getattr(self, f.name), **f.metadata) for f in FIELDS]
+        if any(bad):
+            raise ConfigError("; ".join(filter(None, bad)))
         accum, T = grad_accum_steps_for(world_size), self.train_seq_len
         unit = world_size * accum * T  # tokens of one sequence per rank and micro-step
-        for broken, message in [
+        bad = [message for broken, message in [
             (not self.run_id or any(c in self.run_id for c in "/\\") or self.run_id in (".", ".."),
              f"RUN_ID={self.run_id!r}: expected a plain file name (it names logs/<RUN_ID>.txt)"),
             (self.train_batch_tokens % unit,
@@ -294,9 +307,9 @@ class Hyperparameters:
             (self.eval_stride > self.window,
              f"EVAL_STRIDE={self.eval_stride}: expected at most EVAL_SEQ_LEN={self.window} (a "
              f"window scores its last EVAL_STRIDE targets)"),
-            (self.eval_ttt and not 1 <= self.global_ttt_chunk_tokens // self.window <= 32,
-             f"GLOBAL_TTT_CHUNK_TOKENS={self.global_ttt_chunk_tokens}: expected 1 to 32 sequences "
-             f"of EVAL_SEQ_LEN={self.window} (one SGD step: GLOBAL_TTT_BATCH_SEQS=32)"),
+            (self.eval_ttt and self.global_ttt_chunk_tokens < self.window,
+             f"GLOBAL_TTT_CHUNK_TOKENS={self.global_ttt_chunk_tokens}: expected at least one "
+             f"sequence of EVAL_SEQ_LEN={self.window}"),
             (not all(doc > 0 < chunk <= self.ttt_eval_seq_len for doc, chunk in self.ttt_chunks),
              f"TTT_CHUNK_SIZE={self.ttt_chunk_size} TTT_SHORT_SCORE_FIRST_STEPS="
              f"{self.ttt_short_score_first_steps!r}: expected doc:chunk items, both > 0, and "
@@ -329,16 +342,17 @@ class Hyperparameters:
              f"(pip install -r requirements.txt)"),
             (self.train_seq_schedule and self.train_loader != "docpack",
              "TRAIN_SEQ_SCHEDULE: expected TRAIN_LOADER=docpack (its cut changes with it)"),
-        ]:  # fmt: skip
-            if broken:
-                raise ConfigError(message)
+        ] if broken]  # fmt: skip
+        if bad:
+            raise ConfigError("; ".join(bad))
         span = self.train_batch_tokens // (world_size * accum)  # a rank's micro-batch
         if any(span % n for _, n in seq_stages(self)):
             raise ConfigError(f"TRAIN_SEQ_SCHEDULE={self.train_seq_schedule!r}: expected lengths "
                               f"that divide a rank's micro-batch of {span} tokens")  # fmt: skip
 
 
-DEFAULTS = {f.name: f.default for f in dataclasses.fields(Hyperparameters)}
+FIELDS = dataclasses.fields(Hyperparameters)
+DEFAULTS = {f.name: f.default for f in FIELDS}
 # One preset per leaderboard row: the record's run as its log's hyperparameter dump gives it, with
 # our names for what it hard-codes (FRONTIER.md, FRONTIER_MAY.md 1.17); PRESET=frontier: the top
 # row. Their data: sp8192 CaseOps (docs/data.md). PRESET=pr1855: 2026-04-27, 1.0611.
@@ -356,7 +370,7 @@ PR1855 = {
     "GRAD_CLIP_NORM": "0.3", "EMA_DECAY": "0.9965", "WARMDOWN_FRAC": "0.85", "MIN_LR": "0.1",
     "GPTQ_RESERVE_SECONDS": "0.5", "TRAIN_BATCH_TOKENS": "786432", "TRAIN_SEQ_LEN": "2048",
     "TRAIN_LOADER": "docpack", "VAL_LOSS_EVERY": "0", "TRAIN_LOG_EVERY": "500",
-    "EVAL_SEQ_LEN": "2048", "VAL_DOC_ATTENTION": "1",  # the record's eval_val: within documents
+    "VAL_DOC_ATTENTION": "1",  # the record's eval_val: within documents
     "EVAL_TTT": "1", "QUANTIZER": "gptq", "EMBED_BITS": "7",
     "EMBED_CLIP_SIGMAS": "14.0", "MLP_CLIP_SIGMAS": "11.5", "GATED_ATTN_QUANT_GATE": "1",
     "COMPRESSOR": "brotli",  # the run's pergroup needs lrzip (not here): brotli, its default
@@ -365,8 +379,8 @@ PR1855 = {
 PR2014 = PR1855 | {  # 2026-04-30, 1.0576: #1855 and progressive context, TTT and AWQ levers
     "TRAIN_SEQ_LEN": "3072", "TRAIN_SEQ_SCHEDULE": "1024@0.100,2048@0.700,3072@1.000",
     "TRAIN_SEQ_SCHEDULE_MODE": "wallclock", "SEQ_CHANGE_WARMUP_STEPS": "32",
-    "COMPILE_SHAPE_WARMUP": "1", "ROPE_TRAIN_SEQ_LEN": "3072", "EVAL_SEQ_LEN": "3072",
-    "TTT_EVAL_SEQ_LEN": "3072", "EVAL_INCLUDE_TAIL": "1", "QK_GAIN_INIT": "5.25",
+    "COMPILE_SHAPE_WARMUP": "1", "ROPE_TRAIN_SEQ_LEN": "3072", "TTT_EVAL_SEQ_LEN": "3072",
+    "EVAL_INCLUDE_TAIL": "1", "QK_GAIN_INIT": "5.25",
     "GPTQ_RESERVE_SECONDS": "4.0", "AWQ_LITE_ENABLED": "1", "AWQ_LITE_BITS": "8",
     "AWQ_LITE_GROUP_TOP_K": "1", "AWQ_LITE_GROUP_SIZE": "64", "ASYM_LOGIT_RESCALE": "1",
     "PHASED_TTT_NUM_PHASES": "1", "TTT_BATCH_SIZE": "24", "TTT_LOCAL_LR_MULT": "0.75",
@@ -384,18 +398,26 @@ PR2135 = PR1855 | {  # 2026-05-01, 1.0565: #1855's network, #1797's code line, T
     "NGRAM_HINT_PRECOMPUTE_OUTSIDE": "0",  # the hints inside the evaluation's timer, as its run
 }  # fmt: skip
 PRESETS = {"pr1855": PR1855, "pr2014": PR2014, "pr2135": PR2135, "frontier": PR2135}
+# A preset's layer numbers, scaled with NUM_LAYERS when it is set (docs/frontier.md)
+LAYER_NUMBERS = {"LOOP_START", "LOOP_END", "PARALLEL_START_LAYER", "XSA_LAST_N"}
 
 
 def check_bounds(name: str, value, low=None, high=None, above=None, below=None, choices=None):
+    """What is wrong with the value, in one line; "" if nothing."""
     if choices is not None and value not in choices:
-        raise ConfigError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+        return f"{name}={value!r}: expected one of {', '.join(map(shown_choice, choices))}"
     if above is not None and not value > above:
-        raise ConfigError(f"{name}={value}: expected a value > {above}")
+        return f"{name}={value}: expected a value > {above}"
     if below is not None and not value < below:
-        raise ConfigError(f"{name}={value}: expected a value < {below}")
+        return f"{name}={value}: expected a value < {below}"
     if (low is not None and value < low) or (high is not None and value > high):
         want = [f">= {low}"] * (low is not None) + [f"<= {high}"] * (high is not None)
-        raise ConfigError(f"{name}={value}: expected a value {' and '.join(want)}")
+        return f"{name}={value}: expected a value {' and '.join(want)}"
+    return ""
+
+
+def shown_choice(choice: str) -> str:
+    return choice or "''"
 
 
 PARSERS = {"int": int, "float": float, "bool": {"0": False, "1": True}.__getitem__, "str": str}
@@ -571,8 +593,10 @@ class Muon(torch.optim.Optimizer):
 
 
 def training_fraction(step, elapsed_ms, iterations, max_wallclock_ms) -> float:
-    """How far training is: its share of the time budget under a cap, else of ITERATIONS."""
-    return elapsed_ms / max_wallclock_ms if max_wallclock_ms else step / max(iterations, 1)
+    """How far training is: its share of ITERATIONS or, under a cap, of the time budget, whichever
+    is further (whichever ends training first). A record's run reaches its cap long before its
+    ITERATIONS: its time share, as the record's; a short run under the cap: its steps' share."""
+    return max(elapsed_ms / (max_wallclock_ms or math.inf), step / max(iterations, 1))
 
 
 def lr_multiplier(step, elapsed_ms, iterations, warmdown_iters, max_wallclock_ms,
@@ -973,12 +997,13 @@ def compress(data: bytes, compressor: str) -> bytes:
 
 
 def decompress(blob: bytes) -> bytes:
-    """Whichever compressor wrote it: lzma (its magic), zlib, else brotli."""
-    if blob.startswith(b"\xfd7zXZ\x00"):
-        return lzma.decompress(blob)
-    with contextlib.suppress(zlib.error):
-        return zlib.decompress(blob)
-    return importlib.import_module("brotli").decompress(blob)
+    """Whichever compressor wrote it, by its first bytes: lzma's magic, zlib's 0x78 (our brotli
+    streams, window 2^22, start with an odd byte), else brotli; damaged data is named as such."""
+    kind = "lzma" if blob.startswith(b"\xfd7zXZ\x00") else "zlib" if blob[:1] == b"x" else "brotli"
+    try:
+        return importlib.import_module(kind).decompress(blob)
+    except Exception as e:
+        raise ValueError(f"damaged or cut-short {kind} data ({e})") from None
 
 
 def read_artifact(path: str | Path, source: str) -> dict:
@@ -2529,7 +2554,8 @@ class TTTPlan:
         m*(r+1)//W), attention segments from every BOS and every EVAL_SEQ_LEN tokens. Per SGD
         step, on the CPU: this rank's (inputs, targets, segment bounds, cosine lr factor)."""
         at = np.concatenate([np.arange(s, s + p + 1) for s, p in zip(starts, preds, strict=True)])
-        C, L, W = cfg.global_ttt_chunk_tokens, cfg.window, rt.world_size
+        L, W = cfg.window, rt.world_size
+        C = min(cfg.global_ttt_chunk_tokens, 32 * L)  # GLOBAL_TTT_BATCH_SEQS=32 sequences at most
         lo, hi = (C // L * r // W * L for r in (rt.rank, rt.rank + 1))
         n, out = -(-(at.size - 1) // C), []
         for i in range(n - 1):
@@ -2551,6 +2577,9 @@ def warm_up_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> None:
     (one graph per rows x columns of a chunk step, one for this rank's phase steps). No weight
     changes; the adapters are the plan's, so the timed evaluation compiles nothing."""
     base, t0 = getattr(model, "_orig_mod", model), time.perf_counter()
+    if base is model:  # not compiled (the CPU): nothing to warm up, the shapes would only cost time
+        log0("ttt_warmup: skipped (no torch.compile on the CPU)")
+        return
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     plan.lora = lora = LoRA(base, cfg.ttt_batch_size, cfg.ttt_lora_rank, cfg.ttt_lora_alpha)
     shapes = {(b.table.size(1) - lo, width) for b in plan.work for width, _, lo in b.steps}
@@ -3265,14 +3294,14 @@ def configure() -> tuple[Hyperparameters, Runtime]:
 
 
 class RunLog:
-    """log0: rank 0's console and logs/<RUN_ID>.txt (a no-op elsewhere). Lines wait in memory
-    until keep(): a run stopped by its start-up checks leaves no file behind."""
+    """log0: rank 0's console and logs/<RUN_ID>.txt (a no-op elsewhere), from the first line: a run
+    that stops, at its start-up checks too, ends its log with the error or interruption."""
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, code: str):
-        self.rank0, self.path, self.pending = rt.rank == 0, Path(f"logs/{cfg.run_id}.txt"), []
-        self.kept = False
+        self.rank0, self.path = rt.rank == 0, Path(f"logs/{cfg.run_id}.txt")
         if not self.rank0:
             return
+        self.path.parent.mkdir(exist_ok=True)
         try:
             smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -3294,20 +3323,8 @@ class RunLog:
         if self.rank0:
             if console:
                 print(msg, flush=True)
-            self.pending.append(msg)
-            if self.kept:
-                self.flush()
-
-    def keep(self) -> None:
-        self.kept = self.rank0
-        if self.kept:
-            self.path.parent.mkdir(exist_ok=True)
-            self.flush()
-
-    def flush(self) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            print(*self.pending, sep="\n", file=f)
-        self.pending.clear()
+            with open(self.path, "a", encoding="utf-8") as f:
+                print(msg, file=f)
 
 
 LAUNCHER_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")  # torchrun's
@@ -3368,18 +3385,20 @@ def check_tokenizer(cfg: Hyperparameters, sp, split: np.ndarray) -> None:
 
 
 def settings_help() -> str:
-    """--help: each setting with its default, as the environment writes it, and the comment its
-    Hyperparameters field carries in this file (a field without one prints name and default)."""
+    """--help: each setting with its default (its PRESET's value when one is set), as the
+    environment writes it, and the comment its Hyperparameters field carries in this file."""
     notes = {}
     for line in inspect.getsource(Hyperparameters).splitlines():
         name, _, rest = line.strip().partition(": ")
         notes[name] = rest.partition("  # ")[2]
+    cfg = Hyperparameters.from_env({"PRESET": os.environ.get("PRESET", ""), "RUN_ID": "-"})
     usage = "usage: [VARIABLE=value ...] torchrun --standalone --nproc_per_node=N train_gpt.py"
-    lines = [usage, "", __doc__.split("\n\n")[0], "", "Settings (docs/environment.md), defaults:"]
-    for f in dataclasses.fields(Hyperparameters):
-        value = "(new each run)" if f.default is dataclasses.MISSING else f.default
+    values = f"PRESET={cfg.preset}'s values" if cfg.preset else "defaults"
+    lines = [usage, "", __doc__.split("\n\n")[0], "", f"Settings (docs/environment.md), {values}:"]
+    for f in FIELDS:
+        value = "(new each run)" if f.name == "run_id" else getattr(cfg, f.name)
         value = int(value) if isinstance(value, bool) else value
-        choices = "|".join(c or "''" for c in f.metadata.get("choices") or ())
+        choices = "|".join(map(shown_choice, f.metadata.get("choices") or ()))
         choices = f"one of {choices}; " if choices else ""
         lines.append(f"  {f.name.upper()}={value}  {choices}{notes.get(f.name, '')}".rstrip(" ;"))
     return "\n".join(lines)
@@ -3400,10 +3419,16 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     if not Path(cfg.tokenizer_path).is_file():
         path = cfg.tokenizer_path
         raise DataError(f"TOKENIZER_PATH={path}: no such file (build or download the data first)")
-    sp = spm.SentencePieceProcessor(model_file=cfg.tokenizer_path)
+    try:
+        sp = spm.SentencePieceProcessor(model_file=cfg.tokenizer_path)
+    except RuntimeError:  # not a model: the .vocab beside it, say
+        path = cfg.tokenizer_path
+        raise DataError(f"TOKENIZER_PATH={path}: not a SentencePiece .model file") from None
     if int(sp.vocab_size()) != cfg.vocab_size:
         found = f"tokenizer vocab_size={int(sp.vocab_size())} ({cfg.tokenizer_path})"
-        raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size} does not match {found}")
+        ours = "VOCAB_SIZE" in os.environ or "VOCAB_SIZE" not in PRESETS.get(cfg.preset, {})
+        preset = "" if ours else f" (PRESET={cfg.preset}'s)"
+        raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size}{preset} does not match {found}")
     luts = build_sentencepiece_luts(sp, cfg.vocab_size)
     shards = None
     calibrate = cfg.quantizer == "gptq" and not cfg.eval_only_path.endswith(".ptz")
@@ -3482,6 +3507,8 @@ def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, l
     """final_model.pt and the quantized artifact (rank 0 writes them); what each rank scores."""
     gptq, path = cfg.quantizer == "gptq", Path(ARTIFACT_FILES[cfg.quantizer])
     if rt.rank == 0:
+        for earlier in (Path("final_model.pt"), path):
+            keep_earlier(earlier, log0)
         atomic_torch_save(file_state_dict(net.base), Path("final_model.pt"))
         model_bytes = os.path.getsize("final_model.pt")
         log0(f"Serialized model: {model_bytes} bytes")
@@ -3503,6 +3530,15 @@ def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, l
         log0(f"Total submission size {how}: {size + code_bytes} bytes")
     barrier(rt)
     return read_artifact(path, str(path)) if gptq or rt.rank == 0 else obj
+
+
+def keep_earlier(path: Path, log0: Callable) -> None:
+    """An earlier run's file is renamed by its time (final_model.20260427-093000.pt), not replaced
+    without a word: a 2-step experiment keeps the quick start's model."""
+    if path.exists():
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
+        path.rename(kept := path.with_stem(f"{path.stem}.{stamp}"))
+        log0(f"kept the earlier {path} as {kept}")
 
 
 def log_code_size(code: str, gptq: bool, model_bytes: int, log0: Callable) -> int:
@@ -3591,15 +3627,21 @@ def weights_mismatch(ours: dict, theirs: dict) -> str:
             found.append(f"{name}: {what} {a} here, {b} in the file")
         if name == "MODEL_DIM" and a != b:  # the widths below follow from it
             break
-    if ("lm_head.weight" in ours) != ("lm_head.weight" in theirs):
-        tied = "lm_head.weight" not in ours
-        found.append(f"TIE_EMBEDDINGS={int(tied)} here, the file is {'un' * tied}tied")
-    if not found:  # another difference: name the first tensor
-        key = next(k for k in [*ours, *theirs] if k not in ours or k not in theirs
-                   or ours[k].shape != theirs[k].shape)  # fmt: skip
-        shapes = [tuple(sd[key].shape) if key in sd else "absent" for sd in (ours, theirs)]
-        found.append(f"{key}: {shapes[0]} here, {shapes[1]} in the file")
+    for key in [] if found else [*ours, *theirs]:  # else: the settings of the tensors that differ
+        if key not in ours or key not in theirs or ours[key].shape != theirs[key].shape:
+            shapes = [tuple(sd[key].shape) if key in sd else "absent" for sd in (ours, theirs)]
+            name = next((f"{name}: " for part, name in TENSOR_SETTINGS if part in key), "")
+            if not any(line.startswith(name or key) for line in found):  # each setting once
+                found.append(f"{name}{key} {shapes[0]} here, {shapes[1]} in the file")
     return "; ".join(found)
+
+
+# The settings that give a tensor (weights_mismatch): the part of its name they give it
+TENSOR_SETTINGS = (
+    ("skip_gates", "SKIP_GATES_ENABLED"), ("skip_weights", "NUM_LOOPS/LOOP_START/LOOP_END"),
+    ("parallel_", "PARALLEL_START_LAYER"), ("smear", "SMEAR_GATE_ENABLED"),
+    ("attn_gate", "SPARSE_ATTN_GATE_ENABLED"), ("lm_head", "TIE_EMBEDDINGS"),
+)  # fmt: skip
 
 
 def load_weights(net: Network, state: dict, source: str) -> None:
@@ -3621,8 +3663,7 @@ def load_for_evaluation(cfg, rt, net: Network, evaluate: Callable, log0: Callabl
     except Exception as e:  # missing, truncated or not ours: one line
         raise DataError(f"EVAL_ONLY_PATH={path}: unreadable ({type(e).__name__}: {e})") from None
     load_weights(net, state, f"EVAL_ONLY_PATH={path}")
-    val_loss, val_bpb = evaluate()
-    log0(f"eval_only path:{path} val_loss:{val_loss:.4f} val_bpb:{val_bpb:.4f}")
+    log_score("eval_only", f"path:{path} ", rt, evaluate, log0)
     if cfg.quantizer == "gptq":
         return quantize_gptq(cfg, rt, net, log0)
     return quantize_state_dict_int8(net.base.state_dict())[0]
@@ -3646,24 +3687,25 @@ def log_score(label, fields, rt, evaluate, log0, record_label="", digits=4) -> N
 def main() -> None:
     cfg, rt = configure()
     code = Path(__file__).read_bytes().decode("utf-8")  # as counted: no newline translation
-    log0 = RunLog(cfg, rt, code)
+    log0 = RunState.log0 = RunLog(cfg, rt, code)
     checkpoint = read_checkpoint(cfg, rt)
     val, device_luts, windows, plan = load_data(cfg, rt, log0)
-    log0.keep()  # the checks passed: the log file from here on
     net = build_network(cfg, rt)
     log_network(cfg, rt, net, log0)
     evaluate = functools.partial(eval_val, cfg, rt, net.compiled, val, device_luts)
     if cfg.eval_only_path:
+        RunState.phase = f"while evaluating {cfg.eval_only_path}"
         net.base.looping = cfg.num_loops > 0  # the record evaluates looped
         quantized = load_for_evaluation(cfg, rt, net, evaluate, log0)
     else:
         with Trainer(cfg, rt, net, log0) as trainer:
-            Interrupted.trainer = trainer  # the step an interruption reports
+            RunState.trainer, RunState.phase = trainer, "training"  # at its step
             trainer.warm_up_and_restore()
             if checkpoint:
                 trainer.resume(checkpoint)
             trainer.train(evaluate)
         trainer.log_summary()
+        RunState.phase = "while saving and quantizing the model"
         if trainer.ema is not None:  # the in-loop final validation scored the live weights
             log0("ema:applying EMA weights")
             net.base.load_state_dict(trainer.ema.state_dict())  # cast to the live dtypes
@@ -3677,6 +3719,7 @@ def main() -> None:
     else:
         load_weights(net, dequantize_state_dict_gptq(quantized, net.base.state_dict()), source)
     record_label = "" if "__quant_format__" in quantized else "diagnostic quantized"
+    RunState.phase = "in the final evaluation"
     rt.synchronize()
     evals_start = time.perf_counter()
     log_score("final_int8_zlib_roundtrip", "", rt, evaluate, log0, record_label)
@@ -3684,6 +3727,7 @@ def main() -> None:
         sliding = functools.partial(eval_sliding, cfg, rt, net.compiled, windows)
         log_score("final_sliding_window_eval", f"stride:{cfg.eval_stride} ", rt, sliding, log0)
     if plan is not None:  # the frontier's score; last, as its phases train the weights
+        RunState.phase = "in the TTT evaluation"
         if cfg.ngram_tilt_enabled and cfg.ngram_hint_precompute_outside:
             log0("ngram_tilt:precomputing hints OUTSIDE eval timer")
             plan.hints = ngram_tilt_hints(cfg, plan, log0)
@@ -3700,11 +3744,12 @@ def main() -> None:
         inductor_compile.shutdown_compile_workers()
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM, which torchrun forwards to every rank: each stops where it is."""
+class RunState:
+    """What an interruption's line says: the run's Trainer (its step), phase and log."""
 
-    signum = 0  # the first signal received: whatever a rank raises after it is the interruption
     trainer = None  # the run's Trainer, once there is one
+    phase = "at start-up"  # what the run is doing, as its interruption line says it
+    log0 = None  # the run's RunLog, once there is one
 
 
 def handle_signals(handler) -> None:
@@ -3712,55 +3757,66 @@ def handle_signals(handler) -> None:
         signal.signal(sig, handler)
 
 
-def on_signal(signum: int, frame) -> None:
-    handle_signals(signal.SIG_IGN)  # one interruption: later signals change nothing
-    Interrupted.signum = signum
-    raise Interrupted(signum)
+def hold(signum: int, frame) -> None:  # the main thread, between bytecodes: stop_on_signal ends it
+    threading.Event().wait()
 
 
 def main_interruptible() -> int:
-    """main(); after SIGINT or SIGTERM: the loaders closed (the `with` blocks), incomplete
-    checkpoints removed, the process group destroyed, one line on rank 0, exit 130 or 143."""
-    handle_signals(on_signal)
+    """main(). SIGINT or SIGTERM (torchrun forwards them to every rank) end the run from a thread:
+    Python runs a signal's handler in the main thread between bytecodes only, and one long call
+    (a backward on the CPU, a collective whose peer is gone) would keep it for many seconds. An
+    error: its line ends the log, and the signals are the defaults again (torchrun's SIGTERM
+    ends a waiting rank)."""
+    wake, woken = os.pipe()
+    os.set_blocking(woken, False)
+    signal.set_wakeup_fd(woken)  # the C-level handler writes the signal's number there at once
+    threading.Thread(target=stop_on_signal, args=(wake,), daemon=True).start()
+    handle_signals(hold)
     try:
         main()
-        handle_signals(signal.SIG_IGN)  # the final line is out: the run succeeded
-        return 0
-    except (Exception, Interrupted):
-        if not Interrupted.signum:  # an error: torchrun's SIGTERM ends a waiting rank, as before
-            handle_signals(signal.SIG_DFL)
-            raise
-    trainer, where, saved = Interrupted.trainer, "before training", "no checkpoint"
+    except Exception:
+        handle_signals(signal.SIG_DFL)
+        raise
+    handle_signals(signal.SIG_IGN)  # the final line is out: the run succeeded
+    return 0
+
+
+def stop_on_signal(wake: int) -> None:
+    """The first signal: an incomplete checkpoint removed, rank 0's line (`interrupted at step N
+    (checkpoint: ...)`, or the phase), exit 128 + the signal (threads and files end with us)."""
+    signum = os.read(wake, 1)[0]
+    trainer, where, saved = RunState.trainer, RunState.phase, "no checkpoint"
     if trainer is not None:
-        cfg, where = trainer.cfg, f"at step {trainer.step}"
+        cfg = trainer.cfg
+        where = f"at step {trainer.step}" if where == "training" else where
         folder = Path(cfg.checkpoint_dir)
         done = sorted(folder.glob("step_*/meta.json")) if cfg.checkpoint_every else []
         saved = f"checkpoint: {done[-1].parent}" if done else saved
         if trainer.rt.rank == 0:  # a checkpoint cut short: its hidden folder
             for tmp in folder.glob(".step_*.tmp"):
                 shutil.rmtree(tmp, ignore_errors=True)
-    if dist.is_available() and dist.is_initialized():
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
     if os.environ.get("RANK", "0") == "0":
-        (trainer.log0 if trainer is not None else print)(f"interrupted {where} ({saved})")
-    return 128 + Interrupted.signum
+        (RunState.log0 or print)(f"interrupted {where} ({saved})")
+    os._exit(128 + signum)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] in (["-h"], ["--help"]):
-        print(settings_help())
-        sys.exit(0)
-    if sys.argv[1:]:
+    if sys.argv[1:] and sys.argv[1:] not in (["-h"], ["--help"]):
         print(f"error: {sys.argv[1]!r}: train_gpt.py takes no arguments; settings are "
               f"environment variables (python train_gpt.py --help)", file=sys.stderr)  # fmt: skip
         sys.exit(2)
     exit_code = 0
     try:
-        exit_code = main_interruptible()
+        if sys.argv[1:]:  # --help: under PRESET, its values (a misspelt PRESET: one line)
+            print(settings_help())
+        else:
+            exit_code = main_interruptible()
     except Exception as e:  # user mistakes: one clear line, not a traceback per rank
         error = e.__cause__ if isinstance(e, WorkerError) else e  # a loader thread's: a bad shard
-        if not isinstance(error, (ConfigError, DataError)):
+        user = isinstance(error, (ConfigError, DataError))
+        if RunState.log0 is not None:  # the log ends with what ended the run
+            RunState.log0(f"error: {error if user else repr(error)}", console=False)
+        if not user:
             raise
         rank = os.environ.get("RANK", "0")
         if rank not in ("0", ""):  # rank 0 says it and torchrun stops us, unless it is ours alone

@@ -3,7 +3,8 @@
 # then a small model trained by 2 processes under torchrun (gloo) in a few minutes; it ends with the
 # final_int8_zlib_roundtrip_exact line. The model and run settings are in scripts/quickstart.env;
 # any of them, and DATA_PATH / TOKENIZER_PATH (another dataset: nothing is built then), can be
-# overridden from the environment.
+# overridden from the environment. `PRESET=frontier bash scripts/quickstart.sh` runs a leaderboard
+# record's network, schedule, quantizer and evaluation at this size (docs/frontier.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,6 +13,9 @@ if [ -z "${DATA_PATH:-}" ]; then
 fi
 export DATA_PATH=${DATA_PATH:-./data/datasets/stdlib_sp1024}
 export TOKENIZER_PATH=${TOKENIZER_PATH:-./data/tokenizers/stdlib_1024_bpe.model}
+if [ "$TOKENIZER_PATH" = ./data/tokenizers/stdlib_1024_bpe.model ]; then
+  export VOCAB_SIZE=${VOCAB_SIZE:-1024}  # its vocabulary, whatever a PRESET's record trained on
+fi
 while IFS='=' read -r name value; do
   case "$name" in '' | '#'*) continue ;; esac
   [ -n "${!name:-}" ] || export "$name=$value"

@@ -423,8 +423,14 @@ def test_eval_only_prints_the_final_line_of_the_run_that_wrote_the_file(
     assert final_line(run) == final_line(stream_run)
     last_val = stream_run.lines("step:6/6 val_loss:")[0]
     scores = re.search(r"val_loss:\S+ val_bpb:\S+", last_val)[0]
-    expected = [f"eval_only path:{path} {scores}"] if artifact.endswith(".pt") else []
-    assert run.lines("eval_only") == expected  # the weights as saved score as at the end
+    lines = [re.sub(r" eval_time:\d+ms$", "", x) for x in run.lines("eval_only")]
+    if artifact.endswith(".ptz"):
+        assert lines == []
+        return
+    assert lines[0] == f"eval_only path:{path} {scores}"  # the weights as saved: as at the end
+    exact = re.fullmatch(r"eval_only_exact path:\S+ val_loss:(\S+) val_bpb:(\S+)", lines[1])
+    assert exact and [f"{float(v):.4f}" for v in exact.groups()] == re.findall(r":(\S+)", scores)
+    assert all(len(v.split(".")[1]) == 8 for v in exact.groups())
 
 
 def test_eval_only_of_a_missing_file_is_one_error_line(tmp_path, tiny_dataset):

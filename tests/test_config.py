@@ -142,7 +142,10 @@ def test_the_settings_line_can_be_pasted_back_as_the_environment(capsys, monkeyp
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("settings: ")]
     pasted = dict(kv.split("=", 1) for kv in line.split(" (all of them")[0].split()[1:])
     assert pasted == env and cfg(RUN_ID="r", **pasted) == cfg(RUN_ID="r", **env)
-    assert not list(tmp_path.iterdir())  # nothing written before keep()
+    assert (tmp_path / "logs" / "r.txt").read_text().splitlines()[-2:] == [
+        line,  # the log holds it from the start: a run stopped at start-up ends it with its error
+        "cpu_mode: fp32, no torch.compile; copy streams (CUDA-only) off, prefetch on",
+    ]
 
 
 def test_the_baselines_pattern_variables_at_their_default_change_nothing():
@@ -150,3 +153,67 @@ def test_the_baselines_pattern_variables_at_their_default_change_nothing():
     assert cfg(INT8_KEEP_FLOAT_FP32_NAME_PATTERNS=default, RUN_ID="r") == cfg(RUN_ID="r")
     names = default.split(",")  # what they match, ours matches
     assert all(tg.is_control_tensor(f"blocks.0.{n}") for n in names)
+
+
+# -----------------------------
+# presets (generic over tg.PRESETS): what follows from NUM_LAYERS, what conflicts, --help
+# -----------------------------
+PRESET_NAMES = sorted(tg.PRESETS)
+LAYERED = sorted(tg.LAYER_NUMBERS)
+
+
+@pytest.mark.parametrize("preset", PRESET_NAMES)
+def test_a_presets_layer_numbers_follow_a_num_layers_set_beside_it(preset):
+    full = cfg(PRESET=preset)
+    for layers in (4, 6, 22):
+        small = cfg(PRESET=preset, NUM_LAYERS=layers)
+        for name in LAYERED:
+            if name in tg.PRESETS[preset]:
+                want = round(getattr(full, name.lower()) * layers / full.num_layers)
+                assert getattr(small, name.lower()) == want, (name, layers)
+    kept = cfg(PRESET=preset, NUM_LAYERS=4, LOOP_START=0, LOOP_END=0)  # a set value stays
+    assert (kept.loop_start, kept.loop_end) == (0, 0)
+
+
+def test_the_frontiers_loop_and_lanes_at_4_layers():
+    small = cfg(PRESET="frontier", NUM_LAYERS=4)  # 11 layers: loop 3-5, lanes from 8, XSA on all
+    assert (small.loop_start, small.loop_end, small.parallel_start_layer) == (1, 2, 3)
+    assert small.xsa_last_n == 4
+
+
+def test_every_conflict_is_named_in_one_error_with_what_the_preset_set():
+    with pytest.raises(tg.ConfigError) as info:
+        cfg(PRESET="frontier", MODEL_DIM=60, LOOP_START=9, GATE_WINDOW=100)
+    message = str(info.value)
+    assert "\n" not in message
+    for part in ("MODEL_DIM=60: expected a multiple of NUM_HEADS=8",
+                 "LOOP_START=9 LOOP_END=5: expected LOOP_START <= LOOP_END",
+                 "GATE_WINDOW=100: expected at most MODEL_DIM=60",
+                 "(NUM_LAYERS, ROPE_DIMS, NUM_LOOPS, LOOP_END: PRESET=frontier's)"):  # fmt: skip
+        assert part in message, message
+    with pytest.raises(tg.ConfigError) as info:
+        cfg(NUM_HEADS=0, MATRIX_LR=-1)  # out of bounds: all of them, before any conflict
+    assert (
+        str(info.value)
+        == "NUM_HEADS=0: expected a value >= 1; MATRIX_LR=-1.0: expected a value >= 0"
+    )
+
+
+def test_a_misspelt_preset_lists_the_choices():
+    with pytest.raises(tg.ConfigError) as info:
+        cfg(PRESET="frontiers")
+    choices = ", ".join(["''", *PRESET_NAMES])
+    assert str(info.value) == f"PRESET='frontiers': expected one of {choices}"
+
+
+@pytest.mark.parametrize("preset", PRESET_NAMES)
+def test_help_under_a_preset_shows_its_values(preset, monkeypatch):
+    monkeypatch.setenv("PRESET", preset)
+    shown = dict(line.split()[0].split("=", 1) for line in tg.settings_help().splitlines()
+                 if line.startswith("  "))  # fmt: skip
+    assert f"PRESET={preset}'s values:" in tg.settings_help()
+    for name, value in tg.PRESETS[preset].items():
+        field = next(f for f in tg.FIELDS if f.name == name.lower())
+        assert tg.parse_value(name, shown[name], field.type) == tg.parse_value(
+            name, value, field.type
+        ), name

@@ -250,7 +250,8 @@ def test_the_records_warmdown_by_fraction_down_to_min_lr():
     assert f(10, elapsed=299_750.0, cap=599_500.0) == pytest.approx(0.5 / 0.85)  # time, not steps
     assert tg.lr_multiplier(50, 0.0, 100, 0, None, warmdown_frac=1.0) == 0.5
     assert tg.training_fraction(7, 1e9, 20, None) == 0.35
-    assert tg.training_fraction(7, 150.0, 20, 600.0) == 0.25
+    assert tg.training_fraction(7, 150.0, 100, 600.0) == 0.25  # the cap's share: further
+    assert tg.training_fraction(7, 150.0, 20, 600.0) == 0.35  # ITERATIONS end a short run first
 
 
 def test_a_gptq_reserve_must_leave_training_time():

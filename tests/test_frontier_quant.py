@@ -464,7 +464,10 @@ def test_eval_only_rescoring_the_artifact_gives_the_same_number(gptq_run, tiny_d
     bad = run_train(gptq_run.workdir / "bad", tiny_dataset, nproc=0,
                     **E2E | {"EVAL_ONLY_PATH": str(truncated)})  # fmt: skip
     assert bad.returncode == 2
-    assert f"error: EVAL_ONLY_PATH={truncated}: not a readable artifact (" in bad.stderr
+    assert (
+        f"error: EVAL_ONLY_PATH={truncated}: not a readable artifact (ValueError: damaged or "
+        "cut-short brotli data (" in bad.stderr
+    )
 
 
 def test_pack_record_writes_the_counted_code_and_it_runs(tmp_path, tiny_dataset):

@@ -1,7 +1,9 @@
-"""Ctrl-C (SIGINT) and SIGTERM during training (issue 32): every rank stops within seconds, the
-loaders closed and the process group destroyed, rank 0 prints one line, `interrupted at step N
-(checkpoint: ... | no checkpoint)`, each rank exits 128 + the signal (130, 143) without a
-traceback, and no process, incomplete checkpoint or temporary file is left behind.
+"""Ctrl-C (SIGINT) and SIGTERM (issues 32 and 40): every rank stops within seconds in every phase,
+a long call of the main thread included (a thread ends the run: Python runs a signal's handler
+between bytecodes only); rank 0 prints one line, `interrupted at step N (checkpoint: ... | no
+checkpoint)` or `interrupted <phase> (...)`, also the log's last line; each rank exits 128 + the
+signal (130, 143) without a traceback, and no process, incomplete checkpoint or temporary file is
+left behind.
 
 Under torchrun, Ctrl-C reaches torchrun (its workers run in sessions of their own), which forwards
 the signal to every rank; torchrun then prints its own `SignalException` report and exits 1: that
@@ -18,6 +20,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from conftest import REPO, children, kill_job, train_command, train_env
 
@@ -141,3 +145,69 @@ def test_sigint_early_is_one_line_and_exit_130(tiny_dataset, tmp_path):
         kill_job(proc.pid)
     assert proc.returncode == 130 and err == "", err
     assert len([x for x in out.splitlines() if x.startswith("interrupted ")]) == 1, out
+
+
+# A phase whose main thread is inside one long call (a backward of the records' TTT shapes on a
+# CPU took 22 s): Python runs the signal's handler only between bytecodes, so a thread ends the
+# run. The stub's call would run for half an hour.
+STUCK = """
+import hashlib, sys
+sys.path.insert(0, {repo!r})
+import train_gpt as tg
+
+def stuck(*args, **kwargs):
+    print("stuck", flush=True)
+    hashlib.pbkdf2_hmac("sha256", b"", b"", 2**31 - 1)  # one C call, the GIL released
+
+setattr(tg, {target!r}, stuck)
+sys.exit(tg.main_interruptible())
+"""
+TTT = dict(EVAL_TTT=1, TTT_BATCH_SIZE=4, TTT_CHUNK_SIZE=16, TTT_EVAL_SEQ_LEN=64,
+           TTT_LORA_RANK=4, PHASED_TTT_PREFIX_DOCS=12, GLOBAL_TTT_CHUNK_TOKENS=2048,
+           MAX_VAL_TOKENS=6000)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "target, env, phase",
+    [
+        ("load_data", {}, "at start-up"),
+        ("quantize_state_dict_int8", {}, "while saving and quantizing the model"),
+        ("eval_val", {"EVAL_ONLY_PATH": "final_model.pt"}, "while evaluating {path}"),
+        ("eval_ttt", {"EVAL_ONLY_PATH": "final_model.int8.ptz", **TTT}, "in the TTT evaluation"),
+    ],
+)
+def test_sigint_in_a_long_call_of_any_phase_names_the_phase_and_stops(
+    tiny_dataset, tiny_run, tmp_path, target, env, phase
+):
+    if "EVAL_ONLY_PATH" in env:
+        env["EVAL_ONLY_PATH"] = path = str(tiny_run.workdir / env["EVAL_ONLY_PATH"])
+        phase = phase.format(path=path)
+    code = STUCK.format(repo=str(REPO), target=target)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=train_env(tiny_dataset, RUN_ID="stuck", **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        seen = wait_for_line(proc.stdout, "stuck")
+        assert seen[-1:] == ["stuck\n"], seen
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)  # (the call alone would take hours)
+    finally:
+        kill_job(proc.pid)
+    assert proc.returncode == 130 and err == "", err[-3000:]
+    line = f"interrupted {phase} (no checkpoint)"
+    assert [x for x in out.splitlines() if x.startswith("interrupted")] == [line]
+    assert (tmp_path / "logs" / "stuck.txt").read_text().splitlines()[-1] == line
+
+
+def wait_for_line(stream, text: str) -> list[str]:
+    seen = []
+    for line in stream:
+        seen.append(line)
+        if line == f"{text}\n":
+            break
+    return seen

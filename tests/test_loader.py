@@ -48,9 +48,7 @@ CPU = torch.device("cpu")
 WORKER_THREAD = "train_prefetch"
 READER_THREAD_PREFIX = "train_shard_reader_"
 VAL_THREAD = "val_prefetch"
-WATCHDOG_S = 10.0  # a call still running after this long counts as hung
-PROMPT_S = 5.0  # a failure must surface within this (the dead-worker check polls every 1 s)
-CLOSE_S = 2.0  # close() must return within this
+WATCHDOG_S = 10.0  # a call still running after this long counts as hung (no timing is asserted)
 
 
 # -----------------------------
@@ -121,7 +119,6 @@ def assert_same_batch(got, want, what: str) -> None:
 class Outcome:
     result: object = None
     error: BaseException | None = None
-    seconds: float = math.inf
 
 
 def call_within(fn, timeout: float = WATCHDOG_S, what: str = "call") -> Outcome:
@@ -130,12 +127,10 @@ def call_within(fn, timeout: float = WATCHDOG_S, what: str = "call") -> Outcome:
     out = Outcome()
 
     def target():
-        t0 = time.perf_counter()
         try:
             out.result = fn()
         except BaseException as e:
             out.error = e
-        out.seconds = time.perf_counter() - t0
 
     helper = threading.Thread(target=target, name="test_loader_watchdog", daemon=True)
     helper.start()
@@ -480,7 +475,6 @@ def test_bad_later_shard_is_reported_with_its_file_name(tmp_path, loaders, kind,
     else:
         assert returned <= good, "a batch was returned that needed the bad shard"
         assert isinstance(err, tg.WorkerError), f"expected WorkerError, got {chain_text(err)}"
-        assert failed.seconds < PROMPT_S, f"the failure took {failed.seconds:.1f}s to surface"
         cause = err.__cause__
         assert isinstance(cause, tg.DataError), (
             f"__cause__ must be the original error, got {chain_text(err)}"
@@ -499,7 +493,7 @@ def test_bad_later_shard_is_reported_with_its_file_name(tmp_path, loaders, kind,
         chain_text(again.error) if again.error else f"a batch was returned: {again.result}"
     )
     closed = call_within(loader.close, what="close() after a failure")
-    assert closed.error is None and closed.seconds < CLOSE_S
+    assert closed.error is None
     assert live_threads() <= before, (
         f"threads left behind: {sorted(n for _, n in live_threads() - before)}"
     )
@@ -559,7 +553,6 @@ def test_base_exception_in_the_shard_reader_becomes_a_worker_error(
     )
     assert type(failed.error.__cause__) is exc_type
     assert "fake_load_data_shard" in traceback_functions(failed.error.__cause__)
-    assert failed.seconds < PROMPT_S
     assert threading.main_thread().is_alive()
 
 
@@ -588,7 +581,6 @@ def test_exception_in_the_worker_itself_becomes_a_worker_error(
     assert set(calls) == {WORKER_THREAD}, "the batches are made on the worker thread"
     assert isinstance(failed.error, tg.WorkerError) and type(failed.error.__cause__) is exc_type
     assert "worker blew up on batch 4" in chain_text(failed.error)
-    assert failed.seconds < PROMPT_S
 
 
 def test_worker_that_dies_without_reporting_is_noticed(tmp_path, loaders, monkeypatch):
@@ -606,7 +598,6 @@ def test_worker_that_dies_without_reporting_is_noticed(tmp_path, loaders, monkey
     assert returned <= _batches_before_bad_shard(world_size, 9)
     assert isinstance(failed.error, tg.WorkerError), chain_text(failed.error)
     assert "exited without handing over a batch" in str(failed.error)
-    assert failed.seconds < PROMPT_S
 
 
 @pytest.mark.parametrize("pipeline", ["train", "val"])
@@ -625,7 +616,6 @@ def test_worker_thread_that_exits_at_once_is_noticed(tmp_path, loaders, monkeypa
     assert isinstance(failed.error, tg.WorkerError), (
         chain_text(failed.error) if failed.error else "no error"
     )
-    assert failed.seconds < PROMPT_S
 
 
 def test_queue_depth_below_one_is_refused(tmp_path):
@@ -654,7 +644,6 @@ def test_close_is_prompt_while_the_worker_is_blocked_on_a_full_queue(tmp_path):
     )
     closed = call_within(loader.close, what="close() with the worker blocked")
     assert closed.error is None, chain_text(closed.error)
-    assert closed.seconds < CLOSE_S, f"close() took {closed.seconds:.2f}s"
     assert not worker.is_alive()
     assert live_threads() <= before, (
         f"threads left behind: {sorted(n for _, n in live_threads() - before)}"
@@ -674,7 +663,7 @@ def test_no_thread_outlives_its_loader(tmp_path, depth):
     names = thread_names()
     assert WORKER_THREAD in names and any(n.startswith(READER_THREAD_PREFIX) for n in names), names
     closed = call_within(loader.close, what="close()")
-    assert closed.error is None and closed.seconds < CLOSE_S
+    assert closed.error is None
     assert live_threads() <= before, (
         f"threads left behind: {sorted(n for _, n in live_threads() - before)}"
     )
@@ -698,7 +687,7 @@ def test_thirty_open_use_close_cycles_leave_no_thread(tmp_path):
                 f"cycle {cycle}",
             )
         closed = call_within(loader.close, what=f"close() in cycle {cycle}")
-        assert closed.error is None and closed.seconds < CLOSE_S
+        assert closed.error is None
         assert live_threads() <= before, (
             f"cycle {cycle} left {sorted(n for _, n in live_threads() - before)}"
         )
@@ -736,7 +725,7 @@ def test_close_is_idempotent(tmp_path):
     used.next_batch(*shape_for(1, 8, 4, 1))
     for _ in range(3):
         closed = call_within(used.close)
-        assert closed.error is None and closed.seconds < CLOSE_S
+        assert closed.error is None
     with used:  # __exit__ on a closed loader is a no-op too
         pass
     sync = tg.DistributedTokenLoader(train_pattern(tmp_path), 0, 1, "cpu")
@@ -899,7 +888,4 @@ def test_validation_worker_failure_surfaces_in_the_main_thread(tmp_path):
     assert isinstance(failed.error.__cause__, OSError)
     assert "simulated read failure" in chain_text(failed.error)
     assert "fill" in traceback_functions(failed.error.__cause__), "the original traceback is kept"
-    assert failed.seconds < PROMPT_S
-    wait_until(
-        lambda: VAL_THREAD not in thread_names(), timeout=CLOSE_S, what="the val worker to be gone"
-    )
+    wait_until(lambda: VAL_THREAD not in thread_names(), what="the val worker to be gone")

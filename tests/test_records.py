@@ -1021,6 +1021,11 @@ def test_new_scaffolds_a_folder_that_check_accepts(tmp_path, capsys):
     out = capsys.readouterr().out
     folder = tmp_path / "records" / "track_10min_16mb" / "2026-05-01_My_Record"
     assert f"created {folder}" in out and out.splitlines()[-1].startswith("VERDICT accepted")
+    size = (folder / "train_gpt.py").stat().st_size
+    assert (
+        f"code: train_gpt.py ships readable, {size:,} bytes; bytes_code {size:,}; the artifact "
+        "counts these bytes; --pack ships the packed form, fewer bytes"
+    ) in out.splitlines()
     assert sorted(p.name for p in folder.iterdir()) == [
         "README.md",
         "submission.json",
@@ -1353,3 +1358,37 @@ def test_entry_point_imports_the_package_api():
     from records.submission import pack_source
 
     assert entry_check is check_folder and callable(pack_source)
+
+
+def test_seeds_of_different_settings_fail_and_seeds_of_the_same_pass(tmp_path):
+    folder = copy_record(BASELINE, tmp_path)
+    logs = sorted(folder.glob("train_seed*.log"))
+    for i, log in enumerate(logs):  # what train_gpt.py prints; SEED differs, as seeds do
+        line = f"settings: SEED={i} ITERATIONS=300 (all of them: logs/run{i}.txt)"
+        replace_in(log, "\nstep:0/", f"\n{line}\nstep:0/")
+    ok, lines = check(folder)
+    assert (
+        ok and f"PASS same_settings: {len(logs)} logs ran the same settings (SEED aside)" in lines
+    )
+    replace_in(logs[0], " ITERATIONS=300 ", " ITERATIONS=30 ")
+    ok, lines = check(folder)
+    assert not ok
+    others = "; ".join(f"{log.name}: ITERATIONS=300" for log in logs[1:])
+    assert (
+        f"FAIL same_settings: the seeds ran different settings: {logs[0].name}: ITERATIONS=30; "
+        f"{others}; fix: run every seed with the same settings but SEED"
+    ) in lines
+
+
+def test_new_says_a_gptq_runs_code_counts_as_the_records_count_it(tmp_path):
+    from records.golf.cli import code_counting
+
+    (tmp_path / "train_gpt.py").write_text("x = 1\n" * 1000)
+    (tmp_path / "submission.json").write_text(json.dumps({"bytes_code": 6000}))
+    log = "Code size (uncompressed): 6000 bytes\nCode size (compressed): 1234 bytes\n"
+    (tmp_path / "train_seed1.log").write_text(log)
+    assert code_counting(tmp_path, packed=False) == (
+        "code: train_gpt.py ships readable, 6,000 bytes; bytes_code 6,000; the artifact counts "
+        "the code as the logs' `Code size (compressed)`, 1,234 bytes (minified, brotli, base85: "
+        "the accepted records' rule); --pack would ship and count the bz2-packed file instead"
+    )

@@ -67,7 +67,9 @@ def test_a_recorded_dataset_refuses_another_tokenizer_in_one_line(
         f"tokenizer DATA_PATH={small_vocab_dataset.dataset_dir} was tokenized with: "
         f"stdlib_512_bpe (sha256 {theirs['sha256'][:12]}, tokenized_with.json)"
     ]
-    assert "step:" not in run.stdout and not (tmp_path / "run" / "logs").exists()
+    assert "step:" not in run.stdout
+    (log,) = (tmp_path / "run" / "logs").glob("*.txt")  # the settings line named it: it says why
+    assert log.read_text().splitlines()[-1] == run.stderr.splitlines()[0]
 
 
 def test_without_a_record_the_round_trip_catches_the_other_tokenizer(

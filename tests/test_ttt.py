@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import re
+import types
 
 import numpy as np
 import pytest
@@ -270,10 +271,19 @@ def test_the_records_ttt_variables_are_read_or_refused_at_another_value():
             tg.Hyperparameters.from_env({name: other})
     warned = tg.misspelt_variables({"GLOBAL_TTT_WARMUP_START_LR": "0", "TTT_CHUNK_TOKENS": "1"})
     assert len(warned) == 2 and all("not a variable of this script" in w for w in warned)
-    for tokens in ("1024", "67584"):  # 1 to 32 sequences of EVAL_SEQ_LEN per phase step
-        env = dict(EVAL_TTT="1", EVAL_SEQ_LEN="2048", GLOBAL_TTT_CHUNK_TOKENS=tokens)
-        with pytest.raises(tg.ConfigError, match=f"^GLOBAL_TTT_CHUNK_TOKENS={tokens}: expected"):
-            tg.Hyperparameters.from_env(env)
+    env = dict(EVAL_TTT="1", EVAL_SEQ_LEN="2048", GLOBAL_TTT_CHUNK_TOKENS="1024")
+    with pytest.raises(tg.ConfigError, match=r"^GLOBAL_TTT_CHUNK_TOKENS=1024: expected at least"):
+        tg.Hyperparameters.from_env(env)  # not one whole sequence of EVAL_SEQ_LEN
+
+
+def test_a_short_eval_seq_len_takes_the_defaults_and_a_phase_step_holds_32_sequences_at_most():
+    cfg = tg.Hyperparameters.from_env(dict(EVAL_TTT="1", EVAL_SEQ_LEN="16", RUN_ID="r"))
+    assert cfg.global_ttt_chunk_tokens == 32768  # 2048 sequences of 16: accepted, and clamped
+    split = np.full(2001, 7, dtype=np.int64)
+    split[0] = tg.BOS_ID
+    rt = types.SimpleNamespace(rank=0, world_size=1)
+    steps = tg.TTTPlan.phase_steps(cfg, rt, split, np.array([0]), np.array([1999]))
+    assert [x.size for x, *_ in steps] == [32 * 16] * 3  # 4 chunks of 512: the last never trains
 
 
 # end to end ------------------------------------------------------------------------------------

@@ -352,6 +352,23 @@ def check_seeds(ctx: Context) -> Checks:
         yield bad("seeds", what, f"run {MIN_SEEDS} seeds")
 
 
+def check_same_settings(ctx: Context) -> Checks:
+    """The challenge compares seeds of one configuration: what else a `settings:` line sets must
+    be the same in every log (RUN_ID is not on the line)."""
+    compared = {lg: {w for w in lg.settings if not w.startswith("SEED=")}
+                for lg in ctx.logs if lg.settings is not None}  # fmt: skip
+    if len(compared) < 2:
+        return
+    common = set.intersection(*compared.values())
+    if any(words != common for words in compared.values()):
+        differ = sorted(f"{lg.name}: {' '.join(sorted(words - common)) or 'none of those'}"
+                        for lg, words in compared.items())  # fmt: skip
+        what = f"the seeds ran different settings: {'; '.join(differ)}"
+        yield bad("same_settings", what, "run every seed with the same settings but SEED")
+    else:
+        yield good("same_settings", f"{len(compared)} logs ran the same settings (SEED aside)")
+
+
 # -----------------------------
 # THE CLAIMED SCORE
 # -----------------------------
@@ -666,6 +683,7 @@ CHECKS = (
     check_logs,
     check_val_split,
     check_seeds,
+    check_same_settings,
     check_score,
     check_val_loss,
     check_stds,

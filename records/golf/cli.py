@@ -35,12 +35,14 @@ new, check and pack need only the standard library; stats needs scipy.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from .check import check_folder
 from .errors import SubmissionError
 from .folders import record_folder
+from .logs import read_log
 from .pack import TINY_RUN_ENV, compressor_sizes, verify_runs, write_packed
 from .rules import ALPHA, MARGIN_NATS, TRACKS, rules_help
 from .scaffold import create_record
@@ -93,11 +95,31 @@ def cmd_new(args) -> int:
         pack=args.pack,
     )
     print(f"created {dest}")
+    print(code_counting(dest, args.pack))
     print(
         f"to submit: copy {dest.name}/ into records/{TRACKS[args.track]}/ of your clone of "
         f"{CHALLENGE_REPO} and open a pull request there"
     )
     return 0 if _print_check(dest, check_folder(dest), quiet=False) else 1
+
+
+def code_counting(dest: Path, packed: bool) -> str:
+    """How the new folder's code is counted, and what --pack changes."""
+    sub = json.loads((dest / "submission.json").read_text())
+    shipped = (dest / "train_gpt.py").stat().st_size
+    logs = [read_log(p) for p in sorted(dest.glob("train_seed*.log"))]
+    compressed = sorted({lg.compressed_code_bytes for lg in logs} - {None})
+    form = "packed (pack: bz2 + base85; train_gpt_readable.py beside it)" if packed else "readable"
+    line = f"code: train_gpt.py ships {form}, {shipped:,} bytes; bytes_code {sub['bytes_code']:,}"
+    if compressed and not packed:  # the record's rule: what the artifact counts is not the file
+        return (
+            f"{line}; the artifact counts the code as the logs' `Code size (compressed)`, "
+            f"{compressed[0]:,} bytes (minified, brotli, base85: the accepted records' rule); "
+            f"--pack would ship and count the bz2-packed file instead"
+        )
+    if not packed:
+        return f"{line}; the artifact counts these bytes; --pack ships the packed form, fewer bytes"
+    return f"{line}; the artifact counts the packed file's bytes"
 
 
 def cmd_check(args) -> int:
@@ -228,7 +250,14 @@ def _add_new(sub) -> None:
     )
     p.add_argument("--out", help="exact folder to create (overrides --records-dir/track/name)")
     p.add_argument("--force", action="store_true", help="replace the folder if it exists")
-    p.add_argument("--pack", action="store_true", help="ship train_gpt.py in its packed form")
+    p.add_argument(
+        "--pack",
+        action="store_true",
+        help="ship train_gpt.py in its packed form (bz2 + base85, the readable copy beside it): "
+        "the artifact counts the packed file's bytes; without it, the readable script's, or, "
+        "for logs that print `Code size (compressed)` (QUANTIZER=gptq), that size, as the "
+        "records count it; `new` prints which",
+    )
     p.set_defaults(func=cmd_new)
 
 

@@ -110,6 +110,12 @@ _TABLE = (
         "not the challenge's score)",
     ),
     Rule(
+        "same_settings",
+        True,
+        "the seeds ran one configuration: their logs' `settings:` lines differ in SEED at most "
+        "(a log without one is not compared)",
+    ),
+    Rule(
         "score",
         True,
         f"the claimed val_bpb ({JSON_NAME} under any of {', '.join(SCORE_KEYS)}; else the "
