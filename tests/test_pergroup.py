@@ -103,13 +103,13 @@ def test_the_row_order_is_the_greedy_l1_chain_lowest_index_on_ties():
     g = torch.Generator().manual_seed(1)
     rows = torch.randint(-2, 3, (30, 8), generator=g, dtype=torch.int8)
     rows[7], rows[19], rows[25] = rows[3], rows[3], rows[3]  # exact ties: lowest index first
-    order = tg.similarity_order(rows).tolist()
+    order = tg.similarity_order(rows)
     assert order == ref.l1_chain(rows) == ref.l1_chain(rows, torch.int16)
     assert order[0] == 0 and sorted(order) == list(range(30))
     at = order.index(3)
     assert order[at + 1 : at + 4] == [7, 19, 25]  # distance 0, in index order
     ladder = torch.tensor([[0], [5], [1], [2], [10]], dtype=torch.int8)  # 0 -> 1 -> 2 -> 5 -> 10
-    assert tg.similarity_order(ladder).tolist() == [0, 2, 3, 1, 4]
+    assert tg.similarity_order(ladder) == [0, 2, 3, 1, 4]
 
 
 @needs_lrzip
