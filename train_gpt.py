@@ -3358,8 +3358,9 @@ def log_network(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable)
     log0(f"seed:{cfg.seed}")
 
 
-def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, log0) -> dict:
-    """final_model.pt and the quantized artifact (rank 0 writes them); what each rank scores."""
+def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, log0) -> tuple:
+    """final_model.pt and the quantized artifact (rank 0 writes them); what each rank scores, and
+    on rank 0 the line that the total is over the cap ("" if not), for the run's end."""
     gptq, path = cfg.quantizer == "gptq", Path(ARTIFACT_FILES[cfg.quantizer])
     if rt.rank == 0:
         atomic_torch_save(file_state_dict(net.base), Path("final_model.pt"))
