@@ -248,7 +248,8 @@ def test_save_artifacts_writes_the_references_file_and_logs_the_records_lines(
         "Submission margin: ", "Deserialize: per-group lrzip decompression...",
         "Deserialize: decompression done in ",
     ]  # fmt: skip
-    assert all(line.startswith(start) for line, start in zip(lines[-7:], starts, strict=True))
+    steady = [line for line in lines if not line.endswith(" so far")]  # (a slow machine: some)
+    assert all(line.startswith(start) for line, start in zip(steady[-7:], starts, strict=True))
     (code_line,) = [line for line in lines if line.startswith("Code size (compressed)")]
     code = int(code_line.split()[3])
     assert f"Serialized model quantized+pergroup: {size} bytes" in lines
