@@ -32,6 +32,7 @@ import random
 import resource
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -172,7 +173,7 @@ class Hyperparameters:
     lqer_asym_enabled: bool = True  # factors in 2 (A) and 4 bits (B, groups of LQER_ASYM_GROUP)
     lqer_asym_group: int = knob(64, 1)
     lqer_factor_bits: int = knob(4, 2, 8)  # the symmetric factors' bits (per-row scales)
-    compressor: str = knob("zlib", choices=("zlib", "brotli", "lzma", "pergroup"))
+    compressor: str = knob("zlib", choices=("zlib", "brotli", "lzma", "pergroup", "pergroup_v2"))
     # input pipeline: the data order, then what changes no token or number
     train_loader: str = knob("stream", choices=("stream", "docpack", "shuffled"))
     train_prefetch: bool = True  # 0 = the baseline's synchronous loader
@@ -333,9 +334,10 @@ class Hyperparameters:
              f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds}: expected less than "
              f"MAX_WALLCLOCK_SECONDS={self.max_wallclock_seconds} (training stops that much "
              f"before the cap)"),
-            (self.compressor == "pergroup",
-             f"COMPRESSOR=pergroup: the record's per-group lrzip path is not implemented here (the "
-             f"lrzip binary is {'' if shutil.which('lrzip') else 'not '}on PATH); use brotli"),
+            (self.compressor.startswith("pergroup")
+             and not (self.quantizer == "gptq" and shutil.which("lrzip")),
+             f"COMPRESSOR={self.compressor}: needs QUANTIZER=gptq and the lrzip binary on PATH "
+             f"(apt-get install -y lrzip; scripts/setup.sh does it)"),
             ((self.quantizer == "gptq" or self.compressor == "brotli")
              and importlib.util.find_spec("brotli") is None,
              f"QUANTIZER={self.quantizer} COMPRESSOR={self.compressor}: needs the brotli package "
@@ -373,7 +375,7 @@ PR1855 = {
     "VAL_DOC_ATTENTION": "1",  # the record's eval_val: within documents
     "EVAL_TTT": "1", "QUANTIZER": "gptq", "EMBED_BITS": "7",
     "EMBED_CLIP_SIGMAS": "14.0", "MLP_CLIP_SIGMAS": "11.5", "GATED_ATTN_QUANT_GATE": "1",
-    "COMPRESSOR": "brotli",  # the run's pergroup needs lrzip (not here): brotli, its default
+    "COMPRESSOR": "pergroup",  # #1855's per-group lrzip file (needs the lrzip binary)
     "FUSED_CE_ENABLED": "1", "PHASED_TTT_NUM_PHASES": "3",
 }  # fmt: skip
 PR2014 = PR1855 | {  # 2026-04-30, 1.0576: #1855 and progressive context, TTT and AWQ levers
@@ -396,6 +398,7 @@ PR2135 = PR1855 | {  # 2026-05-01, 1.0565: #1855's network, #1797's code line, T
     "VAL_LOSS_EVERY": "4000", "PHASED_TTT_NUM_PHASES": "1", "TTT_LORA_LR": "8e-5",
     "TTT_WEIGHT_DECAY": "2.0", "TTT_K_LORA": "0", "NGRAM_TILT_ENABLED": "1",
     "NGRAM_HINT_PRECOMPUTE_OUTSIDE": "0",  # the hints inside the evaluation's timer, as its run
+    "COMPRESSOR": "pergroup_v2",  # #2135's rewritten per-group file
 }  # fmt: skip
 PRESETS = {"pr1855": PR1855, "pr2014": PR2014, "pr2135": PR2135, "frontier": PR2135}
 # A preset's layer numbers, scaled with NUM_LAYERS when it is set (docs/frontier.md)
@@ -738,14 +741,11 @@ def quantize_float_tensor(t: Tensor) -> tuple[Tensor, Tensor]:
 def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> tuple[dict, dict]:
     """The baseline's int8_clean_per_row_v1 format, and byte statistics for the log."""
     quantized, scales, dtypes, passthrough, orig_dtypes, qmeta = {}, {}, {}, {}, {}, {}
-    stats = collections.Counter()  # counts and byte totals for the log
+    stats = collections.Counter()  # byte totals for the log
     for name, tensor in state_dict.items():
         t = tensor.detach().to("cpu").contiguous()
-        stats["param_count"] += int(t.numel())
-        stats["num_tensors"] += 1
         stats["baseline_tensor_bytes"] += t.nbytes
         if not t.is_floating_point():
-            stats["num_nonfloat_tensors"] += 1
             passthrough[name] = t
         elif t.numel() <= INT8_KEEP_FLOAT_MAX_NUMEL:  # small: kept as floats (control in fp32)
             if is_control_tensor(name):
@@ -756,7 +756,6 @@ def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> tuple[dict, dict]
             else:
                 passthrough[name] = t
         else:
-            stats["num_float_tensors"] += 1
             quantized[name], scales[name] = quantize_float_tensor(t)
             if scales[name].ndim > 0:
                 qmeta[name] = {"scheme": "per_row", "axis": 0}
@@ -825,6 +824,7 @@ def atomic_torch_save(obj, path: Path) -> None:
 
 GPTQ_CALIBRATION_ROWS = 48  # sequences per Hessian batch and rank, the record's
 ARTIFACT_FILES = {"int8": "final_model.int8.ptz", "gptq": "final_model.int6.ptz"}
+ARTIFACT_CAP = 16_000_000  # bytes, decimal: the counted code plus the compressed model
 # The record's code bytes: minified, brotli q11, base85, in this 2-line wrapper (67 bytes).
 CODE_HEAD, CODE_TAIL = 'import brotli,base64\nexec(brotli.decompress(base64.b85decode("', '")))\n'
 
@@ -875,7 +875,7 @@ def lqer_factors(cfg: Hyperparameters, error: Tensor) -> tuple[dict, str]:
     2 and 4 bits (groups of LQER_ASYM_GROUP), or LQER_FACTOR_BITS with per-row scales."""
     U, S, Vh = torch.linalg.svd(error.float(), full_matrices=False)
     r = min(cfg.lqer_rank, S.numel())
-    A, B = U[:, :r] * S[:r], Vh[:r]
+    A, B = (U[:, :r] * S[:r]).contiguous(), Vh[:r]  # A contiguous, as the record's is saved
     if cfg.lqer_asym_enabled and B.numel() % cfg.lqer_asym_group == 0:
         qA, sA = quantize_by_max(A, 1.5, -2, 1)
         qB, sB = quantize_by_max(B.reshape(-1, cfg.lqer_asym_group), 7.5, -8, 7, dim=1)
@@ -1006,15 +1006,160 @@ def decompress(blob: bytes) -> bytes:
         raise ValueError(f"damaged or cut-short {kind} data ({e})") from None
 
 
-def read_artifact(path: str | Path, source: str) -> dict:
-    """A quantized artifact (ours or the record's brotli/lzma one); one line naming it if not."""
-    try:  # (the record's per-group lrzip file, PGRP, is not read here)
-        obj = torch.load(io.BytesIO(decompress(Path(path).read_bytes())), map_location="cpu")
-    except Exception as e:  # truncated, not compressed, not torch.save's
+def read_artifact(path: str | Path, source: str, log0: Callable) -> dict:
+    """A quantized artifact (ours or a record's: brotli, lzma, either PGRP); one line if not."""
+    try:
+        blob = Path(path).read_bytes()
+        if blob.startswith(b"PGRP"):
+            with progress(
+                "Deserialize: per-group lrzip decompression", "Deserialize: decompression", log0
+            ):
+                obj = read_pergroup(blob)
+        else:
+            obj = torch.load(io.BytesIO(decompress(blob)), map_location="cpu")
+    except Exception as e:  # truncated, not compressed, not torch.save's, another PGRP
         raise DataError(f"{source}: not a readable artifact ({type(e).__name__}: {e})") from None
     if not isinstance(obj, dict) or not ("__quant_format__" in obj or {"w", "m"} <= set(obj)):
         raise DataError(f"{source}: not a quantized artifact (int8_clean_per_row_v1 or w/m)")
     return obj
+
+
+# COMPRESSOR=pergroup, the records' compressor: the matrices' int8 rows (some reordered so that
+# neighbours look alike) stored column by column and compressed by lrzip's ZPAQ, the rest by
+# brotli. #1855's file (= #2014's): 7 groups, a stream each (compressed at once here); #2135's
+# (COMPRESSOR=pergroup_v2, "PGRP" version 2): every matrix reordered, one stream. Both are read.
+PERGROUPS = ("_tok_emb.weight.q", "attn.c_k.weight.q", "attn.c_q.weight.q", "attn.c_v.weight.q",
+             "attn.proj.weight.q", "mlp.fc.weight.q", "mlp.proj.weight.q")  # fmt: skip
+SORTED_GROUPS = PERGROUPS[0], PERGROUPS[2], PERGROUPS[5]  # #1855 reorders these rows
+ZPAQ = ("-z", "-L", "9")
+
+
+@contextlib.contextmanager
+def progress(start: str, end: str, log0: Callable, every: float = 10.0):
+    """`start...`, a line every `every` s from a thread (joined) while it runs, `end done in`."""
+    done, t0 = threading.Event(), time.perf_counter()
+
+    def report():
+        while not done.wait(every):
+            log0(f"{start}: {time.perf_counter() - t0:.0f}s so far")
+
+    log0(f"{start}...")
+    thread = threading.Thread(target=report, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+    log0(f"{end} done in {time.perf_counter() - t0:.1f}s")
+
+
+def lrzip(data: bytes, *flags: str) -> bytes:
+    """The lrzip binary (ZPAQ, or -d) on `data`; what it writes does not depend on file names."""
+    with tempfile.TemporaryDirectory() as folder:
+        src, out = Path(folder, "in"), Path(folder, "out")
+        src.write_bytes(data)
+        subprocess.run(["lrzip", *flags, "-o", out, src], check=True, capture_output=True)
+        return out.read_bytes()
+
+
+def similarity_order(q: Tensor) -> list[int]:
+    """From row 0, the unused row nearest in L1 (the lowest index on ties), and so on. Distances
+    once, on the GPU when there is one: integers below 2^24, exact in fp32 in any order."""
+    x = q.float().to("cuda" if torch.cuda.is_available() else "cpu")
+    distances, order = torch.cdist(x, x, p=1), [0]
+    for _ in range(len(x) - 1):
+        distances[:, order[-1]] = math.inf
+        order.append(int(distances[order[-1]].argmin()))
+    return order
+
+
+def in_columns(q: Tensor, order: list) -> bytes:  # the rows in `order`, stored transposed
+    return q[order].T.contiguous().numpy().tobytes()
+
+
+def from_columns(raw: bytes, shape: tuple, order: np.ndarray) -> Tensor:
+    t = torch.frombuffer(bytearray(raw), dtype=torch.int8).view(shape[1], shape[0]).T
+    return t[np.argsort(order)]  # row k held row order[k]: each back in place
+
+
+def uint16(orders) -> bytes:  # perms, little-endian
+    return b"".join(np.array(order, dtype="<u2").tobytes() for order in orders)
+
+
+def write_pergroup(w: dict, meta: dict, version: str) -> bytes:
+    brotli = importlib.import_module("brotli")
+    names = sorted(n for n in w if n.endswith(tuple(g.lstrip("_") for g in PERGROUPS)))
+    if version == "pergroup_v2":  # each one's name, shape and perm, then one stream of all
+        orders = {n: similarity_order(w[n]) for n in names}
+        head = [b"PGRP", struct.pack("<II", 2, len(names))]
+        for n in names:
+            head += [struct.pack("<H", len(n)), n.encode(), struct.pack("<II", *w[n].shape)]
+            head.append(uint16([orders[n]]))
+        stream = lrzip(b"".join(in_columns(w[n], orders[n]) for n in names), *ZPAQ)
+        torch.save({"w": {n: w[n] for n in w if n not in orders}, "m": meta}, buf := io.BytesIO())
+        shuffled = b"BSHF\x02" + buf.getvalue()[::2] + buf.getvalue()[1::2]  # even bytes, odd
+        rest = brotli.compress(shuffled, quality=11)
+        head += [struct.pack("<BI", 1, len(stream)), stream, struct.pack("<I", len(rest)), rest]
+        return b"".join(head)
+    by_layer = functools.partial(sorted, key=lambda n: (len(n), n))  # blocks.2 before blocks.10
+    groups = {g: by_layer(n for n in names if n.endswith(g.lstrip("_"))) for g in PERGROUPS}
+    orders = {n: similarity_order(w[n]) if g in SORTED_GROUPS else list(range(len(w[n])))
+              for g, group in groups.items() for n in group}  # fmt: skip
+    blobs = [b"".join(in_columns(w[n], orders[n]) for n in group) for group in groups.values()]
+    with ThreadPoolExecutor(os.cpu_count()) as pool:  # the groups at once, on as many cores
+        streams = list(pool.map(lambda blob: blob and lrzip(blob, *ZPAQ), blobs))
+    shapes = {g: [tuple(w[n].shape) for n in group] for g, group in groups.items() if group}
+    rest = {"r": {n: w[n] for n in sorted(w) if n not in orders}, "m": meta, "s": shapes}
+    torch.save(rest, buf := io.BytesIO())
+    perms = uint16(orders[n] for g in SORTED_GROUPS for n in groups[g])
+    streams += [brotli.compress(buf.getvalue(), quality=11, lgwin=24)]
+    streams += [perms and brotli.compress(perms, quality=11)]
+    return b"PGRP" + struct.pack("<10I", 9, *map(len, streams)) + b"".join(streams)
+
+
+def read_pergroup(blob: bytes) -> dict:
+    """Either PGRP file back to {"w", "m"}: #1855's has 9 streams, #2135's is version 2."""
+    brotli, (kind,) = importlib.import_module("brotli"), struct.unpack_from("<I", blob, 4)
+    found = []  # (name, shape, row order) of each tensor in the stream(s)
+    if kind == 9:
+        ends = list(itertools.accumulate(struct.unpack_from("<9I", blob, 8), initial=44))
+        streams = [blob[a:b] for a, b in itertools.pairwise(ends)]
+        rest = torch.load(io.BytesIO(brotli.decompress(streams[7])), map_location="cpu")
+        perms = np.frombuffer(streams[8] and brotli.decompress(streams[8]), "<u2")
+        with ThreadPoolExecutor(len(PERGROUPS)) as pool:
+            raw = b"".join(pool.map(lambda stream: stream and lrzip(stream, "-d"), streams[:7]))
+        for group in PERGROUPS:
+            for i, (rows, cols) in enumerate(rest["s"].get(group, [])):
+                order = np.arange(rows)
+                if group in SORTED_GROUPS:
+                    order, perms = perms[:rows], perms[rows:]
+                name = group[1:] if group[0] == "_" else f"blocks.{i}.{group}"
+                found.append((name, (rows, cols), order))
+        w, meta = rest["r"], rest["m"]
+    elif kind == 2:
+        (count,), at = struct.unpack_from("<I", blob, 8), 12
+        for _ in range(count):
+            (n,) = struct.unpack_from("<H", blob, at)
+            shape = struct.unpack_from("<II", blob, at + 2 + n)
+            perm = np.frombuffer(blob, "<u2", shape[0], at + 10 + n)
+            found.append((blob[at + 2 : at + 2 + n].decode(), shape, perm))
+            at += 10 + n + 2 * shape[0]
+        method, size = struct.unpack_from("<BI", blob, at)
+        stream, at = blob[at + 5 : at + 5 + size], at + 5 + size
+        raw = lrzip(stream, "-d") if method else brotli.decompress(stream)  # 0: the fallback
+        shuffled = brotli.decompress(blob[at + 4 :])[5:]  # BSHF, stride 2: even bytes, odd
+        rest = bytearray(len(shuffled))
+        rest[::2], rest[1::2] = shuffled[: len(rest[::2])], shuffled[len(rest[::2]) :]
+        rest = torch.load(io.BytesIO(rest), map_location="cpu")
+        w, meta = rest["w"], rest["m"]
+    else:
+        raise ValueError(f"PGRP {kind}: neither #1855's 9 streams nor #2135's version 2")
+    at = 0
+    for name, (rows, cols), order in found:
+        w[name] = from_columns(raw[at : at + rows * cols], (rows, cols), order)
+        at += rows * cols
+    return {"w": w, "m": meta}
 
 
 def counted_code_bytes(code: str, log0: Callable) -> int:
@@ -3503,8 +3648,9 @@ def log_network(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable)
     log0(f"seed:{cfg.seed}")
 
 
-def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, log0) -> dict:
-    """final_model.pt and the quantized artifact (rank 0 writes them); what each rank scores."""
+def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, log0) -> tuple:
+    """final_model.pt and the quantized artifact (rank 0 writes them); what each rank scores, and
+    on rank 0 the line that the total is over the cap ("" if not), for the run's end."""
     gptq, path = cfg.quantizer == "gptq", Path(ARTIFACT_FILES[cfg.quantizer])
     if rt.rank == 0:
         for earlier in (Path("final_model.pt"), path):
@@ -3518,8 +3664,13 @@ def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, l
     else:
         obj, stats = quantize_state_dict_int8(net.base.state_dict())
     torch.save(obj, buf := io.BytesIO())
-    if rt.rank == 0:
+    if rt.rank == 0 and cfg.compressor.startswith("pergroup"):  # the others wait at the barrier
+        start = "Serialize: per-group lrzip compression"
+        with progress(start, "Serialize: per-group compression", log0):
+            atomic_write_bytes(path, write_pergroup(obj["w"], obj["m"], cfg.compressor))
+    elif rt.rank == 0:
         atomic_write_bytes(path, compress(buf.getvalue(), cfg.compressor))
+    if rt.rank == 0:
         size, detail = path.stat().st_size, ""
         if stats:  # the baseline's figures
             payload, tensors = stats["int8_payload_bytes"], stats["baseline_tensor_bytes"]
@@ -3528,8 +3679,16 @@ def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, l
         how = f"{'quantized' if gptq else 'int8'}+{cfg.compressor}"  # (quantized: the record's)
         log0(f"Serialized model {how}: {size} bytes{detail}")
         log0(f"Total submission size {how}: {size + code_bytes} bytes")
+        log0(verdict := cap_verdict(size + code_bytes))
     barrier(rt)
-    return read_artifact(path, str(path)) if gptq or rt.rank == 0 else obj
+    obj = read_artifact(path, str(path), log0) if gptq or rt.rank == 0 else obj
+    return obj, verdict if rt.rank == 0 and "OVER" in verdict else ""
+
+
+def cap_verdict(total: int) -> str:
+    if total <= ARTIFACT_CAP:
+        return f"Submission margin: {ARTIFACT_CAP - total} bytes under the {ARTIFACT_CAP}-byte cap"
+    return f"Submission OVER the {ARTIFACT_CAP}-byte cap by {total - ARTIFACT_CAP} bytes: not valid"
 
 
 def keep_earlier(path: Path, log0: Callable) -> None:
@@ -3657,7 +3816,7 @@ def load_for_evaluation(cfg, rt, net: Network, evaluate: Callable, log0: Callabl
     """EVAL_ONLY_PATH: a .ptz is scored by the round trip; a .pt as it is, then quantized too."""
     path = cfg.eval_only_path
     if path.endswith(".ptz"):
-        return read_artifact(path, f"EVAL_ONLY_PATH={path}")
+        return read_artifact(path, f"EVAL_ONLY_PATH={path}", log0)
     try:
         state = torch.load(path, map_location="cpu")
     except Exception as e:  # missing, truncated or not ours: one line
@@ -3693,6 +3852,7 @@ def main() -> None:
     net = build_network(cfg, rt)
     log_network(cfg, rt, net, log0)
     evaluate = functools.partial(eval_val, cfg, rt, net.compiled, val, device_luts)
+    over_cap = ""  # the run's last line when its artifact is over the cap
     if cfg.eval_only_path:
         RunState.phase = f"while evaluating {cfg.eval_only_path}"
         net.base.looping = cfg.num_loops > 0  # the record evaluates looped
@@ -3712,7 +3872,7 @@ def main() -> None:
         net.base.looping = cfg.num_loops > 0  # saved, quantized and scored looped, as the record
         if cfg.quantizer == "gptq":
             log_score("", "", rt, evaluate, log0, "diagnostic pre-quantization post-ema")
-        quantized = save_artifacts(cfg, rt, net, code, log0)
+        quantized, over_cap = save_artifacts(cfg, rt, net, code, log0)
     source = f"EVAL_ONLY_PATH={cfg.eval_only_path}" if cfg.eval_only_path else "the int8 weights"
     if "__quant_format__" in quantized:  # the baseline's, else the record's (w, m)
         load_weights(net, dequantize_state_dict_int8(quantized), source)
@@ -3735,6 +3895,8 @@ def main() -> None:
         ttt = functools.partial(eval_ttt, cfg, rt, net.compiled, plan, log0)
         log_score("quantized_ttt_phased", "", rt, ttt, log0, digits=8)
         log0(f"total_eval_time:{time.perf_counter() - evals_start:.1f}s")  # every evaluation
+    if over_cap:
+        log0(over_cap)
     if rt.distributed:  # ordered: loaders are closed, every rank is done, then the group goes
         dist.barrier()
         dist.destroy_process_group()

@@ -1,7 +1,9 @@
-"""The artifact's bytes per component and the quantizer's time on the CPU, at a full shape.
+"""The artifact's bytes per component and the quantizer's time on the CPU, at a full shape; the
+three compressors (brotli, #1855's per-group, #2135's per-group v2) on the same quantized weights.
 
     .venv/bin/python benchmarks/artifact_size.py --shape frontier   # PRESET=pr1855's network
     .venv/bin/python benchmarks/artifact_size.py --shape baseline   # the baseline's, QUANTIZER=gptq
+    .venv/bin/python benchmarks/artifact_size.py --artifact final_model.int6.ptz  # a trained one
 
 The weights are random (every matrix N(0, 1/in), the embedding N(0, 0.02), controls at their init;
 not trained) and the Hessians synthetic (X^T X of correlated Gaussian inputs, one per input width),
@@ -9,8 +11,11 @@ so the bytes say what the format costs at this shape, not what a trained model c
 runs train_gpt.py's own quantizer (QUANTIZER=gptq, the preset's settings), then compresses the whole
 artifact and each component alone with brotli quality 11: matrices (the blocks' .q and .scale),
 embedding, LQER factors, fp16 passthrough and int8 gates. Code: train_gpt.py counted as the record
-counts it. The baseline's int8+zlib of the same weights is printed beside it. One JSON line at the
-end.
+counts it. The baseline's int8+zlib of the same weights is printed beside it. Then each
+compressor (COMPRESSOR=brotli, pergroup, pergroup_v2; the last two need the lrzip binary) writes
+the same quantized weights and train_gpt.py reads them back (checked equal): bytes, compress and
+decompress seconds. --artifact PATH runs only that comparison, on the weights of a quantized
+artifact a run wrote (any of the three formats). One JSON line at the end.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import argparse
 import io
 import json
 import sys
+import tempfile
 import time
 import zlib
 from pathlib import Path
@@ -61,6 +67,42 @@ def brotli_size(obj) -> int:
     return len(tg.compress(buf.getvalue(), "brotli"))
 
 
+COMPRESSORS = ("brotli", "pergroup", "pergroup_v2")
+
+
+def torch_bytes(obj) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def compare_compressors(obj: dict) -> dict:
+    """Each compressor on the same {"w", "m"}: bytes, compress and decompress (read_artifact)
+    seconds; the weights read back must be the ones written."""
+    out = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for compressor in COMPRESSORS:
+            t0 = time.perf_counter()
+            if compressor == "brotli":
+                blob = tg.compress(torch_bytes(obj), "brotli")
+            else:
+                blob = tg.write_pergroup(obj["w"], obj["m"], compressor)
+            compress_s = time.perf_counter() - t0
+            path = Path(folder, compressor)
+            path.write_bytes(blob)
+            t0 = time.perf_counter()
+            back = tg.read_artifact(path, compressor, lambda *a: None)
+            decompress_s = time.perf_counter() - t0
+            assert back["m"] == obj["m"] and back["w"].keys() == obj["w"].keys(), compressor
+            assert all(torch.equal(back["w"][k], t) for k, t in obj["w"].items()), compressor
+            out[compressor] = {
+                "bytes": len(blob),
+                "compress_s": round(compress_s, 1),
+                "decompress_s": round(decompress_s, 1),
+            }
+    return out
+
+
 def component(key: str) -> str:
     if ".lq" in key:
         return "lqer"
@@ -81,9 +123,8 @@ def measure(shape: str, seed: int) -> dict:
     t0 = time.perf_counter()
     obj = tg.quantize_state_dict_gptq(cfg, state, hessians)
     quantize_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    total = brotli_size(obj)
-    compress_s = time.perf_counter() - t0
+    compressors = compare_compressors(obj)
+    total, compress_s = compressors["brotli"]["bytes"], compressors["brotli"]["compress_s"]
     parts = {}
     for key, t in obj["w"].items():
         parts.setdefault(component(key), {})[key] = t
@@ -96,13 +137,14 @@ def measure(shape: str, seed: int) -> dict:
         "params": sum(t.numel() for t in state.values()),
         "gptq_matrices": len(names),
         "quantize_s": round(quantize_s, 1),
-        "brotli_s": round(compress_s, 1),
+        "brotli_s": compress_s,
         "artifact_bytes": total,
         "components_alone": sizes,
         "lqer_picked": [n for n, m in obj["m"].items() if "+lqer" in m],
         "code_bytes": code,
         "total_bytes": total + code,
         "int8_zlib_bytes": len(zlib.compress(int8.getvalue(), 9)),
+        "compressors": compressors,
     }
 
 
@@ -110,9 +152,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="frontier")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--artifact", help="compare the compressors on this artifact's weights")
     args = parser.parse_args()
     torch.set_grad_enabled(False)
-    print(json.dumps(measure(args.shape, args.seed)))
+    if args.artifact:
+        obj = tg.read_artifact(args.artifact, args.artifact, lambda *a: None)
+        if "w" not in obj:
+            parser.error(f"{args.artifact}: not a QUANTIZER=gptq artifact (w/m)")
+        print(json.dumps({"artifact": args.artifact, "compressors": compare_compressors(obj)}))
+    else:
+        print(json.dumps(measure(args.shape, args.seed)))
 
 
 if __name__ == "__main__":

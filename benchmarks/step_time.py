@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+BROTLI = {"COMPRESSOR": "brotli"}  # the steps' time does not need the preset's lrzip
 ROWS = ("baseline", "sync", "prefetch", "resident", "frontier", "frontier_looped", "record_batch")
 DEFAULT_ROWS = ROWS[:4]
 SETTINGS = {
@@ -63,8 +64,8 @@ ROW_ENV = {
     # the frontier record's settings (PRESET=pr1855, prefetching) before and after its layers
     # loop, and the baseline's network on the record's batch (786,432 tokens of 2048, docpack);
     # VOCAB_SIZE stays 1024 (the synthetic shards'), where the record's vocabulary is 8192
-    "frontier": {"PRESET": "pr1855", "EVAL_TTT": "0", "ENABLE_LOOPING_AT": "1"},
-    "frontier_looped": {"PRESET": "pr1855", "EVAL_TTT": "0", "ENABLE_LOOPING_AT": "0"},
+    "frontier": {"PRESET": "pr1855", "EVAL_TTT": "0", "ENABLE_LOOPING_AT": "1", **BROTLI},
+    "frontier_looped": {"PRESET": "pr1855", "EVAL_TTT": "0", "ENABLE_LOOPING_AT": "0", **BROTLI},
     "record_batch": {
         "TRAIN_BATCH_TOKENS": "786432",
         "TRAIN_SEQ_LEN": "2048",

@@ -11,6 +11,10 @@ train_gpt.py: a small CPU reference that the tests hold train_gpt.py's QUANTIZER
   quantize(state, hessians, s)     the artifact object {"w": ..., "m": ...} (4.3, 4.4, 4.6)
   dequantize(obj, template)        back to tensors (4.5)
   serialize / deserialize          torch.save + brotli q11 / lzma preset 9 (4.6)
+  pergroup_v1 / read_pergroup_v1   COMPRESSOR=pergroup as #1855 (= #2014) writes and reads it: 7
+                                   lrzip groups, remainder, perms (4.6; FRONTIER_MAY.md 2.1)
+  pergroup_v2 / read_pergroup_v2   #2135's PGRP version 2: one lrzip stream (FRONTIER_MAY.md 2.2)
+  l1_chain(q, dtype)               the greedy L1 nearest-neighbour row order both formats use
   counted_code_bytes(source)       the code bytes the record counts (4.7)
 
 PR #2014's AWQ-lite (FRONTIER_MAY.md §1.10) and #2135's LQER_ASYM_GROUP (§1.13) extend it: see the
@@ -27,7 +31,12 @@ import base64
 import dataclasses
 import io
 import lzma
+import os
+import struct
+import subprocess
+import tempfile
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -381,6 +390,254 @@ def deserialize(blob: bytes) -> dict:
 
         raw = brotli.decompress(blob)
     return torch.load(io.BytesIO(raw), map_location="cpu")
+
+
+# --- the per-group path (COMPRESSOR=pergroup) ---------------------------------------------------
+# The open points below are marked CHOICE; the record's own code settles some of them (the
+# remainder's order, the shapes as tuples), as a public copy of its helpers shows.
+
+GROUPS = (  # 4.6: the 7 groups in stream order; "_" + a name for the embedding
+    "_tok_emb.weight.q",
+    "attn.c_k.weight.q",
+    "attn.c_q.weight.q",
+    "attn.c_v.weight.q",
+    "attn.proj.weight.q",
+    "mlp.fc.weight.q",
+    "mlp.proj.weight.q",
+)
+SORTED_GROUPS = {"_tok_emb.weight.q", "attn.c_q.weight.q", "mlp.fc.weight.q"}
+V2_SUFFIXES = (  # FRONTIER_MAY 2.2: the Q set
+    ".mlp.fc.weight.q",
+    ".mlp.proj.weight.q",
+    ".attn.c_q.weight.q",
+    ".attn.proj.weight.q",
+    ".attn.c_k.weight.q",
+    ".attn.c_v.weight.q",
+    "tok_emb.weight.q",
+)
+
+
+def l1_chain(q: Tensor, dtype: torch.dtype = torch.float32) -> list[int]:
+    """Start at row 0; repeatedly take the unused row at the smallest L1 distance from the current
+    one, the lowest index on ties (argmin's first). #1855 measures in fp32 with used rows at inf,
+    #2135 in int16 with used rows at 2^30: the distances are small integers, so both agree."""
+    x = q.to(dtype)
+    n = x.shape[0]
+    used = torch.zeros(n, dtype=torch.bool)
+    order = [0]
+    used[0] = True
+    for _ in range(n - 1):
+        d = (x - x[order[-1]]).abs().sum(dim=1)
+        d[used] = float("inf") if dtype == torch.float32 else 2**30
+        best = int(torch.argmin(d))
+        order.append(best)
+        used[best] = True
+    return order
+
+
+def perm_bytes(order: list[int]) -> bytes:
+    return np.array(order, dtype="<u2").tobytes()  # uint16, little-endian
+
+
+def column_major(t: Tensor) -> bytes:
+    """A (rows, cols) int8 tensor's bytes stored as (cols, rows): the transpose, row-major."""
+    return t.T.contiguous().numpy().tobytes()
+
+
+def from_column_major(raw: bytes, rows: int, cols: int) -> Tensor:
+    return torch.frombuffer(bytearray(raw), dtype=torch.int8).reshape(cols, rows).T.contiguous()
+
+
+def unsort_rows(t: Tensor, order: np.ndarray) -> Tensor:
+    """Row k of t is the original row order[k]: inv[order] = arange, original = t[inv]."""
+    inv = np.empty(len(order), dtype=np.int64)
+    inv[order] = np.arange(len(order))
+    return t[torch.from_numpy(inv)]
+
+
+def lrzip_file(folder: str, src: str, dst: str, *flags: str) -> bytes:
+    """Run lrzip on folder/src into folder/dst; its bytes (both files are then removed)."""
+    src, dst = os.path.join(folder, src), os.path.join(folder, dst)
+    subprocess.run(["lrzip", *flags, "-o", dst, src], capture_output=True, check=True, timeout=300)
+    with open(dst, "rb") as f:
+        out = f.read()
+    os.remove(src)
+    os.remove(dst)
+    return out
+
+
+def write_file(folder: str, name: str, data: bytes) -> None:
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(data)
+
+
+def group_of(name: str) -> str | None:
+    """4.6: `blocks.{i}.<key>` for a group key, or the embedding's `_` + name."""
+    parts = name.split(".")
+    if parts[0] == "blocks" and parts[1].isdigit():
+        key = ".".join(parts[2:])
+        return key if key in GROUPS else None
+    return "_" + name if "_" + name in GROUPS else None
+
+
+def pergroup_v1(obj: dict) -> bytes:
+    """#1855's file: PGRP, uint32 9, 9 uint32 lengths, then 7 lrzip groups, the remainder
+    (brotli q11 lgwin 24 of torch.save({"r", "m", "s"})) and the perms (brotli q11, or empty)."""
+    import brotli
+
+    w, meta = obj["w"], obj["m"]
+    members = {g: [] for g in GROUPS}
+    remainder = {}
+    for name in sorted(w):  # the remainder in sorted-name order
+        group = group_of(name)
+        if w[name].dtype == torch.int8 and group is not None:
+            layer = int(name.split(".")[1]) if name.startswith("blocks.") else 0
+            members[group].append((layer, w[name]))
+        else:
+            remainder[name] = w[name]
+    streams, perms, shapes = [], b"", {}
+    with tempfile.TemporaryDirectory() as folder:
+        for group in GROUPS:
+            if not members[group]:
+                streams.append(b"")  # an absent group: an empty stream
+                continue
+            blob = b""
+            shapes[group] = []
+            for _, t in sorted(members[group], key=lambda item: item[0]):
+                shapes[group].append(tuple(t.shape))  # CHOICE (settled): a tuple of ints
+                if group in SORTED_GROUPS:
+                    order = l1_chain(t)
+                    perms += perm_bytes(order)
+                    t = t[order]
+                blob += column_major(t)
+            label = group.replace(".", "_") + ".bin"
+            write_file(folder, label, blob)
+            streams.append(lrzip_file(folder, label, label + ".lrz", "-z", "-L", "9"))
+    buf = io.BytesIO()
+    torch.save({"r": remainder, "m": meta, "s": shapes}, buf)
+    streams.append(brotli.compress(buf.getvalue(), quality=11, lgwin=24))
+    streams.append(brotli.compress(perms, quality=11) if perms else b"")
+    head = b"PGRP" + struct.pack("<I", len(streams))
+    head += b"".join(struct.pack("<I", len(s)) for s in streams)
+    return head + b"".join(streams)
+
+
+def read_pergroup_v1(blob: bytes) -> dict:
+    import brotli
+
+    assert blob[:4] == b"PGRP" and struct.unpack_from("<I", blob, 4)[0] == 9
+    lengths = struct.unpack_from("<9I", blob, 8)
+    streams, at = [], 8 + 4 * 9
+    for n in lengths:
+        streams.append(blob[at : at + n])
+        at += n
+    rest = torch.load(io.BytesIO(brotli.decompress(streams[7])), map_location="cpu")
+    perms = np.frombuffer(brotli.decompress(streams[8]) if streams[8] else b"", dtype="<u2")
+    w, used = dict(rest["r"]), 0
+    with tempfile.TemporaryDirectory() as folder:
+        for group, stream in zip(GROUPS, streams[:7], strict=True):
+            if not stream:
+                continue
+            label = group.replace(".", "_") + ".bin"
+            write_file(folder, label + ".lrz", stream)
+            raw, at = lrzip_file(folder, label + ".lrz", label, "-d", "-f"), 0
+            for i, (rows, cols) in enumerate(rest["s"][group]):
+                t = from_column_major(raw[at : at + rows * cols], rows, cols)
+                at += rows * cols
+                if group in SORTED_GROUPS:
+                    t = unsort_rows(t, perms[used : used + rows])
+                    used += rows
+                w[group[1:] if group.startswith("_") else f"blocks.{i}.{group}"] = t
+    return {"w": w, "m": rest["m"]}
+
+
+def byte_shuffle(data: bytes, stride: int = 2) -> bytes:
+    """BSHF, the stride as one byte, then bytes 0, s, 2s, ..., then 1, s+1, ... (2: even, odd)."""
+    return b"BSHF" + bytes([stride]) + b"".join(data[i::stride] for i in range(stride))
+
+
+def byte_unshuffle(data: bytes) -> bytes:
+    assert data[:4] == b"BSHF"
+    stride, payload = data[4], data[5:]
+    out, at = bytearray(len(payload)), 0
+    for i in range(stride):
+        n = len(range(i, len(payload), stride))
+        out[i::stride] = payload[at : at + n]
+        at += n
+    return bytes(out)
+
+
+def pergroup_v2(obj: dict, lrzip: str = "lrzip") -> bytes:
+    """#2135's PGRP v2: header with every Q tensor's name, shape and raw uint16 perm; method byte,
+    size, one stream of all Q bytes (lrzip, or brotli q11 with method 0 if lrzip fails); size,
+    brotli q11 of the byte-shuffled torch.save({"w": remainder, "m": meta}).
+    CHOICE: the remainder keeps the artifact's order; names are UTF-8."""
+    import brotli
+
+    w, meta = obj["w"], obj["m"]
+    names = sorted(n for n in w if n.endswith(V2_SUFFIXES))
+    head = b"PGRP" + struct.pack("<II", 2, len(names))
+    body = b""
+    for name in names:
+        t = w[name]
+        order = l1_chain(t, torch.int16)
+        encoded = name.encode("utf-8")
+        head += struct.pack("<H", len(encoded)) + encoded + struct.pack("<II", *t.shape)
+        head += perm_bytes(order)
+        body += column_major(t[order])
+    fd, path = tempfile.mkstemp()
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+        subprocess.run([lrzip, "-z", "-L", "9", "-o", path + ".lrz", path], capture_output=True,
+                       check=True, timeout=300)  # fmt: skip
+        with open(path + ".lrz", "rb") as f:
+            stream, method = f.read(), 1
+    except (OSError, subprocess.SubprocessError):
+        stream, method = brotli.compress(body, quality=11), 0
+    finally:
+        for p in (path, path + ".lrz"):
+            if os.path.exists(p):
+                os.remove(p)
+    buf = io.BytesIO()
+    torch.save({"w": {n: t for n, t in w.items() if n not in names}, "m": meta}, buf)
+    rest = brotli.compress(byte_shuffle(buf.getvalue()), quality=11)
+    q_part = struct.pack("<BI", method, len(stream)) + stream
+    return head + q_part + struct.pack("<I", len(rest)) + rest
+
+
+def read_pergroup_v2(blob: bytes) -> dict:
+    import brotli
+
+    assert blob[:4] == b"PGRP" and struct.unpack_from("<I", blob, 4)[0] == 2
+    (count,) = struct.unpack_from("<I", blob, 8)
+    at, tensors = 12, []
+    for _ in range(count):
+        (n,) = struct.unpack_from("<H", blob, at)
+        name = blob[at + 2 : at + 2 + n].decode("utf-8")
+        rows, cols = struct.unpack_from("<II", blob, at + 2 + n)
+        at += 2 + n + 8
+        perm = np.frombuffer(blob[at : at + 2 * rows], dtype="<u2")
+        at += 2 * rows
+        tensors.append((name, rows, cols, perm))
+    method, size = struct.unpack_from("<BI", blob, at)
+    stream = blob[at + 5 : at + 5 + size]
+    at += 5 + size
+    (size,) = struct.unpack_from("<I", blob, at)
+    rest = blob[at + 4 : at + 4 + size]
+    if method == 1:
+        with tempfile.TemporaryDirectory() as folder:
+            write_file(folder, "q.lrz", stream)
+            raw = lrzip_file(folder, "q.lrz", "q", "-d")  # the path minus .lrz, no -f
+    else:
+        raw = brotli.decompress(stream)
+    loaded = torch.load(io.BytesIO(byte_unshuffle(brotli.decompress(rest))), map_location="cpu")
+    w, at = dict(loaded["w"]), 0
+    for name, rows, cols, perm in tensors:
+        t = from_column_major(raw[at : at + rows * cols], rows, cols)
+        at += rows * cols
+        w[name] = t[torch.from_numpy(np.argsort(perm, kind="stable").astype(np.int64))]
+    return {"w": w, "m": loaded["m"]}
 
 
 def counted_code_bytes(source: str) -> int:

@@ -95,5 +95,27 @@ if [ ! -e .venv/bin/torchrun ]; then  # a kept system torch has its torchrun out
     >.venv/bin/torchrun
   chmod +x .venv/bin/torchrun
 fi
+# lrzip, the binary the records' compressor runs (COMPRESSOR=pergroup, which PRESET=frontier sets):
+# installed from the distribution's packages where this user may (root, or sudo without a password,
+# with apt-get), else the one command is printed. Never fatal: the defaults and the tests do not
+# need it (the tests that do skip, saying why).
+if ! command -v lrzip >/dev/null; then
+  as_root=none
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    as_root=""
+  elif command -v apt-get >/dev/null && sudo -n true 2>/dev/null; then
+    as_root="sudo -n"
+  fi
+  apt_install() {
+    $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q lrzip >/dev/null 2>&1
+  }
+  apt_update() { $as_root apt-get update -q >/dev/null 2>&1; }
+  if [ "$as_root" != none ] && { apt_install || { apt_update && apt_install; }; }; then
+    echo "setup: installed lrzip ($(lrzip -V 2>&1 | head -n 1)) for COMPRESSOR=pergroup"
+  else
+    echo "setup: WARNING: lrzip is not installed and could not be installed here; COMPRESSOR=pergroup" \
+      "(PRESET=frontier) needs it: run 'sudo apt-get install -y lrzip' (or your system's package)" >&2
+  fi
+fi
 echo "setup: done. Run the commands with .venv/bin/python and .venv/bin/torchrun, or first" \
   "'source .venv/bin/activate' (then python and torchrun are the venv's)."

@@ -162,7 +162,7 @@ def test_looping_changes_only_the_order_the_layers_run_in():
 
 
 def test_the_records_full_shape_has_its_parameter_count_and_names():
-    cfg = tg.Hyperparameters.from_env({"PRESET": "pr1855"}, world_size=8)
+    cfg = tg.Hyperparameters.from_env({"PRESET": "pr1855", "COMPRESSOR": "brotli"}, world_size=8)
     with torch.device("meta"):
         model = tg.GPT(cfg)
     state = tg.bank_state_dict(model.state_dict(), cfg.num_layers)
@@ -321,6 +321,7 @@ TINY_FRONTIER = dict(
     TRAIN_BATCH_TOKENS=1024, VAL_BATCH_SIZE=4096, MAX_VAL_TOKENS=6000, ENABLE_LOOPING_AT=0.5,
     TRAIN_LOG_EVERY=1, EVAL_STRIDE=32, EVAL_SEQ_LEN=64, TTT_BATCH_SIZE=4, TTT_CHUNK_SIZE=16,
     TTT_EVAL_SEQ_LEN=64, TTT_LORA_RANK=4, PHASED_TTT_PREFIX_DOCS=12, GLOBAL_TTT_CHUNK_TOKENS=2048,
+    COMPRESSOR="brotli",  # (the preset's pergroup needs lrzip; tests/test_pergroup.py runs it)
 )  # fmt: skip
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import re
+import shutil
 import zlib
 from pathlib import Path
 
@@ -231,7 +232,7 @@ def test_artifacts_round_trip_and_load_both_ways(tmp_path, compressor):
     torch.save(obj, buf)
     ours_file = tmp_path / "final_model.int6.ptz"
     ours_file.write_bytes(tg.compress(buf.getvalue(), compressor))
-    back = tg.read_artifact(ours_file, "x")
+    back = tg.read_artifact(ours_file, "x", print)
     want = tg.dequantize_state_dict_gptq(obj, state)
     got = tg.dequantize_state_dict_gptq(back, state)
     assert all(torch.equal(got[n], want[n]) for n in want)  # exactly, through the file
@@ -241,7 +242,7 @@ def test_artifacts_round_trip_and_load_both_ways(tmp_path, compressor):
         theirs.write_bytes(
             ref.serialize(ref.quantize(state, record_like_hessians(state), s), compressor)
         )
-        assert tg.read_artifact(theirs, "x")["m"] == obj["m"]
+        assert tg.read_artifact(theirs, "x", print)["m"] == obj["m"]
 
 
 def test_a_truncated_or_foreign_file_is_refused_in_one_line(tmp_path):
@@ -257,7 +258,7 @@ def test_a_truncated_or_foreign_file_is_refused_in_one_line(tmp_path):
     for name, data in cases.items():
         (tmp_path / name).write_bytes(data)
         with pytest.raises(tg.DataError, match=f"^EVAL_ONLY_PATH={name}: ") as info:
-            tg.read_artifact(tmp_path / name, f"EVAL_ONLY_PATH={name}")
+            tg.read_artifact(tmp_path / name, f"EVAL_ONLY_PATH={name}", print)
         assert "\n" not in str(info.value)
 
 
@@ -277,14 +278,16 @@ def test_the_int8_zlib_default_is_the_baselines_byte_for_byte(tmp_path, monkeypa
     rt = tg.Runtime(0, 0, 1, 8, CPU, False)
     monkeypatch.chdir(tmp_path)
     lines = []
-    obj = tg.save_artifacts(cfg, rt, net, "print(1)\n", lines.append)
+    obj, over_cap = tg.save_artifacts(cfg, rt, net, "print(1)\n", lines.append)
     baseline = zlib.compress(torch_bytes(tg.quantize_state_dict_int8(model.state_dict())[0]), 9)
     assert Path("final_model.int8.ptz").read_bytes() == baseline
-    assert obj["__quant_format__"] == "int8_clean_per_row_v1"
+    assert obj["__quant_format__"] == "int8_clean_per_row_v1" and over_cap == ""
     assert [line.split(":")[0] for line in lines] == [
         "Serialized model", "Code size", "Code size if packed", "Total submission size",
-        "Serialized model int8+zlib", "Total submission size int8+zlib",
+        "Serialized model int8+zlib", "Total submission size int8+zlib", "Submission margin",
     ]  # fmt: skip
+    total = int(lines[5].split()[-2])
+    assert lines[6] == f"Submission margin: {16_000_000 - total} bytes under the 16000000-byte cap"
     assert "(payload:" in lines[4] and "payload_ratio:" in lines[4]
     assert not Path("final_model.int6.ptz").exists()
 
@@ -328,11 +331,12 @@ def test_the_quantized_weights_lines_are_the_records():
     ]
 
 
-def test_the_quantizer_variables_and_the_preset():
+def test_the_quantizer_variables_and_the_preset(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")  # as if lrzip were here
     cfg = tg.Hyperparameters.from_env({"PRESET": "pr1855", "RUN_ID": "r"})
     assert (cfg.quantizer, cfg.compressor, cfg.embed_bits, cfg.matrix_bits) == (
         "gptq",
-        "brotli",
+        "pergroup",
         7,
         6,
     )
@@ -345,7 +349,7 @@ def test_the_quantizer_variables_and_the_preset():
         4,
     )
     with pytest.raises(
-        tg.ConfigError, match=re.escape("COMPRESSOR=pergroup: the record's per-group lrzip")
+        tg.ConfigError, match=re.escape("COMPRESSOR=pergroup: needs QUANTIZER=gptq")
     ):
         tg.Hyperparameters.from_env({"COMPRESSOR": "pergroup"})
     with pytest.raises(
@@ -409,6 +413,7 @@ E2E = dict(  # PRESET=pr1855 at a width where the embedding and the MLPs go thro
     XSA_LAST_N=4, ROPE_DIMS=4, LOOP_START=1, LOOP_END=2, PARALLEL_START_LAYER=2,
     TRAIN_SEQ_LEN=64, TRAIN_BATCH_TOKENS=1024, VAL_BATCH_SIZE=4096, MAX_VAL_TOKENS=6000,
     ENABLE_LOOPING_AT=0.5, EVAL_TTT=0, GPTQ_CALIBRATION_BATCHES=2, ITERATIONS=4, VAL_LOSS_EVERY=0,
+    COMPRESSOR="brotli",  # the preset's pergroup: below, on this run's weights
 )  # fmt: skip
 
 
@@ -468,6 +473,45 @@ def test_eval_only_rescoring_the_artifact_gives_the_same_number(gptq_run, tiny_d
         f"error: EVAL_ONLY_PATH={truncated}: not a readable artifact (ValueError: damaged or "
         "cut-short brotli data (" in bad.stderr
     )
+
+
+@pytest.mark.skipif(shutil.which("lrzip") is None, reason="the lrzip binary is not installed")
+@pytest.mark.parametrize("version", ["pergroup", "pergroup_v2"])
+def test_a_per_group_file_the_reference_wrote_scores_the_same_through_eval_only(
+    gptq_run, tiny_dataset, version
+):
+    """The run's weights in #1855's or #2135's per-group file, written by the reference: scored
+    on 2 ranks through EVAL_ONLY_PATH, the number of the run's own brotli file."""
+    obj = ref.deserialize((gptq_run.workdir / "final_model.int6.ptz").read_bytes())
+    assert any(name.endswith(".weight.q") for name in obj["w"])  # the groups are not all empty
+    path = gptq_run.workdir / f"{version}.ptz"
+    path.write_bytes((ref.pergroup_v1 if version == "pergroup" else ref.pergroup_v2)(obj))
+    rescored = run_train(gptq_run.workdir / f"eval_{version}", tiny_dataset, nproc=2,
+                         **E2E | {"EVAL_ONLY_PATH": str(path)})  # fmt: skip
+    assert rescored.returncode == 0, rescored.why()
+    label = "final_int8_zlib_roundtrip_exact"
+    assert rescored.lines(label) == gptq_run.lines(label) != []
+    assert rescored.lines("Deserialize: per-group lrzip decompression...") != []
+
+
+def test_lqer_factors_are_saved_contiguous_as_the_references_byte_for_byte():
+    """torch.save keeps strides: A from the SVD's column-major U, stored as it came, changed the
+    file's bytes; A = U_r diag(S_r) is contiguous in the record."""
+    g = torch.Generator().manual_seed(3)
+    for s in SETTINGS.values():
+        error = torch.randn(96, 128, generator=g)
+        factors, _ = tg.lqer_factors(ours(s), error)
+        want, _ = ref.lqer(error, s)
+        assert torch_bytes(factors) == torch_bytes(want)
+        assert factors[next(k for k in factors if k.startswith("lqA"))].is_contiguous()
+
+
+def test_the_docs_quote_the_current_counted_code_bytes():
+    pytest.importorskip("python_minifier")
+    counted = tg.counted_code_bytes(Path(tg.__file__).read_text(), print)
+    text = (Path(tg.__file__).parent / "docs" / "frontier.md").read_text()
+    quoted = re.findall(r"[Cc]ounted code(?: bytes)?(?: is|:)? \**([\d,]+) B", text)
+    assert quoted and {int(q.replace(",", "")) for q in quoted} == {counted}, quoted
 
 
 def test_pack_record_writes_the_counted_code_and_it_runs(tmp_path, tiny_dataset):

@@ -346,6 +346,7 @@ def test_frontier_steps_compile_before_the_clock_and_never_wait_on_the_gpu(tmp_p
         "PARALLEL_START_LAYER": "2", "TRAIN_SEQ_LEN": "128", "TRAIN_BATCH_TOKENS": "8192",
         "ITERATIONS": "40", "WARMUP_STEPS": "2", "TRAIN_LOG_EVERY": "1000",
         "ENABLE_LOOPING_AT": "0.5", "MAX_WALLCLOCK_SECONDS": "0", "EVAL_TTT": "0",
+        "COMPRESSOR": "brotli",
     }  # fmt: skip
     torch._dynamo.reset()
     cfg = tg.Hyperparameters.from_env(env, 1)
