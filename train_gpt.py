@@ -3800,6 +3800,7 @@ TENSOR_SETTINGS = (
     ("skip_gates", "SKIP_GATES_ENABLED"), ("skip_weights", "NUM_LOOPS/LOOP_START/LOOP_END"),
     ("parallel_", "PARALLEL_START_LAYER"), ("smear", "SMEAR_GATE_ENABLED"),
     ("attn_gate", "SPARSE_ATTN_GATE_ENABLED"), ("lm_head", "TIE_EMBEDDINGS"),
+    ("softcap_", "ASYM_LOGIT_RESCALE"),
 )  # fmt: skip
 
 

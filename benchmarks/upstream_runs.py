@@ -19,6 +19,11 @@ Values stay strings exactly as the table gives them ("0.800", "1e-4"): compare n
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # run on its own (any arguments, --help too): say what it is
+    print("benchmarks/upstream_runs.py: a module, not a program (the tests import it).\n")
+    print(__doc__.split("\n\n")[0])
+    raise SystemExit(0)
+
 import re
 
 if __name__ == "__main__":  # run on its own (any arguments, --help too): say what it is
