@@ -19,17 +19,7 @@ Values stay strings exactly as the table gives them ("0.800", "1e-4"): compare n
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # run on its own (any arguments, --help too): say what it is
-    print("benchmarks/upstream_runs.py: a module, not a program (the tests import it).\n")
-    print(__doc__.split("\n\n")[0])
-    raise SystemExit(0)
-
 import re
-
-if __name__ == "__main__":  # run on its own (any arguments, --help too): say what it is
-    print("benchmarks/upstream_runs.py: a module, not a program (the tests import it).\n")
-    print(__doc__.split("\n\n")[0])
-    raise SystemExit(0)
 
 RECORDS = ("1855", "2014", "2135")
 
@@ -150,3 +140,21 @@ RUNS, DEFAULTED, UNLOGGED, NOTES = _build()
 def differing(a: str, b: str) -> list[str]:
     """The variables whose table values differ between records a and b (None counts as a value)."""
     return [name for name in RUNS[a] if RUNS[a][name] != RUNS[b][name]]
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description="Print the variables whose values differ between two records' runs "
+        "(FRONTIER_MAY.md 1.17), with each run's value as the table gives it."
+    )
+    parser.add_argument("a", nargs="?", default="1855", choices=sorted(RUNS))
+    parser.add_argument("b", nargs="?", default="2135", choices=sorted(RUNS))
+    args = parser.parse_args()
+    for name in differing(args.a, args.b):
+        print(f"{name}: #{args.a} {RUNS[args.a][name]!r}  #{args.b} {RUNS[args.b][name]!r}")
+
+
+if __name__ == "__main__":
+    main()
