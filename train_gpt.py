@@ -1058,33 +1058,33 @@ class DataError(ValueError):
 
 def read_shard_header(path: str | Path) -> int:
     """Check a shard's header and file size (cheap: no tokens read); return its token count."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        header = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
-    except OSError as e:
-        raise DataError(f"{path}: cannot read shard ({e.strerror or e})") from e
+    header = read_array(path, "<i4", HEADER_INTS)
+    size = Path(path).stat().st_size
     if header.size != HEADER_INTS:
-        raise DataError(f"{path}: truncated header: {size} bytes, a shard has {HEADER_BYTES}")
+        raise DataError(f"{path}: truncated header: {size} bytes, expected {HEADER_BYTES}")
     magic, version, num_tokens = (int(v) for v in header[:3])
-    if magic != SHARD_MAGIC:
-        raise DataError(f"{path}: bad magic {magic} (expected {SHARD_MAGIC}): not a token shard")
-    if version != SHARD_VERSION:
-        raise DataError(f"{path}: unsupported shard version {version} (expected {SHARD_VERSION})")
+    for name, value, expected in (
+        ("magic", magic, SHARD_MAGIC),
+        ("version", version, SHARD_VERSION),
+    ):
+        if value != expected:
+            raise DataError(f"{path}: bad {name} {value}, expected {expected}")
     expected = HEADER_BYTES + 2 * num_tokens
     if num_tokens < 0 or size != expected:
-        raise DataError(
-            f"{path}: size mismatch: {num_tokens} tokens need {expected} bytes, the file has {size}"
-        )
+        raise DataError(f"{path}: size mismatch: {size} bytes, {num_tokens} tokens need {expected}")
     return num_tokens
+
+
+def read_array(path: str | Path, dtype: str, count: int, offset: int = 0) -> np.ndarray:
+    try:
+        return np.fromfile(path, dtype=dtype, count=count, offset=offset)
+    except OSError as e:
+        raise DataError(f"{path}: cannot read shard ({e.strerror or e})") from e
 
 
 def load_data_shard(path: str | Path, vocab_size: int | None = None) -> np.ndarray:
     num_tokens = read_shard_header(path)
-    try:
-        tokens = np.fromfile(path, dtype="<u2", count=num_tokens, offset=HEADER_BYTES)
-    except OSError as e:
-        raise DataError(f"{path}: cannot read tokens ({e.strerror or e})") from e
+    tokens = read_array(path, "<u2", num_tokens, HEADER_BYTES)
     if tokens.size != num_tokens:
         raise DataError(f"{path}: truncated: read {tokens.size} of {num_tokens} tokens")
     check_token_ids(tokens, vocab_size, path)
@@ -1104,9 +1104,8 @@ def list_shards(pattern: str) -> list[Path]:
     files = sorted(Path(p) for p in glob.glob(pattern))
     if not files:
         raise DataError(
-            f"no files match {pattern}: set DATA_PATH, or build a local dataset "
-            f"(python data/build_local_dataset.py) or download the published one "
-            f"(python data/download_fineweb.py)"
+            f"no files match {pattern}: set DATA_PATH, or build the data "
+            f"(data/build_local_dataset.py or data/download_fineweb.py)"
         )
     return files
 
@@ -1136,7 +1135,7 @@ class TrainShards:
         if order == "shuffled" and len(self.files) < world_size:
             raise DataError(
                 f"TRAIN_LOADER=shuffled: {len(self.files)} train shards for {world_size} ranks: "
-                f"each rank reads shards of its own, so it needs at least one"
+                f"expected one per rank at least"
             )
         if order == "docpack" and self.bos is None:
             self.bos = [self.first_bos(i) for i in range(len(self.files))]
@@ -1156,8 +1155,7 @@ class TrainShards:
             if hits.size:
                 return start + int(hits[0])
         raise DataError(
-            f"{self.files[idx]}: no BOS token (id {BOS_ID}): TRAIN_LOADER=docpack packs documents "
-            f"that start with BOS"
+            f"{self.files[idx]}: no BOS token (id {BOS_ID}), which TRAIN_LOADER=docpack needs"
         )
 
 
