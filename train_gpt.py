@@ -1928,10 +1928,7 @@ def select_attention(requested: str, device: torch.device) -> Attention:
                 label = f"flash_attn_{version} documents:flash_attn_{version}_varlen"
                 return Attention(label, functools.partial(flash_attention, kernels), keep)
     if requested not in ("auto", "sdpa"):
-        raise ConfigError(
-            f"ATTENTION_BACKEND={requested}: not available here (needs CUDA, flash-attn, Hopper "
-            f"for fa3); use auto or sdpa"
-        )
+        raise ConfigError(f"ATTENTION_BACKEND={requested}: not available here; use auto or sdpa")
     if cuda:  # compiled, flex_attention skips the blocks that no document spans
         return Attention("sdpa documents:flex_attention", sdpa_attention, document_block_mask)
     return Attention("sdpa documents:sdpa_per_segment", sdpa_attention, keep)
@@ -2040,7 +2037,7 @@ class Block(nn.Module):
         (l0, l1), (r, P) = lanes, (m.to(dtype=x0.dtype) for m in mix)
         a = self.attention(self.mixed(l0, x0), docs, positions, lora)
         f = self.feed_forward(l1, lora)
-        return r[0] * l0 + P[0, 0] * a + P[1, 0] * f, r[1] * l1 + P[0, 1] * a + P[1, 1] * f
+        return [r[0] * l0 + P[0, 0] * a + P[1, 0] * f, r[1] * l1 + P[0, 1] * a + P[1, 1] * f]
 
 
 def layer_order(cfg: Hyperparameters, looping: bool) -> tuple[list[int], list[int]]:
@@ -2151,11 +2148,11 @@ class GPT(nn.Module):
             skips.append(x)
         for j, i in enumerate(decoder):
             if start and i >= start and lanes is None:
-                lanes = (x, x)
-            if j < len(self.skip_weights) and skips:
-                lane = x if lanes is None else lanes[0]
-                lane = self.skip(j, lane, skips.pop())
-                x, lanes = (lane, None) if lanes is None else (x, (lane, lanes[1]))
+                lanes = [x, x]
+            if j < len(self.skip_weights) and skips and lanes is None:
+                x = self.skip(j, x, skips.pop())
+            elif j < len(self.skip_weights) and skips:  # the attention lane takes the skip
+                lanes[0] = self.skip(j, lanes[0], skips.pop())
             adapters = lora and lora.at(len(encoder) + j)
             if lanes is None:
                 x = self.blocks[i](x, x0, docs, positions, adapters)
@@ -3173,25 +3170,28 @@ def save_checkpoint(trainer: Trainer) -> None:
            "torch": torch.get_rng_state(), "cuda": cuda_rng}  # fmt: skip
     mine = {"optimizers": [opt.state_dict() for opt in net.optimizers], "rng": rng,
             "looping": net.base.looping}  # fmt: skip
-    torch.save(mine | {"loader": trainer.loader.state()}, tmp / f"rank_{rt.rank:03d}.pt")
-    fsync(tmp / f"rank_{rt.rank:03d}.pt")
+    save_synced(mine | {"loader": trainer.loader.state()}, tmp / f"rank_{rt.rank:03d}.pt")
     if rt.rank == 0:
-        torch.save(net.base.state_dict(), tmp / "model.pt")  # whole once the folder is renamed
+        save_synced(net.base.state_dict(), tmp / "model.pt")
         if trainer.ema is not None:
-            torch.save(trainer.ema.state_dict(), tmp / "ema.pt")
-            fsync(tmp / "ema.pt")
+            save_synced(trainer.ema.state_dict(), tmp / "ema.pt")
         meta = {"step": trainer.step, "training_time_ms": trainer.training_time_ms,
                 "stopping": trainer.stopping, "seq_stage": (trainer.seq_len, trainer.rewarm_from),
                 "config": resume_identity(cfg, rt)}  # fmt: skip
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        for path in (tmp / "model.pt", tmp / "meta.json", tmp):
-            fsync(path)
+        fsync(tmp / "meta.json")
+        fsync(tmp)
     barrier(rt)
     if rt.rank == 0:
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         fsync(final.parent)
     trainer.log0(f"checkpoint:{final} step:{trainer.step}")
+
+
+def save_synced(obj, path: Path) -> None:  # on disk before the folder is renamed
+    torch.save(obj, path)
+    fsync(path)
 
 
 def load_checkpoint_file(path: Path):
