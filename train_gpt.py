@@ -542,22 +542,20 @@ class Muon(torch.optim.Optimizer):
                 dist.all_reduce(updates_flat, op=dist.ReduceOp.SUM)
             if self.weight_decay:  # decoupled: p *= 1 - lr * wd, before the update
                 torch._foreach_mul_(params, 1 - group["lr"] * self.weight_decay)
-            if self.banks:  # bf16 updates, each cast to its parameter's dtype as below
-                torch._foreach_add_(params, updates, alpha=-group["lr"])
-                continue
-            for p, update in zip(params, updates, strict=True):
-                p.add_(update.view_as(p).to(dtype=p.dtype), alpha=-group["lr"])
+            # bf16 updates, added in the parameter's dtype (exact: bf16 is a subset of fp32)
+            torch._foreach_add_(params, updates, alpha=-group["lr"])
 
     def strided_updates(self, group: dict, world_size: int, rank: int):
         """The baseline's: this rank's every world-th update in a flat buffer, zero elsewhere."""
         params = group["params"]
         total = sum(int(p.numel()) for p in params)
         updates_flat = torch.zeros(total, device=params[0].device, dtype=torch.bfloat16)
-        updates = updates_flat.split([p.numel() for p in params])  # views of updates_flat
+        flat_views = updates_flat.split([p.numel() for p in params])
+        updates = [u.view_as(p) for u, p in zip(flat_views, params, strict=True)]
         for i, (p, update) in enumerate(zip(params, updates, strict=True)):
             if i % world_size == rank and p.grad is not None:
                 g = p.grad if self.momentum_dtype is None else p.grad.to(self.momentum_dtype)
-                update.copy_(self.orthogonal_update(p, g, group).reshape(-1))
+                update.copy_(self.orthogonal_update(p, g, group))
         return updates_flat, updates
 
     def banked_updates(self, index: int, group: dict, world_size: int, rank: int):
@@ -1321,8 +1319,7 @@ class ShuffledOrder:
         self.remaining = np.array([s.size for s in starts], dtype=np.float64)
         if self.remaining.sum() <= 0:
             raise DataError(
-                f"TRAIN_LOADER=shuffled: this rank's shards ({len(self.owned)}) hold no window of "
-                f"TRAIN_SEQ_LEN+1 = {seq + 1} tokens"
+                f"TRAIN_LOADER=shuffled: no shard of this rank holds {seq + 1} tokens (a window)"
             )
 
     def fill(self, layout: Layout, seq_len: int, tokens: np.ndarray, cu) -> tuple[int, int]:
@@ -3199,7 +3196,7 @@ def load_checkpoint_file(path: Path):
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # truncated, corrupt or missing: one line, not a traceback
-        raise DataError(f"{path}: unreadable checkpoint file ({type(e).__name__}: {e})") from None
+        raise DataError(f"{path}: unreadable checkpoint file ({e!r})") from None
 
 
 def barrier(rt: Runtime) -> None:
