@@ -1815,11 +1815,11 @@ class RMSNorm(nn.Module):
 
 
 class CastedLinear(nn.Linear):
-    """Weights stay fp32 for the optimizer; the matmul runs in the activation dtype."""
+    """Weights stay fp32 for the optimizer; the matmul runs in the activation dtype (no bias:
+    every one here is built with bias=False)."""
 
     def forward(self, x: Tensor) -> Tensor:
-        bias = self.bias.to(x.dtype) if self.bias is not None else None
-        return F.linear(x, self.weight.to(x.dtype), bias)
+        return F.linear(x, self.weight.to(x.dtype))
 
 
 class Rotary(nn.Module):
@@ -1967,7 +1967,7 @@ class CausalSelfAttention(nn.Module):
         q, k = F.rms_norm(q, (q.size(-1),)), F.rms_norm(k, (k.size(-1),))
         cos, sin = self.rotary(seqlen, x.device, q.dtype, positions)
         q, k = apply_rotary_emb(q, cos, sin), apply_rotary_emb(k, cos, sin)
-        q = q * self.q_gain.to(dtype=q.dtype)[None, None, :, None]
+        q = q * self.q_gain.to(dtype=q.dtype)[:, None]  # per head
         y = self.attend(q, k, v, docs)
         if self.xsa:  # each head's output without its own value direction (fp32 under autocast)
             heads = y.unflatten(2, (self.num_kv_heads, -1))
@@ -2011,17 +2011,17 @@ class Block(nn.Module):
 
     def mixed(self, x: Tensor, x0: Tensor) -> Tensor:
         mix = self.resid_mix.to(dtype=x.dtype)
-        return mix[0][None, None, :] * x + mix[1][None, None, :] * x0
+        return mix[0] * x + mix[1] * x0
 
     def attention(self, x: Tensor, docs, positions, lora) -> Tensor:  # attn_scale * Attn(norm x)
         h = self.norm(self.attn_norm, x)
         out = adapted(self.attn(h, docs, positions, lora), lora, "o", h)
-        return self.attn_scale.to(dtype=x.dtype)[None, None, :] * out
+        return self.attn_scale.to(dtype=x.dtype) * out
 
     def feed_forward(self, x: Tensor, lora) -> Tensor:  # mlp_scale * MLP(norm x)
         h = self.norm(self.mlp_norm, x)
         out = adapted(self.mlp(h), lora, "mlp", h)
-        return self.mlp_scale.to(dtype=x.dtype)[None, None, :] * out
+        return self.mlp_scale.to(dtype=x.dtype) * out
 
     def forward(self, x: Tensor, x0: Tensor, docs=None, positions=None, lora=None) -> Tensor:
         x = self.mixed(x, x0)
@@ -2180,7 +2180,7 @@ class GPT(nn.Module):
     def skip(self, j: int, x: Tensor, s: Tensor) -> Tensor:
         """Decoder slot j's U-Net skip s: added with weight w_j, or (SKIP_GATES_ENABLED) a lerp
         from w_j * s to x by sigmoid(g_j)."""
-        weighted = self.skip_weights[j].to(dtype=x.dtype)[None, None, :] * s
+        weighted = self.skip_weights[j].to(dtype=x.dtype) * s
         if not hasattr(self, "skip_gates"):
             return x + weighted
         return torch.lerp(weighted, x, torch.sigmoid(self.skip_gates[j].to(dtype=x.dtype)))
