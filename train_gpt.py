@@ -545,22 +545,20 @@ class Muon(torch.optim.Optimizer):
                 dist.all_reduce(updates_flat, op=dist.ReduceOp.SUM)
             if self.weight_decay:  # decoupled: p *= 1 - lr * wd, before the update
                 torch._foreach_mul_(params, 1 - group["lr"] * self.weight_decay)
-            if self.banks:  # bf16 updates, each cast to its parameter's dtype as below
-                torch._foreach_add_(params, updates, alpha=-group["lr"])
-                continue
-            for p, update in zip(params, updates, strict=True):
-                p.add_(update.view_as(p).to(dtype=p.dtype), alpha=-group["lr"])
+            # bf16 updates, added in the parameter's dtype (exact: bf16 is a subset of fp32)
+            torch._foreach_add_(params, updates, alpha=-group["lr"])
 
     def strided_updates(self, group: dict, world_size: int, rank: int):
         """The baseline's: this rank's every world-th update in a flat buffer, zero elsewhere."""
         params = group["params"]
         total = sum(int(p.numel()) for p in params)
         updates_flat = torch.zeros(total, device=params[0].device, dtype=torch.bfloat16)
-        updates = updates_flat.split([p.numel() for p in params])  # views of updates_flat
+        flat_views = updates_flat.split([p.numel() for p in params])
+        updates = [u.view_as(p) for u, p in zip(flat_views, params, strict=True)]
         for i, (p, update) in enumerate(zip(params, updates, strict=True)):
             if i % world_size == rank and p.grad is not None:
                 g = p.grad if self.momentum_dtype is None else p.grad.to(self.momentum_dtype)
-                update.copy_(self.orthogonal_update(p, g, group).reshape(-1))
+                update.copy_(self.orthogonal_update(p, g, group))
         return updates_flat, updates
 
     def banked_updates(self, index: int, group: dict, world_size: int, rank: int):
@@ -1203,33 +1201,33 @@ class DataError(ValueError):
 
 def read_shard_header(path: str | Path) -> int:
     """Check a shard's header and file size (cheap: no tokens read); return its token count."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        header = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
-    except OSError as e:
-        raise DataError(f"{path}: cannot read shard ({e.strerror or e})") from e
+    header = read_array(path, "<i4", HEADER_INTS)
+    size = Path(path).stat().st_size
     if header.size != HEADER_INTS:
-        raise DataError(f"{path}: truncated header: {size} bytes, a shard has {HEADER_BYTES}")
+        raise DataError(f"{path}: truncated header: {size} bytes, expected {HEADER_BYTES}")
     magic, version, num_tokens = (int(v) for v in header[:3])
-    if magic != SHARD_MAGIC:
-        raise DataError(f"{path}: bad magic {magic} (expected {SHARD_MAGIC}): not a token shard")
-    if version != SHARD_VERSION:
-        raise DataError(f"{path}: unsupported shard version {version} (expected {SHARD_VERSION})")
+    for name, value, expected in (
+        ("magic", magic, SHARD_MAGIC),
+        ("version", version, SHARD_VERSION),
+    ):
+        if value != expected:
+            raise DataError(f"{path}: bad {name} {value}, expected {expected}")
     expected = HEADER_BYTES + 2 * num_tokens
     if num_tokens < 0 or size != expected:
-        raise DataError(
-            f"{path}: size mismatch: {num_tokens} tokens need {expected} bytes, the file has {size}"
-        )
+        raise DataError(f"{path}: size mismatch: {size} bytes, {num_tokens} tokens need {expected}")
     return num_tokens
+
+
+def read_array(path: str | Path, dtype: str, count: int, offset: int = 0) -> np.ndarray:
+    try:
+        return np.fromfile(path, dtype=dtype, count=count, offset=offset)
+    except OSError as e:
+        raise DataError(f"{path}: cannot read shard ({e.strerror or e})") from e
 
 
 def load_data_shard(path: str | Path, vocab_size: int | None = None) -> np.ndarray:
     num_tokens = read_shard_header(path)
-    try:
-        tokens = np.fromfile(path, dtype="<u2", count=num_tokens, offset=HEADER_BYTES)
-    except OSError as e:
-        raise DataError(f"{path}: cannot read tokens ({e.strerror or e})") from e
+    tokens = read_array(path, "<u2", num_tokens, HEADER_BYTES)
     if tokens.size != num_tokens:
         raise DataError(f"{path}: truncated: read {tokens.size} of {num_tokens} tokens")
     check_token_ids(tokens, vocab_size, path)
@@ -1249,9 +1247,8 @@ def list_shards(pattern: str) -> list[Path]:
     files = sorted(Path(p) for p in glob.glob(pattern))
     if not files:
         raise DataError(
-            f"no files match {pattern}: set DATA_PATH, or build a local dataset "
-            f"(python data/build_local_dataset.py) or download the published one "
-            f"(python data/download_fineweb.py)"
+            f"no files match {pattern}: set DATA_PATH, or build the data "
+            f"(data/build_local_dataset.py or data/download_fineweb.py)"
         )
     return files
 
@@ -1281,7 +1278,7 @@ class TrainShards:
         if order == "shuffled" and len(self.files) < world_size:
             raise DataError(
                 f"TRAIN_LOADER=shuffled: {len(self.files)} train shards for {world_size} ranks: "
-                f"each rank reads shards of its own, so it needs at least one"
+                f"expected one per rank at least"
             )
         if order == "docpack" and self.bos is None:
             self.bos = [self.first_bos(i) for i in range(len(self.files))]
@@ -1301,8 +1298,7 @@ class TrainShards:
             if hits.size:
                 return start + int(hits[0])
         raise DataError(
-            f"{self.files[idx]}: no BOS token (id {BOS_ID}): TRAIN_LOADER=docpack packs documents "
-            f"that start with BOS"
+            f"{self.files[idx]}: no BOS token (id {BOS_ID}), which TRAIN_LOADER=docpack needs"
         )
 
 
@@ -1468,8 +1464,7 @@ class ShuffledOrder:
         self.remaining = np.array([s.size for s in starts], dtype=np.float64)
         if self.remaining.sum() <= 0:
             raise DataError(
-                f"TRAIN_LOADER=shuffled: this rank's shards ({len(self.owned)}) hold no window of "
-                f"TRAIN_SEQ_LEN+1 = {seq + 1} tokens"
+                f"TRAIN_LOADER=shuffled: no shard of this rank holds {seq + 1} tokens (a window)"
             )
 
     def fill(self, layout: Layout, seq_len: int, tokens: np.ndarray, cu) -> tuple[int, int]:
@@ -1965,11 +1960,11 @@ class RMSNorm(nn.Module):
 
 
 class CastedLinear(nn.Linear):
-    """Weights stay fp32 for the optimizer; the matmul runs in the activation dtype."""
+    """Weights stay fp32 for the optimizer; the matmul runs in the activation dtype (no bias:
+    every one here is built with bias=False)."""
 
     def forward(self, x: Tensor) -> Tensor:
-        bias = self.bias.to(x.dtype) if self.bias is not None else None
-        return F.linear(x, self.weight.to(x.dtype), bias)
+        return F.linear(x, self.weight.to(x.dtype))
 
 
 class Rotary(nn.Module):
@@ -2075,10 +2070,7 @@ def select_attention(requested: str, device: torch.device) -> Attention:
                 label = f"flash_attn_{version} documents:flash_attn_{version}_varlen"
                 return Attention(label, functools.partial(flash_attention, kernels), keep)
     if requested not in ("auto", "sdpa"):
-        raise ConfigError(
-            f"ATTENTION_BACKEND={requested}: not available here (needs CUDA, flash-attn, Hopper "
-            f"for fa3); use auto or sdpa"
-        )
+        raise ConfigError(f"ATTENTION_BACKEND={requested}: not available here; use auto or sdpa")
     if cuda:  # compiled, flex_attention skips the blocks that no document spans
         return Attention("sdpa documents:flex_attention", sdpa_attention, document_block_mask)
     return Attention("sdpa documents:sdpa_per_segment", sdpa_attention, keep)
@@ -2120,7 +2112,7 @@ class CausalSelfAttention(nn.Module):
         q, k = F.rms_norm(q, (q.size(-1),)), F.rms_norm(k, (k.size(-1),))
         cos, sin = self.rotary(seqlen, x.device, q.dtype, positions)
         q, k = apply_rotary_emb(q, cos, sin), apply_rotary_emb(k, cos, sin)
-        q = q * self.q_gain.to(dtype=q.dtype)[None, None, :, None]
+        q = q * self.q_gain.to(dtype=q.dtype)[:, None]  # per head
         y = self.attend(q, k, v, docs)
         if self.xsa:  # each head's output without its own value direction (fp32 under autocast)
             heads = y.unflatten(2, (self.num_kv_heads, -1))
@@ -2164,17 +2156,17 @@ class Block(nn.Module):
 
     def mixed(self, x: Tensor, x0: Tensor) -> Tensor:
         mix = self.resid_mix.to(dtype=x.dtype)
-        return mix[0][None, None, :] * x + mix[1][None, None, :] * x0
+        return mix[0] * x + mix[1] * x0
 
     def attention(self, x: Tensor, docs, positions, lora) -> Tensor:  # attn_scale * Attn(norm x)
         h = self.norm(self.attn_norm, x)
         out = adapted(self.attn(h, docs, positions, lora), lora, "o", h)
-        return self.attn_scale.to(dtype=x.dtype)[None, None, :] * out
+        return self.attn_scale.to(dtype=x.dtype) * out
 
     def feed_forward(self, x: Tensor, lora) -> Tensor:  # mlp_scale * MLP(norm x)
         h = self.norm(self.mlp_norm, x)
         out = adapted(self.mlp(h), lora, "mlp", h)
-        return self.mlp_scale.to(dtype=x.dtype)[None, None, :] * out
+        return self.mlp_scale.to(dtype=x.dtype) * out
 
     def forward(self, x: Tensor, x0: Tensor, docs=None, positions=None, lora=None) -> Tensor:
         x = self.mixed(x, x0)
@@ -2187,7 +2179,7 @@ class Block(nn.Module):
         (l0, l1), (r, P) = lanes, (m.to(dtype=x0.dtype) for m in mix)
         a = self.attention(self.mixed(l0, x0), docs, positions, lora)
         f = self.feed_forward(l1, lora)
-        return r[0] * l0 + P[0, 0] * a + P[1, 0] * f, r[1] * l1 + P[0, 1] * a + P[1, 1] * f
+        return [r[0] * l0 + P[0, 0] * a + P[1, 0] * f, r[1] * l1 + P[0, 1] * a + P[1, 1] * f]
 
 
 def layer_order(cfg: Hyperparameters, looping: bool) -> tuple[list[int], list[int]]:
@@ -2298,11 +2290,11 @@ class GPT(nn.Module):
             skips.append(x)
         for j, i in enumerate(decoder):
             if start and i >= start and lanes is None:
-                lanes = (x, x)
-            if j < len(self.skip_weights) and skips:
-                lane = x if lanes is None else lanes[0]
-                lane = self.skip(j, lane, skips.pop())
-                x, lanes = (lane, None) if lanes is None else (x, (lane, lanes[1]))
+                lanes = [x, x]
+            if j < len(self.skip_weights) and skips and lanes is None:
+                x = self.skip(j, x, skips.pop())
+            elif j < len(self.skip_weights) and skips:  # the attention lane takes the skip
+                lanes[0] = self.skip(j, lanes[0], skips.pop())
             adapters = lora and lora.at(len(encoder) + j)
             if lanes is None:
                 x = self.blocks[i](x, x0, docs, positions, adapters)
@@ -2333,7 +2325,7 @@ class GPT(nn.Module):
     def skip(self, j: int, x: Tensor, s: Tensor) -> Tensor:
         """Decoder slot j's U-Net skip s: added with weight w_j, or (SKIP_GATES_ENABLED) a lerp
         from w_j * s to x by sigmoid(g_j)."""
-        weighted = self.skip_weights[j].to(dtype=x.dtype)[None, None, :] * s
+        weighted = self.skip_weights[j].to(dtype=x.dtype) * s
         if not hasattr(self, "skip_gates"):
             return x + weighted
         return torch.lerp(weighted, x, torch.sigmoid(self.skip_gates[j].to(dtype=x.dtype)))
@@ -3320,19 +3312,17 @@ def save_checkpoint(trainer: Trainer) -> None:
            "torch": torch.get_rng_state(), "cuda": cuda_rng}  # fmt: skip
     mine = {"optimizers": [opt.state_dict() for opt in net.optimizers], "rng": rng,
             "looping": net.base.looping}  # fmt: skip
-    torch.save(mine | {"loader": trainer.loader.state()}, tmp / f"rank_{rt.rank:03d}.pt")
-    fsync(tmp / f"rank_{rt.rank:03d}.pt")
+    save_synced(mine | {"loader": trainer.loader.state()}, tmp / f"rank_{rt.rank:03d}.pt")
     if rt.rank == 0:
-        torch.save(net.base.state_dict(), tmp / "model.pt")  # whole once the folder is renamed
+        save_synced(net.base.state_dict(), tmp / "model.pt")
         if trainer.ema is not None:
-            torch.save(trainer.ema.state_dict(), tmp / "ema.pt")
-            fsync(tmp / "ema.pt")
+            save_synced(trainer.ema.state_dict(), tmp / "ema.pt")
         meta = {"step": trainer.step, "training_time_ms": trainer.training_time_ms,
                 "stopping": trainer.stopping, "seq_stage": (trainer.seq_len, trainer.rewarm_from),
                 "config": resume_identity(cfg, rt)}  # fmt: skip
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        for path in (tmp / "model.pt", tmp / "meta.json", tmp):
-            fsync(path)
+        fsync(tmp / "meta.json")
+        fsync(tmp)
     barrier(rt)
     if rt.rank == 0:
         shutil.rmtree(final, ignore_errors=True)
@@ -3341,12 +3331,17 @@ def save_checkpoint(trainer: Trainer) -> None:
     trainer.log0(f"checkpoint:{final} step:{trainer.step}")
 
 
+def save_synced(obj, path: Path) -> None:  # on disk before the folder is renamed
+    torch.save(obj, path)
+    fsync(path)
+
+
 def load_checkpoint_file(path: Path):
     """Trusted files of ours (numpy state: weights_only=False), on the CPU as RNG states must."""
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # truncated, corrupt or missing: one line, not a traceback
-        raise DataError(f"{path}: unreadable checkpoint file ({type(e).__name__}: {e})") from None
+        raise DataError(f"{path}: unreadable checkpoint file ({e!r})") from None
 
 
 def barrier(rt: Runtime) -> None:
