@@ -3814,9 +3814,10 @@ if __name__ == "__main__":
         if not user:
             raise
         rank = os.environ.get("RANK", "0")
+        where = ""
         if rank not in ("0", ""):  # rank 0 says it and torchrun stops us, unless it is ours alone
             time.sleep(5)
-        where = "" if rank in ("0", "") else f"[rank {rank}] "
+            where = f"[rank {rank}] "
         print(f"{where}error: {error}", file=sys.stderr)
         exit_code = 2
     # Threads are joined and files closed. Skip the teardown of torch's C++ state: with gloo it
