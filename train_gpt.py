@@ -3331,7 +3331,7 @@ def misspelt_variables(env) -> list[str]:
     known = {name.upper() for name in DEFAULTS} | set(LAUNCHER_VARIABLES) | set(FIXED_VARIABLES)
     warnings = []
     for name in sorted(set(env) - known):
-        near = [k for k in sorted(known) if k[0] == name[0] and abs(len(k) - len(name)) <= 2]
+        near = [k for k in sorted(known) if k[0] == name[0]]
         close = min(near, key=lambda k: edit_distance(name, k), default=None)
         typo = len(name) >= 6 and close is not None and edit_distance(name, close) <= 2
         if typo or name.startswith(PREFIXES):
