@@ -286,43 +286,40 @@ class Hyperparameters:
         unit = world_size * accum * T  # tokens of one sequence per rank and micro-step
         bad = [message for broken, message in [
             (not self.run_id or any(c in self.run_id for c in "/\\") or self.run_id in (".", ".."),
-             f"RUN_ID={self.run_id!r}: expected a plain file name (it names logs/<RUN_ID>.txt)"),
+             f"RUN_ID={self.run_id!r}: expected a plain file name"),
             (self.train_batch_tokens % unit,
              f"TRAIN_BATCH_TOKENS={self.train_batch_tokens} with TRAIN_SEQ_LEN={T}: expected a "
-             f"multiple of WORLD_SIZE*grad_accum_steps*TRAIN_SEQ_LEN = {world_size}*{accum}*{T} "
-             f"= {unit}"),
+             f"multiple of WORLD_SIZE*grad_accum_steps*TRAIN_SEQ_LEN = {unit}"),
             (self.val_batch_size < unit // T * self.window,
              f"VAL_BATCH_SIZE={self.val_batch_size}: expected at least one sequence per rank and "
-             f"micro-step, i.e. >= WORLD_SIZE*grad_accum_steps*EVAL_SEQ_LEN = "
-             f"{unit // T * self.window}"),
+             f"micro-step: {unit // T * self.window}"),
             (self.model_dim % (2 * self.num_heads),
              f"MODEL_DIM={self.model_dim}: expected a multiple of NUM_HEADS={self.num_heads} with "
-             f"an even head size (RoPE)"),
+             f"an even head size"),
             (self.num_heads % self.num_kv_heads,
              f"NUM_KV_HEADS={self.num_kv_heads}: expected a divisor of NUM_HEADS={self.num_heads}"),
             (self.resume_from and self.eval_only_path,
-             "RESUME_FROM and EVAL_ONLY_PATH: expected at most one of them"),
+             "RESUME_FROM and EVAL_ONLY_PATH: expected at most one"),
             (0 < self.max_val_tokens < T,
              f"MAX_VAL_TOKENS={self.max_val_tokens}: expected 0 (full split) or >= "
              f"TRAIN_SEQ_LEN={T}"),
             (self.eval_stride > self.window,
-             f"EVAL_STRIDE={self.eval_stride}: expected at most EVAL_SEQ_LEN={self.window} (a "
-             f"window scores its last EVAL_STRIDE targets)"),
+             f"EVAL_STRIDE={self.eval_stride}: expected at most EVAL_SEQ_LEN={self.window}"),
             (self.eval_ttt and self.global_ttt_chunk_tokens < self.window,
-             f"GLOBAL_TTT_CHUNK_TOKENS={self.global_ttt_chunk_tokens}: expected at least one "
-             f"sequence of EVAL_SEQ_LEN={self.window}"),
+             f"GLOBAL_TTT_CHUNK_TOKENS={self.global_ttt_chunk_tokens}: expected at least "
+             f"EVAL_SEQ_LEN={self.window}"),
             (not all(doc > 0 < chunk <= self.ttt_eval_seq_len for doc, chunk in self.ttt_chunks),
              f"TTT_CHUNK_SIZE={self.ttt_chunk_size} TTT_SHORT_SCORE_FIRST_STEPS="
-             f"{self.ttt_short_score_first_steps!r}: expected doc:chunk items, both > 0, and "
-             f"chunks of at most TTT_EVAL_SEQ_LEN={self.ttt_eval_seq_len}"),
+             f"{self.ttt_short_score_first_steps!r}: expected doc:chunk items, both > 0, "
+             f"chunks <= TTT_EVAL_SEQ_LEN={self.ttt_eval_seq_len}"),
             (self.rope_dims % 2 or self.rope_dims > self.model_dim // self.num_heads,
-             f"ROPE_DIMS={self.rope_dims}: expected an even number of at most the head size "
-             f"MODEL_DIM/NUM_HEADS={self.model_dim // self.num_heads} (0 = all of it)"),
+             f"ROPE_DIMS={self.rope_dims}: expected an even number <= the head size "
+             f"{self.model_dim // self.num_heads}"),
             (self.num_loops and not self.loop_start <= self.loop_end < self.num_layers,
              f"LOOP_START={self.loop_start} LOOP_END={self.loop_end}: expected LOOP_START <= "
              f"LOOP_END < NUM_LAYERS={self.num_layers} (NUM_LOOPS={self.num_loops})"),
             (self.parallel_start_layer >= self.num_layers,
-             f"PARALLEL_START_LAYER={self.parallel_start_layer}: expected 0 (off) or a layer < "
+             f"PARALLEL_START_LAYER={self.parallel_start_layer}: expected < "
              f"NUM_LAYERS={self.num_layers}"),
             (self.xsa_last_n > self.num_layers,
              f"XSA_LAST_N={self.xsa_last_n}: expected at most NUM_LAYERS={self.num_layers}"),
@@ -332,16 +329,12 @@ class Hyperparameters:
              f"MLP_MULT={self.mlp_mult}: expected int(MLP_MULT*MODEL_DIM) >= 1"),
             (0 < self.max_wallclock_seconds <= self.gptq_reserve_seconds,
              f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds}: expected less than "
-             f"MAX_WALLCLOCK_SECONDS={self.max_wallclock_seconds} (training stops that much "
-             f"before the cap)"),
-            (self.compressor.startswith("pergroup")
-             and not (self.quantizer == "gptq" and shutil.which("lrzip")),
-             f"COMPRESSOR={self.compressor}: needs QUANTIZER=gptq and the lrzip binary on PATH "
-             f"(apt-get install -y lrzip; scripts/setup.sh does it)"),
+             f"MAX_WALLCLOCK_SECONDS={self.max_wallclock_seconds}"),
+            (self.compressor.startswith("pergroup") and self.quantizer != "gptq",
+             f"COMPRESSOR={self.compressor}: needs QUANTIZER=gptq"),
             ((self.quantizer == "gptq" or self.compressor == "brotli")
              and importlib.util.find_spec("brotli") is None,
-             f"QUANTIZER={self.quantizer} COMPRESSOR={self.compressor}: needs the brotli package "
-             f"(pip install -r requirements.txt)"),
+             f"QUANTIZER={self.quantizer} COMPRESSOR={self.compressor}: needs the brotli package"),
             (self.train_seq_schedule and self.train_loader != "docpack",
              "TRAIN_SEQ_SCHEDULE: expected TRAIN_LOADER=docpack (its cut changes with it)"),
         ] if broken]  # fmt: skip
@@ -3398,6 +3391,9 @@ def configure() -> tuple[Hyperparameters, Runtime]:
     """The config (every user error before any heavy work), then the device and process group."""
     world_size = env_int("WORLD_SIZE", 1)
     cfg = Hyperparameters.from_env(os.environ, world_size)
+    if cfg.compressor.startswith("pergroup") and not shutil.which("lrzip"):  # this machine's
+        raise ConfigError(f"COMPRESSOR={cfg.compressor}: needs the lrzip binary on PATH "
+                          f"(apt-get install -y lrzip; scripts/setup.sh does it)")  # fmt: skip
     rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if not distributed and ("RANK" in os.environ or world_size != 1):  # one process, 1/N of it
@@ -3476,7 +3472,7 @@ def misspelt_variables(env) -> list[str]:
     known = {name.upper() for name in DEFAULTS} | set(LAUNCHER_VARIABLES) | set(FIXED_VARIABLES)
     warnings = []
     for name in sorted(set(env) - known):
-        near = [k for k in sorted(known) if k[0] == name[0] and abs(len(k) - len(name)) <= 2]
+        near = [k for k in sorted(known) if k[0] == name[0]]
         close = min(near, key=lambda k: edit_distance(name, k), default=None)
         typo = len(name) >= 6 and close is not None and edit_distance(name, close) <= 2
         if typo or name.startswith(PREFIXES):
@@ -3977,9 +3973,10 @@ if __name__ == "__main__":
         if not user:
             raise
         rank = os.environ.get("RANK", "0")
+        where = ""
         if rank not in ("0", ""):  # rank 0 says it and torchrun stops us, unless it is ours alone
             time.sleep(5)
-        where = "" if rank in ("0", "") else f"[rank {rank}] "
+            where = f"[rank {rank}] "
         print(f"{where}error: {error}", file=sys.stderr)
         exit_code = 2
     # Threads are joined and files closed. Skip the teardown of torch's C++ state: with gloo it

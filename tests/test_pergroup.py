@@ -203,23 +203,25 @@ def test_a_truncated_or_foreign_pgrp_file_is_refused_in_one_line(tmp_path, versi
 
 def test_pergroup_needs_lrzip_and_the_gptq_artifact_at_start_up(monkeypatch):
     for version in WRITERS:
-        with pytest.raises(tg.ConfigError, match=f"^COMPRESSOR={version}: needs QUANTIZER=gptq"):
+        with pytest.raises(tg.ConfigError, match=f"^COMPRESSOR={version}: needs QUANTIZER=gptq$"):
             tg.Hyperparameters.from_env({"COMPRESSOR": version})
-    monkeypatch.setattr(shutil, "which", lambda name: None)
-    with pytest.raises(tg.ConfigError) as info:
-        tg.Hyperparameters.from_env({"PRESET": "frontier", "RUN_ID": "r"})
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # a machine without lrzip
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PRESET", "pr1855")
+    with pytest.raises(tg.ConfigError) as info:  # at start-up, before the device or any data
+        tg.configure()
     assert str(info.value) == (
-        "COMPRESSOR=pergroup: needs QUANTIZER=gptq and the lrzip binary on PATH "
+        "COMPRESSOR=pergroup: needs the lrzip binary on PATH "
         "(apt-get install -y lrzip; scripts/setup.sh does it)"
     )
 
 
-@needs_lrzip
-def test_the_preset_writes_1855s_format_and_pergroup_v2_is_2135s():
-    cfg = tg.Hyperparameters.from_env({"PRESET": "frontier", "RUN_ID": "r"})
-    assert (cfg.quantizer, cfg.compressor) == ("gptq", "pergroup")
-    v2 = tg.Hyperparameters.from_env({"PRESET": "frontier", "COMPRESSOR": "pergroup_v2"})
-    assert v2.compressor == "pergroup_v2"
+def test_each_preset_writes_its_records_per_group_format():
+    for preset, compressor in [("pr1855", "pergroup"), ("pr2014", "pergroup"),
+                               ("pr2135", "pergroup_v2"), ("frontier", "pergroup_v2")]:  # fmt: skip
+        cfg = tg.Hyperparameters.from_env({"PRESET": preset, "RUN_ID": "r"})
+        assert (cfg.quantizer, cfg.compressor) == ("gptq", compressor), preset
 
 
 # Writing the artifact: rank 0 compresses, says so while it runs, and logs the cap --------------

@@ -6,6 +6,7 @@ down; end to end (fewer steps, the tests' tiny data), it prints the record's lin
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -23,6 +24,10 @@ QUICKSTART = dict(
     if line and not line.startswith("#")
 ) | {"VOCAB_SIZE": "1024"}  # what quickstart.sh adds for the local dataset
 PRESETS = sorted(tg.PRESETS)
+# each leaderboard row once (frontier is the top row's second name)
+ROWS = [
+    name for name in PRESETS if tg.PRESETS[name] is not tg.PRESETS["frontier"] or name == "frontier"
+]
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -49,9 +54,11 @@ def test_a_short_capped_run_switches_its_loops_on_and_warms_down_by_its_steps():
     assert tg.lr_multiplier(50, 10_000.0, 100, 0, 599_500.0, 0.85, 0.1) == pytest.approx(0.5 / 0.85)
 
 
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", ROWS)
 def test_the_preset_at_the_quick_start_size_runs_end_to_end(preset, tiny_dataset, tmp_path):
     env = QUICKSTART | {"PRESET": preset, "ITERATIONS": "8", "WARMUP_STEPS": "1"}
+    if shutil.which("lrzip") is None:  # the presets' per-group file needs it: brotli without
+        env["COMPRESSOR"] = "brotli"
     env |= {"VAL_LOSS_EVERY": "0", "TRAIN_LOG_EVERY": "1", "MAX_VAL_TOKENS": "8192"}
     env |= {"GPTQ_CALIBRATION_BATCHES": "2", "TRAIN_BATCH_TOKENS": "4096"}
     run = run_train(tmp_path, tiny_dataset, timeout=900, **env)
@@ -63,7 +70,7 @@ def test_the_preset_at_the_quick_start_size_runs_end_to_end(preset, tiny_dataset
     record_lines = (
         "diagnostic pre-quantization post-ema",
         "Code size (compressed):",
-        "Total submission size quantized+brotli:",
+        "Total submission size quantized+",
         "quantized_ttt_phased val_loss:",
     )
     for label in record_lines:
