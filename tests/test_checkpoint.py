@@ -133,7 +133,7 @@ def mismatches(got: list[tuple], expected: list[tuple]) -> list[int]:
 # -----------------------------
 
 CHECKPOINT_FILES_2_RANKS = ["meta.json", "model.pt", "rank_000.pt", "rank_001.pt"]
-META_KEYS = {"step", "training_time_ms", "stopping", "config"}
+META_KEYS = {"step", "training_time_ms", "stopping", "config", "seq_stage"}
 THIS_CONFIG = {"WORLD_SIZE": 2, "TRAIN_LOADER": "stream", "TRAIN_SEQ_LEN": 64,
                "TRAIN_BATCH_TOKENS": 1024, "NUM_LAYERS": 2, "MODEL_DIM": 64}  # fmt: skip
 
