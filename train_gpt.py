@@ -1643,7 +1643,14 @@ class ValidationSet:
                     f"{self.split.size} tokens of {cfg.val_files}: expected one per token"
                 )
         L = self.seq_len = cfg.window
-        usable = self.scored_targets(cfg, L, "EVAL_SEQ_LEN")
+        usable = min(self.split_tokens, cfg.max_val_tokens or self.split_tokens)
+        if usable < L:
+            raise DataError(
+                f"EVAL_SEQ_LEN={L}: longer than the validation split ({self.split_tokens} targets "
+                f"in {cfg.val_files}, MAX_VAL_TOKENS={cfg.max_val_tokens}): expected at most that"
+            )
+        # The split's targets evaluated: whole sequences of L, or all (EVAL_INCLUDE_TAIL)
+        usable = self.scored_targets = usable if cfg.eval_include_tail else usable // L * L
         self.tokens = self.split[: usable + 1]
         unit = 1 if cfg.eval_include_tail else L  # rank r: whole sequences, or targets Tr/W..
         first, end = (usable // unit * r // rt.world_size * unit for r in (rt.rank, rt.rank + 1))
@@ -1659,16 +1666,6 @@ class ValidationSet:
         if cfg.val_doc_attention:
             self.documents = [self.cut_documents(a, b) for a, b in self.spans]
         self.target_tokens, self.target_bytes = self.totals(rt, first, end)
-
-    def scored_targets(self, cfg: Hyperparameters, seq_len: int, name: str) -> int:
-        """The split's targets evaluated: whole sequences of seq_len, or all (EVAL_INCLUDE_TAIL)."""
-        usable = min(self.split_tokens, cfg.max_val_tokens or self.split_tokens)
-        if usable < seq_len:
-            raise DataError(
-                f"{name}={seq_len}: longer than the validation split ({self.split_tokens} targets "
-                f"in {cfg.val_files}, MAX_VAL_TOKENS={cfg.max_val_tokens}): expected at most that"
-            )
-        return usable if cfg.eval_include_tail else usable // seq_len * seq_len
 
     def totals(self, rt: Runtime, a: int, b: int) -> tuple[int, int]:
         """Targets a..b-1 (tokens a+1..b) of every rank: their count and exact UTF-8 bytes."""
@@ -1724,7 +1721,7 @@ class SlidingWindows:
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, val: ValidationSet):
         L, S, B = cfg.window, cfg.eval_stride, cfg.eval_batch_seqs
-        total = val.scored_targets(cfg, L, "EVAL_SEQ_LEN")
+        total = val.scored_targets
         self.shape, self.stride, self.context = (B, L), S, L - S
         self.windows = -(-(total - self.context) // S)
         lo = self.windows * rt.rank // rt.world_size
@@ -2474,7 +2471,7 @@ class TTTPlan:
     least loaded rank; a rank draws its reusable A afresh after every phase."""
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, val: ValidationSet):
-        total = val.scored_targets(cfg, cfg.window, "EVAL_SEQ_LEN")
+        total = val.scored_targets
         split = val.split[: total + 1].astype(np.int64)
         starts = np.union1d([0], np.flatnonzero(split[:total] == BOS_ID))
         preds = np.diff(np.append(starts, total))
