@@ -1653,7 +1653,7 @@ class ValidationSet:
         usable = self.scored_targets = usable if cfg.eval_include_tail else usable // L * L
         self.tokens = self.split[: usable + 1]
         unit = 1 if cfg.eval_include_tail else L  # rank r: whole sequences, or targets Tr/W..
-        first, end = (usable // unit * r // rt.world_size * unit for r in (rt.rank, rt.rank + 1))
+        first, end = (k * unit for k in rt.share(usable // unit))
         B = cfg.val_batch_size // (rt.world_size * rt.grad_accum_steps) // L * L
         cuts = [*range(first, end, B), end]
         if not cfg.val_doc_attention:  # rows of L: a last part row, a batch of its own
@@ -1724,8 +1724,7 @@ class SlidingWindows:
         total = val.scored_targets
         self.shape, self.stride, self.context = (B, L), S, L - S
         self.windows = -(-(total - self.context) // S)
-        lo = self.windows * rt.rank // rt.world_size
-        hi = self.windows * (rt.rank + 1) // rt.world_size
+        lo, hi = rt.share(self.windows)
         self.batches = [((k - lo) * S, min(B, hi - k)) for k in range(lo, hi, B)]  # offset, rows
         self.owns_first = lo == 0 < hi
         room = (len(self.batches) * B - 1) * S + L + 1 if self.batches else 0  # padded last batch
@@ -2319,6 +2318,10 @@ class Runtime:
         if self.cuda:
             torch.cuda.synchronize(self.device)
 
+    def share(self, n: int) -> tuple[int, int]:
+        """This rank's contiguous part of n items: [n r // world_size, n (r + 1) // world_size)."""
+        return n * self.rank // self.world_size, n * (self.rank + 1) // self.world_size
+
 
 def document_kwargs(batch: tuple, seq_len: int) -> dict:
     """GPT.forward's keywords for a docpack batch: one compiled graph for all (see README)."""
@@ -2411,10 +2414,9 @@ class LoRA:
         self.B_all = torch.zeros(slots, b, device=device, requires_grad=True)
         self.rank, self.dim, self.scale = rank, dim, alpha / rank
 
-    def select(self, lo: int, hi: int) -> tuple[Tensor, Tensor]:
+    def select(self, lo: int, hi: int) -> None:
         """Slots lo..hi-1 (the rows of the next forward): their A and B."""
         self.A, self.B = self.A_all[lo:hi], self.B_all[lo:hi]
-        return self.A, self.B
 
     def at(self, block: int | None) -> Callable:
         return lambda site, h: self.delta((block, site), h)
@@ -2551,9 +2553,9 @@ class TTTPlan:
         m*(r+1)//W), attention segments from every BOS and every EVAL_SEQ_LEN tokens. Per SGD
         step, on the CPU: this rank's (inputs, targets, segment bounds, cosine lr factor)."""
         at = np.concatenate([np.arange(s, s + p + 1) for s, p in zip(starts, preds, strict=True)])
-        L, W = cfg.window, rt.world_size
+        L = cfg.window
         C = min(cfg.global_ttt_chunk_tokens, 32 * L)  # GLOBAL_TTT_BATCH_SEQS=32 sequences at most
-        lo, hi = (C // L * r // W * L for r in (rt.rank, rt.rank + 1))
+        lo, hi = (k * L for k in rt.share(C // L))
         n, out = -(-(at.size - 1) // C), []
         for i in range(n - 1):
             x, y = (split[at[i * C + lo + k : i * C + hi + k]] for k in (0, 1))
