@@ -2477,7 +2477,7 @@ class TTTPlan:
         split = val.split[: total + 1].astype(np.int64)
         starts = np.union1d([0], np.flatnonzero(split[:total] == BOS_ID))
         preds = np.diff(np.append(starts, total))
-        order = np.lexsort((np.arange(starts.size), preds))
+        order = np.argsort(preds, kind="stable")
         S, device = cfg.ttt_batch_size, rt.device
         batches = [order[i : i + S] for i in range(0, order.size, S)]
         batches.sort(key=lambda b: -preds[b[-1]])  # stable: equal longest keep ascending order
@@ -2652,9 +2652,8 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
                 nll = model(plan.split[idx], plan.split[idx + 1], "none", lora=lora, hint=hint)
             nll = nll.view(-1, *idx.shape) * keep  # [the nll, its tilted copy] with hints
             loss_sum += nll[-1].detach().sum(dtype=torch.float64)  # scored before any update
-            nll = nll[0]
             if trains:  # AdamW over every slot (zero gradients: decay), as the record's
-                means = nll.sum(1) / scored.clamp(min=1)
+                means = nll[0].sum(1) / scored.clamp(min=1)
                 lora.A_all.grad, lora.B_all.grad = torch.autograd.grad(
                     (means * train).sum(), params
                 )
