@@ -1674,9 +1674,7 @@ class ValidationSet:
         else:
             local_bytes = count_target_bytes(self.split[a : b + 1], self.luts)
         totals = torch.tensor([max(b - a, 0), local_bytes], dtype=torch.int64, device=rt.device)
-        if rt.distributed:
-            dist.all_reduce(totals)
-        return tuple(int(v) for v in totals.tolist())
+        return tuple(int(v) for v in rt.all_sum(totals).tolist())
 
     def cut_documents(self, a: int, b: int) -> tuple[np.ndarray, int]:
         cu = np.empty(pad_to_64(b - a), dtype=np.int32)
@@ -2318,6 +2316,12 @@ class Runtime:
         if self.cuda:
             torch.cuda.synchronize(self.device)
 
+    def all_sum(self, t: Tensor) -> Tensor:
+        """t summed over the ranks, in place (one process: t as it is)."""
+        if self.distributed:
+            dist.all_reduce(t)
+        return t
+
     def share(self, n: int) -> tuple[int, int]:
         """This rank's contiguous part of n items: [n r // world_size, n (r + 1) // world_size)."""
         return n * self.rank // self.world_size, n * (self.rank + 1) // self.world_size
@@ -2343,15 +2347,11 @@ def eval_val(cfg, rt, model, val, device_luts=None) -> tuple[float, float]:
             loss_sum += loss.to(torch.float64).sum()
             if device_luts is not None:  # VAL_BYTECOUNT_DEVICE=cuda: the baseline's lookups
                 base_bytes, has_leading_space, is_boundary = device_luts
-                prev, tgt = x.reshape(-1), y.reshape(-1)
-                spaces = (has_leading_space[tgt] & ~is_boundary[prev]).to(torch.int64)
-                byte_sum += (base_bytes[tgt] + spaces).sum()
+                byte_sum += (base_bytes[y] + (has_leading_space[y] & ~is_boundary[x])).sum()
     model.train()
     target_bytes = val.target_bytes
     if device_luts is not None:
-        if rt.distributed:
-            dist.all_reduce(byte_sum)
-        target_bytes = int(byte_sum.item())
+        target_bytes = int(rt.all_sum(byte_sum).item())
     return score(rt, loss_sum, val.target_tokens, target_bytes)
 
 
@@ -2380,9 +2380,7 @@ def eval_sliding(cfg, rt, model, windows: SlidingWindows) -> tuple[float, float]
 
 def score(rt: Runtime, loss_sum: Tensor, tokens: int, target_bytes: int) -> tuple[float, float]:
     """(val_loss, val_bpb) from every rank's summed nats and the split's exact totals."""
-    if rt.distributed:
-        dist.all_reduce(loss_sum)
-    val_loss = loss_sum.item() / tokens
+    val_loss = rt.all_sum(loss_sum).item() / tokens
     return val_loss, val_loss / math.log(2.0) * (tokens / target_bytes)
 
 
