@@ -1776,10 +1776,17 @@ class ValidationSet:
                     f"{self.split.size} tokens of {cfg.val_files}: expected one per token"
                 )
         L = self.seq_len = cfg.window
-        usable = self.scored_targets(cfg, L, "EVAL_SEQ_LEN")
+        usable = min(self.split_tokens, cfg.max_val_tokens or self.split_tokens)
+        if usable < L:
+            raise DataError(
+                f"EVAL_SEQ_LEN={L}: longer than the validation split ({self.split_tokens} targets "
+                f"in {cfg.val_files}, MAX_VAL_TOKENS={cfg.max_val_tokens}): expected at most that"
+            )
+        # The split's targets evaluated: whole sequences of L, or all (EVAL_INCLUDE_TAIL)
+        usable = self.scored_targets = usable if cfg.eval_include_tail else usable // L * L
         self.tokens = self.split[: usable + 1]
         unit = 1 if cfg.eval_include_tail else L  # rank r: whole sequences, or targets Tr/W..
-        first, end = (usable // unit * r // rt.world_size * unit for r in (rt.rank, rt.rank + 1))
+        first, end = (k * unit for k in rt.share(usable // unit))
         B = cfg.val_batch_size // (rt.world_size * rt.grad_accum_steps) // L * L
         cuts = [*range(first, end, B), end]
         if not cfg.val_doc_attention:  # rows of L: a last part row, a batch of its own
@@ -1793,16 +1800,6 @@ class ValidationSet:
             self.documents = [self.cut_documents(a, b) for a, b in self.spans]
         self.target_tokens, self.target_bytes = self.totals(rt, first, end)
 
-    def scored_targets(self, cfg: Hyperparameters, seq_len: int, name: str) -> int:
-        """The split's targets evaluated: whole sequences of seq_len, or all (EVAL_INCLUDE_TAIL)."""
-        usable = min(self.split_tokens, cfg.max_val_tokens or self.split_tokens)
-        if usable < seq_len:
-            raise DataError(
-                f"{name}={seq_len}: longer than the validation split ({self.split_tokens} targets "
-                f"in {cfg.val_files}, MAX_VAL_TOKENS={cfg.max_val_tokens}): expected at most that"
-            )
-        return usable if cfg.eval_include_tail else usable // seq_len * seq_len
-
     def totals(self, rt: Runtime, a: int, b: int) -> tuple[int, int]:
         """Targets a..b-1 (tokens a+1..b) of every rank: their count and exact UTF-8 bytes."""
         if self.counts is not None:
@@ -1810,9 +1807,7 @@ class ValidationSet:
         else:
             local_bytes = count_target_bytes(self.split[a : b + 1], self.luts)
         totals = torch.tensor([max(b - a, 0), local_bytes], dtype=torch.int64, device=rt.device)
-        if rt.distributed:
-            dist.all_reduce(totals)
-        return tuple(int(v) for v in totals.tolist())
+        return tuple(int(v) for v in rt.all_sum(totals).tolist())
 
     def cut_documents(self, a: int, b: int) -> tuple[np.ndarray, int]:
         cu = np.empty(pad_to_64(b - a), dtype=np.int32)
@@ -1857,11 +1852,10 @@ class SlidingWindows:
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, val: ValidationSet):
         L, S, B = cfg.window, cfg.eval_stride, cfg.eval_batch_seqs
-        total = val.scored_targets(cfg, L, "EVAL_SEQ_LEN")
+        total = val.scored_targets
         self.shape, self.stride, self.context = (B, L), S, L - S
         self.windows = -(-(total - self.context) // S)
-        lo = self.windows * rt.rank // rt.world_size
-        hi = self.windows * (rt.rank + 1) // rt.world_size
+        lo, hi = rt.share(self.windows)
         self.batches = [((k - lo) * S, min(B, hi - k)) for k in range(lo, hi, B)]  # offset, rows
         self.owns_first = lo == 0 < hi
         room = (len(self.batches) * B - 1) * S + L + 1 if self.batches else 0  # padded last batch
@@ -2452,6 +2446,16 @@ class Runtime:
         if self.cuda:
             torch.cuda.synchronize(self.device)
 
+    def all_sum(self, t: Tensor) -> Tensor:
+        """t summed over the ranks, in place (one process: t as it is)."""
+        if self.distributed:
+            dist.all_reduce(t)
+        return t
+
+    def share(self, n: int) -> tuple[int, int]:
+        """This rank's contiguous part of n items: [n r // world_size, n (r + 1) // world_size)."""
+        return n * self.rank // self.world_size, n * (self.rank + 1) // self.world_size
+
 
 def document_kwargs(batch: tuple, seq_len: int) -> dict:
     """GPT.forward's keywords for a docpack batch: one compiled graph for all (see README)."""
@@ -2473,15 +2477,11 @@ def eval_val(cfg, rt, model, val, device_luts=None) -> tuple[float, float]:
             loss_sum += loss.to(torch.float64).sum()
             if device_luts is not None:  # VAL_BYTECOUNT_DEVICE=cuda: the baseline's lookups
                 base_bytes, has_leading_space, is_boundary = device_luts
-                prev, tgt = x.reshape(-1), y.reshape(-1)
-                spaces = (has_leading_space[tgt] & ~is_boundary[prev]).to(torch.int64)
-                byte_sum += (base_bytes[tgt] + spaces).sum()
+                byte_sum += (base_bytes[y] + (has_leading_space[y] & ~is_boundary[x])).sum()
     model.train()
     target_bytes = val.target_bytes
     if device_luts is not None:
-        if rt.distributed:
-            dist.all_reduce(byte_sum)
-        target_bytes = int(byte_sum.item())
+        target_bytes = int(rt.all_sum(byte_sum).item())
     return score(rt, loss_sum, val.target_tokens, target_bytes)
 
 
@@ -2510,9 +2510,7 @@ def eval_sliding(cfg, rt, model, windows: SlidingWindows) -> tuple[float, float]
 
 def score(rt: Runtime, loss_sum: Tensor, tokens: int, target_bytes: int) -> tuple[float, float]:
     """(val_loss, val_bpb) from every rank's summed nats and the split's exact totals."""
-    if rt.distributed:
-        dist.all_reduce(loss_sum)
-    val_loss = loss_sum.item() / tokens
+    val_loss = rt.all_sum(loss_sum).item() / tokens
     return val_loss, val_loss / math.log(2.0) * (tokens / target_bytes)
 
 
@@ -2544,10 +2542,9 @@ class LoRA:
         self.B_all = torch.zeros(slots, b, device=device, requires_grad=True)
         self.rank, self.dim, self.scale = rank, dim, alpha / rank
 
-    def select(self, lo: int, hi: int) -> tuple[Tensor, Tensor]:
+    def select(self, lo: int, hi: int) -> None:
         """Slots lo..hi-1 (the rows of the next forward): their A and B."""
         self.A, self.B = self.A_all[lo:hi], self.B_all[lo:hi]
-        return self.A, self.B
 
     def at(self, block: int | None) -> Callable:
         return lambda site, h: self.delta((block, site), h)
@@ -2604,11 +2601,11 @@ class TTTPlan:
     least loaded rank; a rank draws its reusable A afresh after every phase."""
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, val: ValidationSet):
-        total = val.scored_targets(cfg, cfg.window, "EVAL_SEQ_LEN")
+        total = val.scored_targets
         split = val.split[: total + 1].astype(np.int64)
         starts = np.union1d([0], np.flatnonzero(split[:total] == BOS_ID))
         preds = np.diff(np.append(starts, total))
-        order = np.lexsort((np.arange(starts.size), preds))
+        order = np.argsort(preds, kind="stable")
         S, device = cfg.ttt_batch_size, rt.device
         batches = [order[i : i + S] for i in range(0, order.size, S)]
         batches.sort(key=lambda b: -preds[b[-1]])  # stable: equal longest keep ascending order
@@ -2684,9 +2681,9 @@ class TTTPlan:
         m*(r+1)//W), attention segments from every BOS and every EVAL_SEQ_LEN tokens. Per SGD
         step, on the CPU: this rank's (inputs, targets, segment bounds, cosine lr factor)."""
         at = np.concatenate([np.arange(s, s + p + 1) for s, p in zip(starts, preds, strict=True)])
-        L, W = cfg.window, rt.world_size
+        L = cfg.window
         C = min(cfg.global_ttt_chunk_tokens, 32 * L)  # GLOBAL_TTT_BATCH_SEQS=32 sequences at most
-        lo, hi = (C // L * r // W * L for r in (rt.rank, rt.rank + 1))
+        lo, hi = (k * L for k in rt.share(C // L))
         n, out = -(-(at.size - 1) // C), []
         for i in range(n - 1):
             x, y = (split[at[i * C + lo + k : i * C + hi + k]] for k in (0, 1))
@@ -2783,9 +2780,8 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
                 nll = model(plan.split[idx], plan.split[idx + 1], "none", lora=lora, hint=hint)
             nll = nll.view(-1, *idx.shape) * keep  # [the nll, its tilted copy] with hints
             loss_sum += nll[-1].detach().sum(dtype=torch.float64)  # scored before any update
-            nll = nll[0]
             if trains:  # AdamW over every slot (zero gradients: decay), as the record's
-                means = nll.sum(1) / scored.clamp(min=1)
+                means = nll[0].sum(1) / scored.clamp(min=1)
                 lora.A_all.grad, lora.B_all.grad = torch.autograd.grad(
                     (means * train).sum(), params
                 )

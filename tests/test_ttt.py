@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import re
-import types
 
 import numpy as np
 import pytest
@@ -281,7 +280,7 @@ def test_a_short_eval_seq_len_takes_the_defaults_and_a_phase_step_holds_32_seque
     assert cfg.global_ttt_chunk_tokens == 32768  # 2048 sequences of 16: accepted, and clamped
     split = np.full(2001, 7, dtype=np.int64)
     split[0] = tg.BOS_ID
-    rt = types.SimpleNamespace(rank=0, world_size=1)
+    rt = tg.Runtime(0, 0, 1, 1, torch.device("cpu"), False)
     steps = tg.TTTPlan.phase_steps(cfg, rt, split, np.array([0]), np.array([1999]))
     assert [x.size for x, *_ in steps] == [32 * 16] * 3  # 4 chunks of 512: the last never trains
 
