@@ -37,12 +37,12 @@ def artifact(tmp_path: Path, blob: bytes) -> Path:
 def test_a_damaged_zlib_artifact_is_named_as_damaged_zlib_data(tmp_path):
     torch.save({"__quant_format__": "int8_clean_per_row_v1"}, buf := io.BytesIO())
     good = zlib.compress(buf.getvalue(), 9)
-    assert tg.read_artifact(artifact(tmp_path, good), "x") == {
+    assert tg.read_artifact(artifact(tmp_path, good), "x", print) == {
         "__quant_format__": "int8_clean_per_row_v1"
     }
     for damaged in (good[: len(good) // 2], good[:10] + bytes(len(good) - 10)):
         with pytest.raises(tg.DataError) as info:
-            tg.read_artifact(artifact(tmp_path, damaged), "EVAL_ONLY_PATH=a.ptz")
+            tg.read_artifact(artifact(tmp_path, damaged), "EVAL_ONLY_PATH=a.ptz", print)
         message = str(info.value)
         assert message.startswith("EVAL_ONLY_PATH=a.ptz: not a readable artifact (ValueError: ")
         assert "damaged or cut-short zlib data" in message and "brotli" not in message
