@@ -266,6 +266,12 @@ class Hyperparameters:
             for name in LAYER_NUMBERS & preset.keys():
                 scaled = values[name.lower()] * values["num_layers"] / int(chosen["NUM_LAYERS"])
                 values[name.lower()] = round(scaled)
+        if "TRAIN_SEQ_LEN" in chosen.keys() - preset.keys() and "TRAIN_SEQ_SCHEDULE" in preset:
+            T, top = values["train_seq_len"], int(chosen["TRAIN_SEQ_LEN"])  # its stages follow:
+            stages = (item.split("@") for item in preset["TRAIN_SEQ_SCHEDULE"].split(","))
+            values["train_seq_schedule"] = ",".join(  # T over the nearest power of 2 of the ratio
+                f"{T >> round(math.log2(top / int(n)))}@{p}" for n, p in stages
+            )
         for name, (accepted, what) in FIXED_VARIABLES.items():  # constants here: refused, not
             if env.get(name, accepted[0]) not in accepted:  # ignored, at another value
                 raise ConfigError(f"{name}={env[name]!r}: not read here: {what}; unset it")

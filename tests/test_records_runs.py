@@ -236,7 +236,7 @@ def test_new_says_where_the_folder_goes(tmp_path, capsys):
     args = ["new", *map(str, logs), "--name", "N", "--author", "A", "--github-id", "a", "--date"]
     assert main([*args, "2026-05-01", "--records-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[1] == (
+    assert next(line for line in out if line.startswith("to submit:")) == (
         "to submit: copy 2026-05-01_N/ into records/track_10min_16mb/ of your clone of "
         "https://github.com/openai/parameter-golf and open a pull request there"
     )
@@ -260,7 +260,8 @@ def test_new_with_out_names_the_tracks_folder_to_copy_into(tmp_path, capsys, tra
     out = tmp_path / "anywhere" / "My folder"
     assert main([*args, "--track", track, "--out", str(out)]) == 0
     assert json.loads((out / "submission.json").read_text())["name"] == "N"
-    assert capsys.readouterr().out.splitlines()[1] == (
+    lines = capsys.readouterr().out.splitlines()
+    assert next(line for line in lines if line.startswith("to submit:")) == (
         f"to submit: copy My folder/ into records/{folder}/ of your clone of "
         "https://github.com/openai/parameter-golf and open a pull request there"
     )
