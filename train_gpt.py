@@ -73,6 +73,19 @@ def knob(default, low=None, high=None, *, above=None, below=None, choices=None):
     return dataclasses.field(default=default, metadata=bounds)
 
 
+# One preset per leaderboard row, presets/<name>.env beside this file: the record's run as its
+# log's hyperparameter dump gives it, with our names for what it hard-codes (docs/frontier.md).
+PRESET_FILES = Path(__file__).with_name("presets")
+PRESETS_HERE = sorted(path.stem for path in PRESET_FILES.glob("*.env"))
+
+
+def read_preset(name: str) -> dict[str, str]:
+    """PRESET's variables (KEY=value lines, # comments); {} for none or a name not here."""
+    text = (PRESET_FILES / f"{name}.env").read_text() if name in PRESETS_HERE else ""
+    lines = (line.partition("#")[0].strip() for line in text.splitlines())
+    return dict(line.split("=", 1) for line in lines if line)
+
+
 @dataclasses.dataclass(frozen=True)
 class Hyperparameters:
     """Every environment variable the run reads: the field name in upper case (DATA_PATH, ...)."""
@@ -117,7 +130,7 @@ class Hyperparameters:
     adam_eps: float = knob(1e-8, above=0)
     grad_clip_norm: float = knob(0.0, 0)
     # the frontier record's network, optimizer and schedule (docs/frontier.md): all off by default
-    preset: str = knob("", choices=("", "frontier", "pr1855", "pr2014", "pr2135"))  # PRESETS
+    preset: str = knob("", choices=("", *PRESETS_HERE))  # a file in presets/ (docs/frontier.md)
     fused_ce_enabled: bool = False  # the training loss softcaps fp32 logits, as the record's CE
     leaky_relu_slope: float = knob(0.0, 0)  # MLP leaky_relu(x, slope)^2; 0 = the baseline's relu^2
     xsa_last_n: int = knob(0, 0)  # XSA (value direction removed) on the last N layers
@@ -254,7 +267,7 @@ class Hyperparameters:
 
     @classmethod
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
-        chosen = PRESETS.get(env.get("PRESET", ""), {})
+        chosen = read_preset(env.get("PRESET", ""))
         preset = {n: v for n, v in chosen.items() if n not in env}  # a variable beats its preset
         env = preset | dict(env)
         mask = env.get("TTT_MASK", "").partition("no_")[2].upper()  # no_q, no_v, no_qv
@@ -354,52 +367,6 @@ class Hyperparameters:
 
 FIELDS = dataclasses.fields(Hyperparameters)
 DEFAULTS = {f.name: f.default for f in FIELDS}
-# One preset per leaderboard row: the record's run as its log's hyperparameter dump gives it, with
-# our names for what it hard-codes (FRONTIER.md, FRONTIER_MAY.md 1.17); PRESET=frontier: the top
-# row. Their data: sp8192 CaseOps (docs/data.md). PRESET=pr1855: 2026-04-27, 1.0611.
-PR1855 = {
-    "NUM_LAYERS": "11", "MLP_MULT": "4.0", "VOCAB_SIZE": "8192", "QK_GAIN_INIT": "5.0",
-    "XSA_LAST_N": "11", "ROPE_DIMS": "16", "LN_SCALE": "1", "SKIP_GATES_ENABLED": "1",
-    "NUM_LOOPS": "2", "LOOP_START": "3", "LOOP_END": "5", "ENABLE_LOOPING_AT": "0.35",
-    "PARALLEL_START_LAYER": "8", "PARALLEL_FINAL_LANE": "mean", "GATE_WINDOW": "12",
-    "SPARSE_ATTN_GATE_ENABLED": "1", "SPARSE_ATTN_GATE_SCALE": "0.5", "SMEAR_GATE_ENABLED": "1",
-    "LEAKY_RELU_SLOPE": "0.5", "ORTHOGONAL_INIT": "1", "PARAMETER_BANKS": "1",
-    "MATRIX_LR": "0.026", "SCALAR_LR": "0.02", "TIED_EMBED_LR": "0.03", "BETA2": "0.99",
-    "MUON_MOMENTUM": "0.97", "MUON_MOMENTUM_WARMUP_START": "0.92",
-    "MUON_MOMENTUM_WARMUP_STEPS": "1500", "MUON_POLAR_EXPRESS": "1", "MUON_ROW_NORMALIZE": "1",
-    "MUON_MOMENTUM_BF16": "1", "MUON_WD": "0.095", "EMBED_WD": "0.085", "ADAM_WD": "0.02",
-    "GRAD_CLIP_NORM": "0.3", "EMA_DECAY": "0.9965", "WARMDOWN_FRAC": "0.85", "MIN_LR": "0.1",
-    "GPTQ_RESERVE_SECONDS": "0.5", "TRAIN_BATCH_TOKENS": "786432", "TRAIN_SEQ_LEN": "2048",
-    "TRAIN_LOADER": "docpack", "VAL_LOSS_EVERY": "0", "TRAIN_LOG_EVERY": "500",
-    "VAL_DOC_ATTENTION": "1",  # the record's eval_val: within documents
-    "EVAL_TTT": "1", "QUANTIZER": "gptq", "EMBED_BITS": "7",
-    "EMBED_CLIP_SIGMAS": "14.0", "MLP_CLIP_SIGMAS": "11.5", "GATED_ATTN_QUANT_GATE": "1",
-    "COMPRESSOR": "pergroup",  # #1855's per-group lrzip file (needs the lrzip binary)
-    "FUSED_CE_ENABLED": "1", "PHASED_TTT_NUM_PHASES": "3",
-}  # fmt: skip
-PR2014 = PR1855 | {  # 2026-04-30, 1.0576: #1855 and progressive context, TTT and AWQ levers
-    "TRAIN_SEQ_LEN": "3072", "TRAIN_SEQ_SCHEDULE": "1024@0.100,2048@0.700,3072@1.000",
-    "TRAIN_SEQ_SCHEDULE_MODE": "wallclock", "SEQ_CHANGE_WARMUP_STEPS": "32",
-    "COMPILE_SHAPE_WARMUP": "1", "ROPE_TRAIN_SEQ_LEN": "3072", "TTT_EVAL_SEQ_LEN": "3072",
-    "EVAL_INCLUDE_TAIL": "1", "QK_GAIN_INIT": "5.25",
-    "GPTQ_RESERVE_SECONDS": "4.0", "AWQ_LITE_ENABLED": "1", "AWQ_LITE_BITS": "8",
-    "AWQ_LITE_GROUP_TOP_K": "1", "AWQ_LITE_GROUP_SIZE": "64", "ASYM_LOGIT_RESCALE": "1",
-    "PHASED_TTT_NUM_PHASES": "1", "TTT_BATCH_SIZE": "24", "TTT_LOCAL_LR_MULT": "0.75",
-    "TTT_MASK": "no_qv", "TTT_Q_LORA": "0", "TTT_V_LORA": "0",
-    "TTT_SHORT_SCORE_FIRST_ENABLED": "1", "TTT_SHORT_SCORE_FIRST_STEPS": "256:8,2000:24",
-    "TTT_SHORT_DOC_LEN": "2000", "TTT_SHORT_CHUNK_SIZE": "24",
-}  # fmt: skip
-# (#2014's EVAL_STRIDE=1536 is read by nothing there; here it would add a sliding-window score)
-PR2135 = PR1855 | {  # 2026-05-01, 1.0565: #1855's network, #1797's code line, TTT levers
-    "MATRIX_LR": "0.028", "EVAL_SEQ_LEN": "2560", "TTT_EVAL_SEQ_LEN": "2560",
-    "GPTQ_CALIBRATION_BATCHES": "32", "GATED_ATTN_QUANT_GATE": "0", "LQER_ASYM_GROUP": "32",
-    "ASYM_LOGIT_RESCALE": "1", "ASYM_LOGIT_LAYOUT": "pr2135", "SMEAR_GATE_BOS_FIX": "0",
-    "VAL_LOSS_EVERY": "4000", "PHASED_TTT_NUM_PHASES": "1", "TTT_LORA_LR": "8e-5",
-    "TTT_WEIGHT_DECAY": "2.0", "TTT_K_LORA": "0", "NGRAM_TILT_ENABLED": "1",
-    "NGRAM_HINT_PRECOMPUTE_OUTSIDE": "0",  # the hints inside the evaluation's timer, as its run
-    "COMPRESSOR": "pergroup_v2",  # #2135's rewritten per-group file
-}  # fmt: skip
-PRESETS = {"pr1855": PR1855, "pr2014": PR2014, "pr2135": PR2135, "frontier": PR2135}
 # A preset's layer numbers, scaled with NUM_LAYERS when it is set (docs/frontier.md)
 LAYER_NUMBERS = {"LOOP_START", "LOOP_END", "PARALLEL_START_LAYER", "XSA_LAST_N"}
 
@@ -3564,7 +3531,7 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
         raise DataError(f"TOKENIZER_PATH={path}: not a SentencePiece .model file") from None
     if int(sp.vocab_size()) != cfg.vocab_size:
         found = f"tokenizer vocab_size={int(sp.vocab_size())} ({cfg.tokenizer_path})"
-        ours = "VOCAB_SIZE" in os.environ or "VOCAB_SIZE" not in PRESETS.get(cfg.preset, {})
+        ours = "VOCAB_SIZE" in os.environ or "VOCAB_SIZE" not in read_preset(cfg.preset)
         preset = "" if ours else f" (PRESET={cfg.preset}'s)"
         raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size}{preset} does not match {found}")
     luts = build_sentencepiece_luts(sp, cfg.vocab_size)

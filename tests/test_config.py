@@ -156,9 +156,9 @@ def test_the_baselines_pattern_variables_at_their_default_change_nothing():
 
 
 # -----------------------------
-# presets (generic over tg.PRESETS): what follows from NUM_LAYERS, what conflicts, --help
+# presets (generic over tg.PRESETS_HERE): what follows from NUM_LAYERS, what conflicts, --help
 # -----------------------------
-PRESET_NAMES = sorted(tg.PRESETS)
+PRESET_NAMES = tg.PRESETS_HERE
 LAYERED = sorted(tg.LAYER_NUMBERS)
 
 
@@ -168,7 +168,7 @@ def test_a_presets_layer_numbers_follow_a_num_layers_set_beside_it(preset):
     for layers in (4, 6, 22):
         small = cfg(PRESET=preset, NUM_LAYERS=layers)
         for name in LAYERED:
-            if name in tg.PRESETS[preset]:
+            if name in tg.read_preset(preset):
                 want = round(getattr(full, name.lower()) * layers / full.num_layers)
                 assert getattr(small, name.lower()) == want, (name, layers)
     kept = cfg(PRESET=preset, NUM_LAYERS=4, LOOP_START=0, LOOP_END=0)  # a set value stays
@@ -212,7 +212,7 @@ def test_help_under_a_preset_shows_its_values(preset, monkeypatch):
     shown = dict(line.split()[0].split("=", 1) for line in tg.settings_help().splitlines()
                  if line.startswith("  "))  # fmt: skip
     assert f"PRESET={preset}'s values:" in tg.settings_help()
-    for name, value in tg.PRESETS[preset].items():
+    for name, value in tg.read_preset(preset).items():
         if name in tg.FIXED_VARIABLES:  # read at the run's value only: not a setting
             continue
         field = next(f for f in tg.FIELDS if f.name == name.lower())

@@ -23,10 +23,12 @@ QUICKSTART = dict(
     for line in (REPO / "scripts" / "quickstart.env").read_text().splitlines()
     if line and not line.startswith("#")
 ) | {"VOCAB_SIZE": "1024"}  # what quickstart.sh adds for the local dataset
-PRESETS = sorted(tg.PRESETS)
+PRESETS = tg.PRESETS_HERE
 # each leaderboard row once (frontier is the top row's second name)
 ROWS = [
-    name for name in PRESETS if tg.PRESETS[name] is not tg.PRESETS["frontier"] or name == "frontier"
+    name
+    for name in PRESETS
+    if tg.read_preset(name) != tg.read_preset("frontier") or name == "frontier"
 ]
 
 

@@ -33,7 +33,7 @@ from records.golf.cli import main
 from records.golf.errors import SubmissionError
 from records.golf.numbers import half_ulp
 from records.golf.rules import COMPLIANCE_KEYS, JSON_TYPES, RULES
-from records.golf.scaffold import collect_runs, create_record
+from records.golf.scaffold import collect_runs, create_record, reproduce_environment
 from records.golf.stats import one_sample_test, val_losses_from, welch_test
 
 REPO = Path(__file__).resolve().parents[1]
@@ -1392,3 +1392,12 @@ def test_new_says_a_gptq_runs_code_counts_as_the_records_count_it(tmp_path):
         "the code as the logs' `Code size (compressed)`, 1,234 bytes (minified, brotli, base85: "
         "the accepted records' rule); --pack would ship and count the bz2-packed file instead"
     )
+
+
+def test_the_reproduce_command_spells_out_a_presets_variables():
+    # a record folder has no presets/: the command carries what PRESET set (the settings: line)
+    lg = logmod.TrainLog(path=Path("logs/a.txt"), seed_line=42)
+    lg.settings = ["PRESET=pr2135", "SEED=42", "NUM_LAYERS=11", "TTT_MASK=no_qv"]
+    assert reproduce_environment(lg) == ["SEED=42", "NUM_LAYERS=11", "TTT_MASK=no_qv"]
+    lg.settings = None
+    assert reproduce_environment(lg) == ["SEED=42"]
