@@ -79,11 +79,14 @@ PRESET_FILES = Path(__file__).with_name("presets")
 PRESETS_HERE = sorted(path.stem for path in PRESET_FILES.glob("*.env"))
 
 
-def read_preset(name: str) -> dict[str, str]:
-    """PRESET's variables (KEY=value lines, # comments); {} for none or a name not here."""
-    text = (PRESET_FILES / f"{name}.env").read_text() if name in PRESETS_HERE else ""
-    lines = (line.partition("#")[0].strip() for line in text.splitlines())
-    return dict(line.split("=", 1) for line in lines if line)
+def read_env_file(path: Path) -> dict[str, str]:
+    """KEY=value lines and # comments; {} for a file that is not there (a record's folder)."""
+    lines = path.read_text().splitlines() if path.is_file() else ()
+    return dict(line.split("=", 1) for line in lines if line and line[0] != "#")
+
+
+def read_preset(name: str) -> dict[str, str]:  # {} for none, or a name validate refuses
+    return read_env_file(PRESET_FILES / f"{name}.env") if name in PRESETS_HERE else {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -658,27 +661,10 @@ FIXED_VARIABLES = {
     "CONTROL_TENSOR_NAME_PATTERNS": ((BASELINE_PATTERNS, FRONTIER_PATTERNS),
                                      f"{PATTERNS_BUILT_IN} (or the record's)"),
     "INT8_KEEP_FLOAT_FP32_NAME_PATTERNS": ((BASELINE_PATTERNS,), PATTERNS_BUILT_IN),
-    # the records' variables for what is fixed here at their runs' values (AttnOutGate, dense
-    # GatedAttn and YaRN, off in the runs, are not here)
-    **{name: ((value,), "fixed here at the records' runs' value") for name, value in (
-        ("ATTN_OUT_GATE_ENABLED", "0"), ("GATED_ATTN_ENABLED", "0"), ("ROPE_YARN", "0"),
-        ("TTT_GRAD_STEPS", "1"), ("TTT_OPTIMIZER", "adam"), ("TTT_WARM_START_A", "1"),
-        ("TTT_EVAL_ONLY", "0"), ("PHASED_TTT_ENABLED", "1"), ("GLOBAL_TTT_EPOCHS", "1"),
-        ("GLOBAL_TTT_BATCH_SEQS", "32"), ("GLOBAL_TTT_WARMUP_CHUNKS", "0"),
-        ("GLOBAL_TTT_RESPECT_DOC_BOUNDARIES", "1"), ("TTT_SHORT_LORA_ENABLED", "0"),
-        ("TTT_TRAIN_MIN_DOC_LEN", "0"), ("TTT_TRAIN_MAX_DOC_LEN", "0"),
-        ("TTT_WARM_START_MEAN_ENABLED", "0"), ("TTT_LORA_EMA_DECAY", "0.0"),
-        ("TTT_UPDATE_EVERY", "1"), ("TTT_GRAD_STEPS_CLEAN", "0"), ("GLOBAL_TTT_OPTIMIZER", "sgd"),
-        ("LQER_SCOPE", "all"), ("LQER_GAIN_SELECT", "0"), ("GPTQ_CALIBRATION_MODE", "random"),
-        ("AWQ_LITE_GROUP_TOP_K", "1"), ("COMPILE_SHAPE_WARMUP_ITERS", "1"),
-        ("COMPILE_SHAPE_WARMUP_LOOP_MODES", "auto"), ("DYNAMO_CACHE_SIZE_LIMIT", "128"),
-        ("MIDRUN_CAP_SCHEDULE", ""), ("QK_GAIN_INIT_SCHEDULE", ""), ("FORCE_STOP_STEP", "0"),
-        ("MUON_HUBER_WD", "0"), ("OPTROT_ENABLED", "0"), ("PERGROUP_ROUNDTRIP_CHECK", "0"),
-        ("WITHIN_TAU", "99.0"), ("WORD_TAU", "99.0"), ("WITHIN_BOOST", "0.0"),
-        ("WORD_BOOST", "0.0"), ("AGREE_ADD_BOOST", "0.0"),  # #2135's n-gram word channels
-    )},
     "COMPILE_SHAPE_WARMUP": (("0", "1"), "every shape compiles before the clock either way"),
     "ROPE_TRAIN_SEQ_LEN": (("2048", "3072"), "read by YaRN only"),
+    **{name: ((value,), "fixed here at the records' runs' value")  # the rest: presets/fixed.txt
+       for name, value in read_env_file(PRESET_FILES / "fixed.txt").items()},
 }  # fmt: skip
 INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
 INT8_CLIP_Q = 99.99984 / 100.0
@@ -944,11 +930,11 @@ def dequantize_state_dict_gptq(obj: dict, template: dict[str, Tensor]) -> dict[s
     return out
 
 
-def record_order(state: dict[str, Tensor], num_layers: int) -> list[str]:
+def record_order(state: dict[str, Tensor], num_layers: int, pair_first=False) -> list[str]:
     """The record's unbanked names in its order: each bank's layers at the bank's place, the two
     kinds of a bank interleaved (c_q0, proj0, c_q1, ...), then its other tensors in order."""
     names = []
-    for key in record_keys(state, num_layers):  # names only: no bank is built
+    for key in record_keys(state, num_layers, pair_first):  # names only: no bank is built
         kinds = BANKS.get(key, ())
         names += [f"blocks.{i}.{k}.weight" for i in range(num_layers) for k in kinds] or [key]
     return names
@@ -3678,7 +3664,8 @@ def log_code_size(code: str, gptq: bool, model_bytes: int, log0: Callable) -> in
 
 def quantize_gptq(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable) -> dict:
     state = net.base.state_dict()
-    state = {name: state[name] for name in record_order(state, cfg.num_layers)}
+    order = record_order(state, cfg.num_layers, cfg.asym_logit_layout == "pr2135")
+    state = {name: state[name] for name in order}
     log0("GPTQ:collecting Hessians from calibration data...")
     t0 = time.perf_counter()
     matrices = [name for name, t in state.items() if quant_route(cfg, name, t) == "gptq"]

@@ -220,6 +220,28 @@ def test_the_record_order_interleaves_each_banks_layers():
     assert sorted(names) == sorted(tg.build_model(cfg, CPU).state_dict())
 
 
+@pytest.mark.parametrize(
+    "layout, first", [("pr2014", "blocks.0.attn.c_q.weight"), ("pr2135", "softcap_pos")]
+)
+def test_the_quantized_file_keeps_each_records_place_for_the_softcap_pair(
+    monkeypatch, layout, first
+):
+    # #2135's state dict (and so its artifact) starts with the pair; #2014's has it after smear
+    cfg = tg.Hyperparameters(num_layers=2, model_dim=32, num_heads=4, num_kv_heads=2,
+                             asym_logit_rescale=True, asym_logit_layout=layout)  # fmt: skip
+    net = tg.Network(tg.build_model(cfg, CPU), None, None, [], None, "sdpa")
+    seen = []
+    monkeypatch.setattr(tg, "collect_hessians", lambda *a: ({}, {}))
+    monkeypatch.setattr(
+        tg, "quantize_state_dict_gptq", lambda c, state, *a: seen.append(state) or {"m": {}}
+    )
+    monkeypatch.setattr(tg, "log_quantized_weights", lambda *a: None)
+    tg.quantize_gptq(cfg, None, net, lambda *a: None)
+    names = list(seen[0])
+    assert names[0] == first and sorted(names) == sorted(net.base.state_dict())
+    assert names.index("softcap_neg") == names.index("softcap_pos") + 1
+
+
 # Files ------------------------------------------------------------------------------------------
 
 
