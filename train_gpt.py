@@ -15,6 +15,7 @@ import contextlib
 import copy
 import dataclasses
 import datetime
+import difflib
 import functools
 import glob
 import hashlib
@@ -3427,22 +3428,11 @@ def misspelt_variables(env) -> list[str]:
     known = {name.upper() for name in DEFAULTS} | set(LAUNCHER_VARIABLES) | set(FIXED_VARIABLES)
     warnings = []
     for name in sorted(set(env) - known):
-        near = [k for k in sorted(known) if k[0] == name[0]]
-        close = min(near, key=lambda k: edit_distance(name, k), default=None)
-        typo = len(name) >= 6 and close is not None and edit_distance(name, close) <= 2
-        if typo or name.startswith(PREFIXES):
-            guess = f"did you mean {close}?" if typo else "see the Hyperparameters class"
+        close = difflib.get_close_matches(name, known, 1, 0.9)  # one letter in ten changed
+        if close or name.startswith(PREFIXES):
+            guess = f"did you mean {close[0]}?" if close else "see the Hyperparameters class"
             warnings.append(f"WARNING: {name} is not a variable of this script; {guess}")
     return warnings
-
-
-def edit_distance(a: str, b: str) -> int:
-    row = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        prev, row[0] = row[0], i
-        for j, cb in enumerate(b, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
-    return row[-1]
 
 
 TOKENIZED_WITH = "tokenized_with.json"  # DATA_PATH's record of its tokenizer (data/shard_io.py)
