@@ -243,8 +243,6 @@ class Hyperparameters:
     # observability (changes no number either)
     training_timing_breakdown: bool = False
     training_timing_every: int = knob(200, 1)
-    pipeline_trace: str = ""  # a folder: a Chrome trace per rank of a few steps (torch.profiler)
-    pipeline_trace_steps: int = knob(4, 1)
     checkpoint_every: int = knob(0, 0)  # steps; 0 = none
     checkpoint_dir: str = "checkpoints"
     resume_from: str = ""  # a step_* folder, or a CHECKPOINT_DIR for its latest complete one
@@ -1578,7 +1576,7 @@ class StagingPipeline:
                 tokens, cu, copied = slot
                 if copied is not None:  # (returns at once if never recorded)
                     copied.synchronize()  # the copy out of this buffer is done: safe to refill
-                with torch.profiler.record_function("stage_batch"):  # PIPELINE_TRACE's lane
+                with torch.profiler.record_function("stage_batch"):  # its lane in tools/trace.py's
                     filled = fill(tokens.numpy().view(np.uint16), cu.numpy())
                 if filled is None:
                     return self.ready.close()  # the items staged so far are still delivered
@@ -1838,10 +1836,10 @@ class Probe:
 
     PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
 
-    def __init__(self, enabled: bool, every: int, cuda: bool, log0: Callable, traced=False):
+    def __init__(self, enabled: bool, every: int, cuda: bool, log0: Callable):
         self.enabled, self.every, self.cuda, self.log0 = enabled, every, cuda, log0
         self.timed, self.marks, self.pending, self.data_wait_total_ms = False, {}, [], 0.0
-        self.label = torch.profiler.record_function if traced else contextlib.nullcontext
+        self.label = contextlib.nullcontext  # tools/trace.py: torch.profiler.record_function
 
     def _mark(self, stream=None, host: bool = False):
         if host or not self.cuda:
@@ -1860,7 +1858,7 @@ class Probe:
             self.marks["step"].append((self.step_start, self._mark()))
             self.pending.append((step, self.marks))
 
-    def phase(self, name: str, stream=None):  # also a labelled range in PIPELINE_TRACE's trace
+    def phase(self, name: str, stream=None):  # also a labelled range in tools/trace.py's
         return self._phase(name, stream) if self.enabled else self.label(name)
 
     @contextlib.contextmanager
@@ -2897,36 +2895,6 @@ def build_network(cfg: Hyperparameters, rt: Runtime) -> Network:
     return Network(base, compiled, model, optimizers, muon, attention.name)
 
 
-def pipeline_profiler(cfg: Hyperparameters, rt: Runtime) -> torch.profiler.profile:
-    """PIPELINE_TRACE=DIR: torch.profiler over PIPELINE_TRACE_STEPS steps from the third, written
-    as DIR/rank<r>.json (Chrome trace: ui.perfetto.dev), each thread on a lane with its name."""
-    path = Path(cfg.pipeline_trace) / f"rank{rt.rank}.json"
-
-    def export(profiler) -> None:
-        names = {t.native_id: t.name for t in threading.enumerate()}
-        tmp = path.with_name(f".{path.name}.tmp")
-        profiler.export_chrome_trace(str(tmp))
-        trace = json.loads(tmp.read_text())
-        for event in trace["traceEvents"]:
-            if event.get("name") == "thread_name" and event.get("tid") in names:
-                event["args"]["name"] = names[event["tid"]]
-        tmp.write_text(json.dumps(trace))
-        os.replace(tmp, path)
-
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    activities += [torch.profiler.ProfilerActivity.CUDA] if rt.cuda else []
-    steps = torch.profiler.schedule(wait=1, warmup=1, active=cfg.pipeline_trace_steps, repeat=1)
-    try:  # the loader's threads too; releases before this option trace the main thread only
-        threads = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
-    except TypeError:
-        threads = None
-    profiler = torch.profiler.profile(
-        activities=activities, schedule=steps, on_trace_ready=export, experimental_config=threads
-    )
-    profiler.start()
-    return profiler
-
-
 def loop_layers(net: Network) -> str:
     encoder, decoder = net.base.layer_order(True)
     return f"encoder:[{','.join(map(str, encoder))}] decoder:[{','.join(map(str, decoder))}]"
@@ -2962,7 +2930,7 @@ class Trainer(ClosedOnExit):
         self.cfg, self.rt, self.net = cfg, rt, net
         self.log0, self.clock = log0, clock
         timing = (cfg.training_timing_breakdown, cfg.training_timing_every)
-        self.probe = Probe(*timing, rt.cuda, log0, traced=bool(cfg.pipeline_trace))
+        self.probe = Probe(*timing, rt.cuda, log0)
         self.cap_ms = None  # training's: the cap less the time GPTQ_RESERVE_SECONDS keeps
         if cfg.max_wallclock_seconds > 0:
             reserve = cfg.gptq_reserve_seconds
@@ -3121,7 +3089,6 @@ class Trainer(ClosedOnExit):
             self.log0(f"train_seq_schedule:{plan}")
             self.log0(f"growth_stage:seq_len:{self.seq_len} progress:0.000")
         self.probe.data_wait_total_ms = 0.0
-        profiler = pipeline_profiler(cfg, self.rt) if cfg.pipeline_trace else None
         self.resume_clock()
         while True:
             last = self.step >= cfg.iterations or self.stopping
@@ -3138,14 +3105,10 @@ class Trainer(ClosedOnExit):
             if last:
                 break
             self.train_one_step()
-            if profiler is not None:
-                profiler.step()
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
                 self.pause_clock()  # checkpoint time is not training time
                 save_checkpoint(self)
                 self.resume_clock()
-        if profiler is not None:
-            profiler.stop()
         self.close()
         if self.stopping and self.step < cfg.iterations:
             self.log0(
@@ -3490,11 +3453,6 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     the sliding windows if EVAL_STRIDE. An evaluation-only run needs no training shards."""
     if not Path(cfg.data_path).is_dir():
         raise DataError(f"DATA_PATH={cfg.data_path}: no such folder (build or download the data)")
-    try:  # the trace folder now, not once the model has trained
-        if cfg.pipeline_trace:
-            Path(cfg.pipeline_trace).mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise DataError(f"PIPELINE_TRACE={cfg.pipeline_trace}: cannot create it ({e})") from None
     if cfg.eval_only_path and not Path(cfg.eval_only_path).is_file():
         raise DataError(f"EVAL_ONLY_PATH={cfg.eval_only_path}: no such file")
     if not Path(cfg.tokenizer_path).is_file():
@@ -3900,7 +3858,7 @@ def stop_on_signal(wake: int) -> None:
     os._exit(128 + signum)
 
 
-if __name__ == "__main__":
+def cli() -> None:  # python train_gpt.py [--help], or under torchrun (tools/trace.py too)
     if sys.argv[1:] and sys.argv[1:] not in (["-h"], ["--help"]):
         print(f"error: {sys.argv[1]!r}: train_gpt.py takes no arguments; settings are "
               f"environment variables (python train_gpt.py --help)", file=sys.stderr)  # fmt: skip
@@ -3931,3 +3889,7 @@ if __name__ == "__main__":
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(exit_code)
+
+
+if __name__ == "__main__":
+    cli()

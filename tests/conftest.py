@@ -91,13 +91,13 @@ def train_env(dataset, **env) -> dict[str, str]:
     return full_env
 
 
-def train_command(nproc: int, script: Path | None = None) -> list[str]:
+def train_command(nproc: int, script: Path | None = None, args=()) -> list[str]:
     """train_gpt.py under torchrun with `nproc` processes, or plain python if nproc=0."""
     script = str(script or REPO / "train_gpt.py")
     if not nproc:
-        return [sys.executable, script]
+        return [sys.executable, script, *args]
     run = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    return [sys.executable, *run, script]
+    return [sys.executable, *run, script, *args]
 
 
 def children(parent: int) -> dict[int, int | None]:
@@ -136,14 +136,20 @@ def copy_dataset(dataset, tmp_path: Path):
 
 
 def run_train(
-    workdir: Path, dataset, nproc: int = 2, timeout: float = 240, script: Path | None = None, **env
+    workdir: Path,
+    dataset,
+    nproc: int = 2,
+    timeout: float = 240,
+    script: Path | None = None,
+    args=(),
+    **env,
 ) -> Run:
-    """Run train_gpt.py in `workdir`: under torchrun with `nproc` processes, or plain python if
-    nproc=0."""
+    """Run train_gpt.py (or `script`, with `args`) in `workdir`: under torchrun with `nproc`
+    processes, or plain python if nproc=0."""
     workdir.mkdir(parents=True, exist_ok=True)
     run_id = env.pop("RUN_ID", f"run_{workdir.name}")
     full_env = train_env(dataset, RUN_ID=run_id, **env)
-    cmd = train_command(nproc, script)
+    cmd = train_command(nproc, script, args)
     proc = subprocess.run(
         cmd, cwd=workdir, env=full_env, capture_output=True, text=True, timeout=timeout
     )

@@ -218,7 +218,6 @@ def test_val_token_out_of_range_fails_at_startup(tmp_path, tiny_dataset):
             "error: DATA_PATH=/nonexistent: no such folder",  # the data first: the likelier cause
         ),
         ({"EVAL_STRIDE": "65"}, "error: EVAL_STRIDE=65: expected at most EVAL_SEQ_LEN=64"),
-        ({"PIPELINE_TRACE": "/proc/none"}, "error: PIPELINE_TRACE=/proc/none: cannot create it"),
         (
             {"TRAIN_LOADER": "docpack", "TRAIN_BATCH_TOKENS": "1048576"},
             "error: TRAIN_LOADER=docpack: no train shard holds 262146 tokens (one micro-step",
@@ -275,13 +274,12 @@ def test_the_console_shows_the_changed_settings_and_the_log_the_full_json(tiny_r
     assert json.loads(full.removeprefix("hyperparameters:"))["seed"] == 1337
 
 
-def test_pipeline_trace_writes_a_chrome_trace_per_rank_with_named_lanes(
+def test_tools_trace_writes_a_chrome_trace_per_rank_with_named_lanes(
     tmp_path, tiny_dataset, tiny_run
 ):
     trace_dir = tmp_path / "traces"
-    run = run_train(
-        tmp_path / "run", tiny_dataset, PIPELINE_TRACE=trace_dir, PIPELINE_TRACE_STEPS=2
-    )
+    args = ("--out", str(trace_dir), "--steps", "2")
+    run = run_train(tmp_path / "run", tiny_dataset, script=REPO / "tools" / "trace.py", args=args)
     assert run.returncode == 0, run.why()
     assert run.numbers() == tiny_run.numbers()  # tracing changes no number
     assert sorted(p.name for p in trace_dir.iterdir()) == ["rank0.json", "rank1.json"]
@@ -291,7 +289,16 @@ def test_pipeline_trace_writes_a_chrome_trace_per_rank_with_named_lanes(
         ranges = [(lanes.get(e.get("tid")), e["name"]) for e in events if e.get("ph") == "X"]
         assert ("MainThread", "forward") in ranges and ("MainThread", "optimizer") in ranges
         assert ("train_prefetch", "stage_batch") in ranges  # the loader's worker, its own lane
-        assert sum(name == "optimizer" for _, name in ranges) == 2  # PIPELINE_TRACE_STEPS steps
+        assert sum(name == "optimizer" for _, name in ranges) == 2  # --steps 2
+
+
+def test_tools_trace_refuses_an_output_folder_it_cannot_create_before_training(tmp_path):
+    run = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "trace.py"), "--out", "/proc/none"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 2 and "--out /proc/none: cannot create it" in run.stderr
+    assert run.stderr.count("error:") == 1 and not run.stdout
 
 
 def test_world_size_that_does_not_divide_8_is_refused(tmp_path, tiny_dataset):
