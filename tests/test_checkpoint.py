@@ -259,7 +259,7 @@ def test_docpack_training_resumes_exactly_with_the_other_loader(tmp_path, tiny_d
     assert final_line(resumed) == final_line(full)
 
 
-KILL_ENV = dict(TRAIN_LOADER="stream", ITERATIONS=24, VAL_LOSS_EVERY=12)
+KILL_ENV = dict(TRAIN_LOADER="stream", ITERATIONS=12, VAL_LOSS_EVERY=6)
 
 
 def test_a_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_runs_end(
@@ -310,7 +310,7 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_runs_end(
     (line,) = resumed.lines("resumed_from:")
     k = int(re.match(rf"resumed_from:{re.escape(str(checkpoints))}/step_(\d{{6}}) ", line)[1])
     assert 4 <= k <= max(train_steps(killed)) and k % 4 == 0
-    assert train_steps(resumed) == list(range(k + 1, 25))
+    assert train_steps(resumed) == list(range(k + 1, 13))
     assert continuation(resumed, k) == continuation(uninterrupted, k), resumed.why()
     assert final_line(resumed) == final_line(uninterrupted)
 
