@@ -134,7 +134,8 @@ def test_pipeline_toggles_change_no_number(tmp_path, tiny_dataset, tiny_run, tog
 
 @pytest.mark.parametrize("nproc", [0, 1, 4])
 def test_world_sizes_agree(tmp_path, tiny_dataset, tiny_run, nproc):
-    """grad_accum_steps = 8 // WORLD_SIZE keeps the math; only float summation order differs."""
+    """grad_accum_steps = 8 // WORLD_SIZE keeps the math; only float summation order differs.
+    nproc=0: plain python runs a single process (world_size:1 grad_accum_steps:8)."""
     run = run_train(tmp_path / f"ws{nproc}", tiny_dataset, nproc=nproc)
     assert run.returncode == 0, run.why()
     assert run.lines("world_size:") == [
@@ -148,16 +149,23 @@ def test_world_sizes_agree(tmp_path, tiny_dataset, tiny_run, nproc):
     assert exact(run) == pytest.approx(exact(tiny_run), abs=1e-3)
 
 
+@pytest.fixture(scope="module")
+def untrained_on_2_ranks(tmp_path_factory, tiny_dataset):
+    """The initial weights scored on 2 ranks (ITERATIONS=0)."""
+    run = run_train(tmp_path_factory.mktemp("eval2"), tiny_dataset, ITERATIONS=0, WARMUP_STEPS=0)
+    assert run.returncode == 0, run.why()
+    return run
+
+
 @pytest.mark.parametrize("nproc", [1, 4])
-def test_validation_agrees_across_world_sizes_to_1e_5(tmp_path, tiny_dataset, tiny_run, nproc):
+def test_validation_agrees_across_world_sizes_to_1e_5(
+    tmp_path, tiny_dataset, untrained_on_2_ranks, nproc
+):
     """The same (untrained) weights evaluated on 1, 2 or 4 ranks: only the batching differs."""
-    runs = [
-        run_train(tmp_path / f"eval{n}", tiny_dataset, nproc=n, ITERATIONS=0, WARMUP_STEPS=0)
-        for n in (2, nproc)
-    ]
-    for run in runs:
-        assert run.returncode == 0, run.why()
-    assert exact(runs[1]) == pytest.approx(exact(runs[0]), abs=1e-5)
+    run = run_train(tmp_path / f"eval{nproc}", tiny_dataset, nproc=nproc, ITERATIONS=0,
+                    WARMUP_STEPS=0)  # fmt: skip
+    assert run.returncode == 0, run.why()
+    assert exact(run) == pytest.approx(exact(untrained_on_2_ranks), abs=1e-5)
 
 
 def test_corrupt_train_shard_fails_naming_it(tmp_path, tiny_dataset):
@@ -172,6 +180,7 @@ def test_corrupt_train_shard_fails_naming_it(tmp_path, tiny_dataset):
 
 
 def test_token_out_of_range_fails_naming_the_file(tmp_path, tiny_dataset):
+    import train_gpt as tg
     from data.shard_io import write_shard
 
     dataset = copy_dataset(tiny_dataset, tmp_path)
@@ -179,6 +188,8 @@ def test_token_out_of_range_fails_naming_the_file(tmp_path, tiny_dataset):
         dataset.dataset_dir / "fineweb_train_000000_bad.bin"
     )  # sorts second: loaded mid-run by the worker
     write_shard(bad, [1, 5, 5000, 7])
+    first = dataset.dataset_dir / "fineweb_train_000000.bin"
+    write_shard(first, tg.load_data_shard(first)[:4096])  # 4 steps of 1,024 tokens, then it
     run = run_train(tmp_path / "run", dataset, ITERATIONS=300, VAL_LOSS_EVERY=0, TRAIN_LOG_EVERY=0)
     assert run.returncode != 0
     assert f"error: {bad}: token 5000 at position 2 >= vocab 1024" in run.stderr
@@ -201,12 +212,6 @@ def test_val_token_out_of_range_fails_at_startup(tmp_path, tiny_dataset):
     "env, message",
     [
         ({"ITERATIONS": "abc"}, "error: ITERATIONS='abc': expected an integer"),
-        ({"TRAIN_PREFETCH": "yes"}, "error: TRAIN_PREFETCH='yes': expected 0 or 1"),
-        (
-            {"VAL_BYTECOUNT_DEVICE": "gpu"},
-            "error: VAL_BYTECOUNT_DEVICE='gpu': expected one of cpu, cuda",
-        ),
-        ({"TRAIN_SEQ_LEN": "96"}, "error: TRAIN_BATCH_TOKENS=1024 with TRAIN_SEQ_LEN=96"),
         ({"VOCAB_SIZE": "2048"}, "error: VOCAB_SIZE=2048 does not match tokenizer vocab_size=1024"),
         (
             {"TOKENIZER_PATH": "/nonexistent/tok.model"},
@@ -217,7 +222,6 @@ def test_val_token_out_of_range_fails_at_startup(tmp_path, tiny_dataset):
             {"DATA_PATH": "/nonexistent", "TOKENIZER_PATH": "/nonexistent/tok.model"},
             "error: DATA_PATH=/nonexistent: no such folder",  # the data first: the likelier cause
         ),
-        ({"EVAL_STRIDE": "65"}, "error: EVAL_STRIDE=65: expected at most EVAL_SEQ_LEN=64"),
         (
             {"TRAIN_LOADER": "docpack", "TRAIN_BATCH_TOKENS": "1048576"},
             "error: TRAIN_LOADER=docpack: no train shard holds 262146 tokens (one micro-step",
@@ -232,6 +236,25 @@ def test_bad_input_ends_the_run_with_one_message(tmp_path, tiny_dataset, env, me
     assert not our_traceback(run)
     logs = sorted((tmp_path / "run" / "logs").glob("*.txt"))  # none: stopped before its settings
     assert [log.read_text().splitlines()[-1] for log in logs] in ([], errors)  # it ends the log
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"TRAIN_PREFETCH": "yes"}, "TRAIN_PREFETCH='yes': expected 0 or 1"),
+        ({"VAL_BYTECOUNT_DEVICE": "gpu"}, "VAL_BYTECOUNT_DEVICE='gpu': expected one of cpu, cuda"),
+        ({"TRAIN_SEQ_LEN": "96"}, "TRAIN_BATCH_TOKENS=1024 with TRAIN_SEQ_LEN=96"),
+        ({"EVAL_STRIDE": "65"}, "EVAL_STRIDE=65: expected at most EVAL_SEQ_LEN=64"),
+    ],
+)
+def test_the_settings_of_a_2_rank_tiny_run_are_refused_before_it_starts(env, message):
+    """What Hyperparameters refuses ends a run as ITERATIONS='abc' does above (one `error:` line
+    of the message, under torchrun): the messages, for the tiny run's other settings on 2 ranks."""
+    import train_gpt as tg
+
+    with pytest.raises(tg.ConfigError) as err:
+        tg.Hyperparameters.from_env(TINY_ENV | env | {"RUN_ID": "r"}, 2)
+    assert str(err.value).startswith(message)
 
 
 @pytest.mark.parametrize(
@@ -462,12 +485,6 @@ def test_byte_sidecars_score_exactly_as_the_tokenizer_counts(tmp_path, tiny_data
     refused = run_train(tmp_path / "refused", dataset, VAL_BYTECOUNT_DEVICE="cuda")
     assert refused.returncode != 0 and not refused.lines("step:")
     assert "error: VAL_BYTECOUNT_DEVICE=cuda: " in refused.stderr and "use cpu" in refused.stderr
-
-
-def test_plain_python_runs_a_single_process(tmp_path, tiny_dataset, tiny_run):
-    run = run_train(tmp_path / "plain", tiny_dataset, nproc=0)
-    assert run.returncode == 0, run.why()
-    assert run.lines("world_size:") == ["world_size:1 grad_accum_steps:8"]
 
 
 def test_a_dead_rank_ends_the_whole_job_promptly(tmp_path, tiny_dataset):
