@@ -240,9 +240,6 @@ class Hyperparameters:
     token_order: int = knob(16, 2, 16)  # a hint follows the TOKEN_ORDER - 1 targets before it
     token_threshold: float = knob(0.8, high=1, above=0)  # a hint's least share of its followers
     token_boost: float = knob(2.625, 0)  # added to the hint's logit
-    # observability (changes no number either)
-    training_timing_breakdown: bool = False
-    training_timing_every: int = knob(200, 1)
     checkpoint_every: int = knob(0, 0)  # steps; 0 = none
     checkpoint_dir: str = "checkpoints"
     resume_from: str = ""  # a step_* folder, or a CHECKPOINT_DIR for its latest complete one
@@ -654,14 +651,18 @@ FRONTIER_PATTERNS += "attn_gate_proj,attn_gate_w,smear_gate,smear_lambda"  # the
 # substrings of the names of the small control tensors (the record's extra ones only exist when
 # their variables are on)
 CONTROL_TENSOR_NAME_PATTERNS = tuple(FRONTIER_PATTERNS.split(","))
-# Variables the baseline or the record reads that are constants here: (accepted values, why).
+# Variables the baseline or the record reads that are constants here, and ours that moved to
+# a tool: (accepted values, why).
 PATTERNS_BUILT_IN = "the baseline's default patterns are built in"
+TIMING_TOOL = "the timing breakdown moved to tools/timing.py (run it instead; --every N)"
 FIXED_VARIABLES = {
     "CONTROL_TENSOR_NAME_PATTERNS": ((BASELINE_PATTERNS, FRONTIER_PATTERNS),
                                      f"{PATTERNS_BUILT_IN} (or the record's)"),
     "INT8_KEEP_FLOAT_FP32_NAME_PATTERNS": ((BASELINE_PATTERNS,), PATTERNS_BUILT_IN),
     "COMPILE_SHAPE_WARMUP": (("0", "1"), "every shape compiles before the clock either way"),
     "ROPE_TRAIN_SEQ_LEN": (("2048", "3072"), "read by YaRN only"),
+    "TRAINING_TIMING_BREAKDOWN": (("0",), TIMING_TOOL),
+    "TRAINING_TIMING_EVERY": (("200",), TIMING_TOOL),
     **{name: ((value,), "fixed here at the records' runs' value")  # the rest: presets/fixed.txt
        for name, value in read_env_file(PRESET_FILES / "fixed.txt").items()},
 }  # fmt: skip
@@ -1827,74 +1828,6 @@ class SlidingWindows:
 
 
 # -----------------------------
-# INSTRUMENTATION: TIMING BREAKDOWN
-# -----------------------------
-
-
-class Probe:
-    """TRAINING_TIMING_BREAKDOWN: CUDA events read once complete (no sync), and data_wait's time."""
-
-    PHASES = ("data_wait", "h2d", "forward", "backward", "optimizer")
-
-    def __init__(self, enabled: bool, every: int, cuda: bool, log0: Callable):
-        self.enabled, self.every, self.cuda, self.log0 = enabled, every, cuda, log0
-        self.timed, self.marks, self.pending, self.data_wait_total_ms = False, {}, [], 0.0
-        self.label = contextlib.nullcontext  # tools/trace.py: torch.profiler.record_function
-
-    def _mark(self, stream=None, host: bool = False):
-        if host or not self.cuda:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record(stream)
-        return event
-
-    def begin_step(self, step: int) -> None:
-        self.timed = self.enabled and (step <= 10 or step % self.every == 0)
-        self.marks = {name: [] for name in ("step", *self.PHASES)} if self.timed else {}
-        self.step_start = self._mark() if self.timed else None
-
-    def end_step(self, step: int) -> None:
-        if self.timed:
-            self.marks["step"].append((self.step_start, self._mark()))
-            self.pending.append((step, self.marks))
-
-    def phase(self, name: str, stream=None):  # also a labelled range in tools/trace.py's
-        return self._phase(name, stream) if self.enabled else self.label(name)
-
-    @contextlib.contextmanager
-    def _phase(self, name: str, stream):
-        host = name == "data_wait"  # blocked host time; the others are GPU work on `stream`
-        start = self._mark(stream, host) if self.timed or host else None
-        with self.label(name):
-            yield
-        if start is not None:
-            end = self._mark(stream, host)
-            if host:
-                self.data_wait_total_ms += 1000.0 * (end - start)
-            if self.timed:
-                self.marks[name].append((start, end))
-
-    def log_finished(self, wait: bool = False) -> None:
-        """Logs the timed steps whose events have completed (all, waiting, with wait=True)."""
-        while self.pending and (wait or self._completed(self.pending[0][1])):
-            step, marks = self.pending.pop(0)
-            ms = {name: sum(elapsed_ms(a, b) for a, b in pairs) for name, pairs in marks.items()}
-            fields = " ".join(f"{n}_ms:{ms[n]:.2f}" for n in (*self.PHASES, "step"))
-            self.log0(f"timing_breakdown step:{step} {fields}")
-
-    @staticmethod
-    def _completed(marks: dict) -> bool:
-        return all(isinstance(b, float) or b.query() for pairs in marks.values() for _, b in pairs)
-
-
-def elapsed_ms(a, b) -> float:  # host times, or CUDA events (waiting for the second)
-    if isinstance(a, float):
-        return 1000.0 * (b - a)
-    b.synchronize()
-    return a.elapsed_time(b)
-
-
-# -----------------------------
 # TRANSFORMER MODEL
 # -----------------------------
 
@@ -2929,8 +2862,6 @@ class Trainer(ClosedOnExit):
     def __init__(self, cfg, rt, net, log0, clock=time.perf_counter):
         self.cfg, self.rt, self.net = cfg, rt, net
         self.log0, self.clock = log0, clock
-        timing = (cfg.training_timing_breakdown, cfg.training_timing_every)
-        self.probe = Probe(*timing, rt.cuda, log0)
         self.cap_ms = None  # training's: the cap less the time GPTQ_RESERVE_SECONDS keeps
         if cfg.max_wallclock_seconds > 0:
             reserve = cfg.gptq_reserve_seconds
@@ -2963,7 +2894,10 @@ class Trainer(ClosedOnExit):
             return
         options = dict(queue_depth=cfg.train_prefetch_queue, copy_stream=cfg.train_copy_stream)
         self.loader = PrefetchingDistributedTokenLoader(*args, **order, **options)
-        self.loader.copy_probe = functools.partial(self.probe.phase, "h2d")
+        self.loader.copy_probe = functools.partial(self.phase, "h2d")
+
+    def phase(self, name: str, stream=None):  # none here; tools/timing.py times each phase of a
+        return contextlib.nullcontext()  # step (h2d on the copy `stream`), tools/trace.py labels it
 
     def close(self) -> None:
         if self.loader is not None:
@@ -2977,17 +2911,17 @@ class Trainer(ClosedOnExit):
         for micro_step in range(rt.grad_accum_steps):
             if rt.distributed:  # gradients are all-reduced on the last micro-step only
                 model.require_backward_grad_sync = micro_step == rt.grad_accum_steps - 1
-            with self.probe.phase("data_wait"):
+            with self.phase("data_wait"):
                 batch = self.loader.next_batch(*shape)
-            with self.probe.phase("forward"), rt.autocast():
+            with self.phase("forward"), rt.autocast():
                 loss = model(*batch[:2], **document_kwargs(batch, self.seq_len))
             train_loss += loss.detach()
-            with self.probe.phase("backward"):
+            with self.phase("backward"):
                 (loss / rt.grad_accum_steps).backward()  # a power of 2: exactly loss * (1/accum)
         return train_loss / rt.grad_accum_steps
 
     def update(self) -> None:
-        with self.probe.phase("optimizer"):
+        with self.phase("optimizer"):
             if self.cfg.grad_clip_norm > 0:
                 torch.nn.utils.clip_grad_norm_(self.net.base.parameters(), self.cfg.grad_clip_norm)
             for opt in self.net.optimizers:  # each its own parameters: zeroed once stepped
@@ -3088,7 +3022,6 @@ class Trainer(ClosedOnExit):
             plan = ",".join(f"{n}@{p:.3f}" for p, n in self.stages)
             self.log0(f"train_seq_schedule:{plan}")
             self.log0(f"growth_stage:seq_len:{self.seq_len} progress:0.000")
-        self.probe.data_wait_total_ms = 0.0
         self.resume_clock()
         while True:
             last = self.step >= cfg.iterations or self.stopping
@@ -3123,10 +3056,8 @@ class Trainer(ClosedOnExit):
             self.switch_loops_on(frac)
         self.switch_seq_len(frac)
         self.set_schedules(elapsed)
-        self.probe.begin_step(step)
         train_loss = self.forward_backward()
         self.update()
-        self.probe.end_step(step)
         self.step = step
         # Step k is queued: wait for step k-1. The GPU never starves, queued work stays bounded.
         if self.step_ends is not None:
@@ -3141,7 +3072,6 @@ class Trainer(ClosedOnExit):
                 f"step:{step}/{cfg.iterations} train_loss:{train_loss.item():.4f} "
                 f"train_time:{elapsed_ms:.0f}ms step_avg:{elapsed_ms / step:.2f}ms"
             )
-        self.probe.log_finished()
         self.agreed[0] = elapsed_ms
         if self.cap_ms is not None and self.rt.distributed:  # the ranks' slowest clock
             dist.all_reduce(self.agreed, op=dist.ReduceOp.MAX, group=self.cap_group)
@@ -3174,13 +3104,6 @@ class Trainer(ClosedOnExit):
         self.log0(f"resumed_from:{checkpoint['folder']} step:{self.step} train_time:{ms:.0f}ms")
 
     def log_summary(self) -> None:
-        self.probe.log_finished(wait=True)
-        if self.probe.enabled:
-            wait_ms, train_ms = self.probe.data_wait_total_ms, self.training_time_ms
-            self.log0(
-                f"timing_summary data_wait_total_ms:{wait_ms:.2f} train_time_ms:{train_ms:.0f} "
-                f"data_wait_share:{100.0 * wait_ms / max(train_ms, 1e-9):.3f}%"
-            )
         if self.rt.cuda:
             allocated = torch.cuda.max_memory_allocated() >> 20
             reserved = torch.cuda.max_memory_reserved() >> 20

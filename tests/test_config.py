@@ -79,6 +79,12 @@ def test_values_are_parsed_with_their_types():
         ),
         ({"TTT_BETA1": "1"}, "TTT_BETA1=1.0: expected a value < 1"),
         (
+            {"TRAINING_TIMING_BREAKDOWN": "1"},
+            "TRAINING_TIMING_BREAKDOWN='1': not read here: the timing breakdown moved to "
+            "tools/timing.py (run it instead; --every N); unset it",
+        ),
+        ({"TRAINING_TIMING_EVERY": "50"}, "TRAINING_TIMING_EVERY='50': not read here: the timing"),
+        (
             {"TRAIN_SEQ_LEN": "1000"},
             "TRAIN_BATCH_TOKENS=524288 with TRAIN_SEQ_LEN=1000: expected a multiple of",
         ),
@@ -100,6 +106,12 @@ def test_bad_values_name_the_variable_and_what_was_expected(env, message):
     with pytest.raises(tg.ConfigError) as err:
         cfg(**env)
     assert str(err.value).startswith(message)
+
+
+def test_the_moved_timing_variables_are_accepted_at_their_old_defaults():
+    """TRAINING_TIMING_BREAKDOWN/EVERY are tools/timing.py's now: refused (above), unless off."""
+    moved = {"TRAINING_TIMING_BREAKDOWN": "0", "TRAINING_TIMING_EVERY": "200"}
+    assert cfg(RUN_ID="r", **moved) == cfg(RUN_ID="r")
 
 
 @pytest.mark.parametrize("world_size, accum", [(1, 8), (2, 4), (4, 2), (8, 1), (16, 1), (64, 1)])
@@ -135,7 +147,7 @@ def test_no_variable_of_torchrun_or_a_usual_shell_is_taken_for_a_misspelt_one():
 
 
 def test_the_settings_line_can_be_pasted_back_as_the_environment(capsys, monkeypatch, tmp_path):
-    env = {"TRAINING_TIMING_BREAKDOWN": "1", "TIE_EMBEDDINGS": "0", "NUM_LAYERS": "4"}
+    env = {"TRAIN_COPY_STREAM": "0", "TIE_EMBEDDINGS": "0", "NUM_LAYERS": "4"}
     rank0 = tg.Runtime(0, 0, 1, 8, torch.device("cpu"), False)
     monkeypatch.chdir(tmp_path)
     tg.RunLog(cfg(RUN_ID="r", **env), rank0, code="")

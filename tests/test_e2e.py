@@ -329,43 +329,36 @@ def test_world_size_that_does_not_divide_8_is_refused(tmp_path, tiny_dataset):
     assert "error: WORLD_SIZE=3: expected a divisor of 8" in run.stderr
 
 
-def test_timing_breakdown_changes_no_number(tmp_path, tiny_dataset, tiny_run):
-    run = run_train(
-        tmp_path / "probed", tiny_dataset, TRAINING_TIMING_BREAKDOWN=1, TRAINING_TIMING_EVERY=4
-    )
+def test_tools_timing_logs_each_steps_phases_and_changes_no_number(
+    tmp_path, tiny_dataset, tiny_run
+):
+    script, args = REPO / "tools" / "timing.py", ("--every", "4")
+    run = run_train(tmp_path / "timed", tiny_dataset, script=script, args=args)
     assert run.returncode == 0, run.why()
-    assert run.numbers() == tiny_run.numbers()
-    steps = [
-        int(re.search(r"step:(\d+)", line).group(1)) for line in run.lines("timing_breakdown ")
-    ]
-    assert steps == [1, 2, 3, 4, 5, 6]
-    for line in run.lines("timing_breakdown "):
-        assert re.fullmatch(r"timing_breakdown step:\d+( \w+_ms:\d+\.\d{2}){6}", line), line
-        assert " data_wait_ms:" in line and " h2d_ms:" in line and " step_ms:" in line
+    assert run.numbers() == tiny_run.numbers()  # timing changes no number
+    log = run.log_path.read_text().splitlines()  # the run's log has them too, as printed
+    lines = run.lines("timing_breakdown ")
+    assert lines == [line for line in log if line.startswith("timing_breakdown ")]
+    assert [int(re.search(r"step:(\d+)", line).group(1)) for line in lines] == [1, 2, 3, 4, 5, 6]
+    for line in lines:
+        ms = dict(re.findall(r" (\w+)_ms:(\d+\.\d{2})(?= |$)", line))
+        assert list(ms) == ["data_wait", "h2d", "forward", "backward", "optimizer", "step"], line
+        ms = {name: float(v) for name, v in ms.items()}
+        assert ms["h2d"] == 0 and ms["forward"] > 0 and ms["backward"] > 0  # no copy on a CPU
+        # host times on a CPU: the phases, one after the other, lie within their step
+        assert sum(ms.values()) - ms["step"] <= ms["step"] + 0.03, line  # (each rounded)
     (summary,) = run.lines("timing_summary ")
-    assert re.fullmatch(
-        r"timing_summary data_wait_total_ms:\d+\.\d{2} train_time_ms:\d+ "
-        r"data_wait_share:\d+\.\d{3}%",
+    found = re.fullmatch(
+        r"timing_summary data_wait_total_ms:(\d+\.\d{2}) train_time_ms:(\d+) "
+        r"data_wait_share:(\d+\.\d{3})%",
         summary,
     )
-
-
-def test_breakdown_lines_come_on_the_first_10_steps_and_every_n(tmp_path, tiny_dataset):
-    run = run_train(
-        tmp_path / "probed",
-        tiny_dataset,
-        TRAINING_TIMING_BREAKDOWN=1,
-        TRAINING_TIMING_EVERY=4,
-        ITERATIONS=17,
-        VAL_LOSS_EVERY=0,
-        TRAIN_LOG_EVERY=0,
-        nproc=1,
-    )
-    assert run.returncode == 0, run.why()
-    steps = [
-        int(re.search(r"step:(\d+)", line).group(1)) for line in run.lines("timing_breakdown ")
-    ]
-    assert steps == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16]
+    assert found and summary in log, summary
+    wait_ms, train_ms, share = map(float, found.groups())
+    (last,) = run.lines("step:6/6 val_loss:")
+    assert f" train_time:{train_ms:.0f}ms " in last  # training's time, as the last step's line
+    assert share == pytest.approx(100 * wait_ms / train_ms, abs=0.002)
+    assert log.index(summary) == log.index(last) + 1  # at training's end
 
 
 @pytest.fixture(scope="module")

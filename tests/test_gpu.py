@@ -4,6 +4,7 @@ runs. Skipped without CUDA."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import itertools
 import re
 
@@ -12,7 +13,11 @@ import pytest
 import torch
 
 import train_gpt as tg
-from conftest import run_train
+from conftest import REPO, run_train
+
+_spec = importlib.util.spec_from_file_location("timing", REPO / "tools" / "timing.py")
+timing = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(timing)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -118,7 +123,7 @@ def test_compiled_gpu_run_is_identical_with_and_without_prefetch(tmp_path, tiny_
             nproc=1,
             TRAIN_PREFETCH=p,
             VAL_PREFETCH=p,
-            TRAINING_TIMING_BREAKDOWN=1,
+            script=REPO / "tools" / "timing.py",
         )
         for p in (0, 1)
     ]
@@ -132,6 +137,7 @@ def test_compiled_gpu_run_is_identical_with_and_without_prefetch(tmp_path, tiny_
     assert four[0] == four[1]
     finals = [[float(v) for v in re.findall(r":(\S+)", run.lines(exact)[0])] for run in runs]
     assert finals[0] == pytest.approx(finals[1], abs=1e-5)
+    assert runs[1].lines("timing_breakdown ") and runs[1].lines("timing_summary ")
     for line in runs[1].lines("timing_breakdown "):
         assert float(re.search(r"forward_ms:(\S+)", line).group(1)) > 0
 
@@ -145,7 +151,6 @@ def test_steady_state_training_steps_never_wait_on_the_gpu(tmp_path):
         "DATA_PATH": str(tmp_path), "VOCAB_SIZE": "1024", "NUM_LAYERS": "2", "MODEL_DIM": "64",
         "NUM_HEADS": "4", "NUM_KV_HEADS": "2", "TRAIN_SEQ_LEN": "128", "TRAIN_BATCH_TOKENS": "8192",
         "ITERATIONS": "1000", "WARMUP_STEPS": "2", "TRAIN_LOG_EVERY": "1000",
-        "TRAINING_TIMING_BREAKDOWN": "1", "TRAINING_TIMING_EVERY": "5",
         "MAX_WALLCLOCK_SECONDS": "3600",
     }  # fmt: skip
     cfg = tg.Hyperparameters.from_env(env, 1)
@@ -153,6 +158,7 @@ def test_steady_state_training_steps_never_wait_on_the_gpu(tmp_path):
     net = tg.build_network(cfg, rt)
     with tg.Trainer(cfg, rt, net, lambda msg, console=True: None) as trainer:
         trainer.warm_up_and_restore()
+        timing.time_steps(trainer, every=5)  # tools/timing.py's breakdown, every 5th step
         train_without_syncs(trainer, 30)
         assert trainer.step == 42 and not trainer.stopping
 

@@ -66,7 +66,8 @@ def trace_training(out: Path, steps: int) -> None:
     train = tg.Trainer.train
 
     def traced_train(trainer, evaluate):
-        trainer.probe.label = torch.profiler.record_function  # the phases as labelled ranges
+        # each phase of a step (data_wait, h2d, forward, backward, optimizer): a labelled range
+        trainer.phase = lambda name, stream=None: torch.profiler.record_function(name)
         path = out / f"rank{trainer.rt.rank}.json"
         profiler = start_profiler(path, steps, trainer.rt.cuda)
         one_step = trainer.train_one_step
