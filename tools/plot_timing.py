@@ -1,8 +1,8 @@
 """Chart a run's timing breakdown: stacked per-phase ms for each logged step, the step total on top.
 
-Reads the lines train_gpt.py prints with TRAINING_TIMING_BREAKDOWN=1, from a console capture or
-from logs/<RUN_ID>.txt (whose copy of the script's source is ignored: only lines that begin with
-the tag count, optionally after a launcher prefix such as "[rank0]:"):
+Reads the lines tools/timing.py adds to a training run's log, from a console capture or from
+logs/<RUN_ID>.txt (whose copy of the script's source is ignored: only lines that begin with the
+tag count, optionally after a launcher prefix such as "[rank0]:"):
 
   timing_breakdown step:12 data_wait_ms:0.03 h2d_ms:0.41 forward_ms:30.12 backward_ms:64.88 optimizer_ms:5.10 step_ms:101.22
   timing_summary data_wait_total_ms:X train_time_ms:Y data_wait_share:Z%
@@ -136,7 +136,7 @@ def main(argv=None) -> int:
     if not rows:
         print(
             f"error: {args.log} has no timing_breakdown lines "
-            "(run train_gpt.py with TRAINING_TIMING_BREAKDOWN=1)",
+            "(train with tools/timing.py: it writes them)",
             file=sys.stderr,
         )
         return 1
