@@ -1,15 +1,15 @@
 """The time of each phase of train_gpt.py's training steps, written into the run's log.
 
 Run it where you would run train_gpt.py, with the same environment variables; it trains exactly
-as train_gpt.py does (the same numbers), and its log gains, for steps 1 to 10 and every N-th:
-
-  timing_breakdown step:S data_wait_ms:.. h2d_ms:.. forward_ms:.. backward_ms:.. optimizer_ms:.. step_ms:..
-
-and at the end of training:
-
-  timing_summary data_wait_total_ms:.. train_time_ms:.. data_wait_share:..%
+as train_gpt.py does (the same numbers):
 
   torchrun --standalone --nproc_per_node=8 tools/timing.py --every 200
+
+The run's log (through the trainer's log0: rank 0's) gains a line for steps 1 to 10 and every
+N-th step, and one at the end of training:
+
+  timing_breakdown step:S data_wait_ms:.. h2d_ms:.. forward_ms:.. backward_ms:.. optimizer_ms:.. step_ms:..
+  timing_summary data_wait_total_ms:.. train_time_ms:.. data_wait_share:..%
 
 It times the path that actually runs, prefetching and copy streams on. data_wait is the host's
 time blocked on the next batch (every step's, summed in the summary); the other phases are CUDA
