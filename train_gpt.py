@@ -303,66 +303,51 @@ class Hyperparameters:
         bad = [check_bounds(f.name.upper(), getattr(self, f.name), **f.metadata) for f in FIELDS]
         if any(bad):
             raise ConfigError("; ".join(filter(None, bad)))
-        accum, T = grad_accum_steps_for(world_size), self.train_seq_len
-        unit = world_size * accum * T  # tokens of one sequence per rank and micro-step
-        bad = [message for broken, message in [
+        accum, T, L = grad_accum_steps_for(world_size), self.train_seq_len, self.window
+        n, layers, head = world_size * accum, self.num_layers, self.model_dim // self.num_heads
+        span = self.train_batch_tokens // n  # a rank's micro-batch; n: ranks x micro-steps
+        checks = [  # (broken, variable, what was expected)
             (not self.run_id or any(c in self.run_id for c in "/\\") or self.run_id in (".", ".."),
-             f"RUN_ID={self.run_id!r}: expected a plain file name"),
-            (self.train_batch_tokens % unit,
-             f"TRAIN_BATCH_TOKENS={self.train_batch_tokens} with TRAIN_SEQ_LEN={T}: expected a "
-             f"multiple of WORLD_SIZE*grad_accum_steps*TRAIN_SEQ_LEN = {unit}"),
-            (self.val_batch_size < unit // T * self.window,
-             f"VAL_BATCH_SIZE={self.val_batch_size}: expected at least one sequence per rank and "
-             f"micro-step: {unit // T * self.window}"),
-            (self.model_dim % (2 * self.num_heads),
-             f"MODEL_DIM={self.model_dim}: expected a multiple of NUM_HEADS={self.num_heads} with "
-             f"an even head size"),
-            (self.num_heads % self.num_kv_heads,
-             f"NUM_KV_HEADS={self.num_kv_heads}: expected a divisor of NUM_HEADS={self.num_heads}"),
-            (self.resume_from and self.eval_only_path,
-             "RESUME_FROM and EVAL_ONLY_PATH: expected at most one"),
-            (0 < self.max_val_tokens < T,
-             f"MAX_VAL_TOKENS={self.max_val_tokens}: expected 0 (full split) or >= "
-             f"TRAIN_SEQ_LEN={T}"),
-            (self.eval_stride > self.window,
-             f"EVAL_STRIDE={self.eval_stride}: expected at most EVAL_SEQ_LEN={self.window}"),
-            (self.eval_ttt and self.global_ttt_chunk_tokens < self.window,
-             f"GLOBAL_TTT_CHUNK_TOKENS={self.global_ttt_chunk_tokens}: expected at least "
-             f"EVAL_SEQ_LEN={self.window}"),
+             "RUN_ID", "a plain file name"),
+            (self.train_batch_tokens % (n * T), "TRAIN_BATCH_TOKENS",
+             f"a multiple of {n} x TRAIN_SEQ_LEN={T}"),
+            (self.val_batch_size < n * L, "VAL_BATCH_SIZE", f">= {n} x EVAL_SEQ_LEN={L}"),
+            (self.model_dim % (2 * self.num_heads), "MODEL_DIM",
+             f"a multiple of 2 x NUM_HEADS={self.num_heads}"),
+            (self.num_heads % self.num_kv_heads, "NUM_KV_HEADS",
+             f"a divisor of NUM_HEADS={self.num_heads}"),
+            (self.resume_from and self.eval_only_path, "RESUME_FROM", "no EVAL_ONLY_PATH with it"),
+            (0 < self.max_val_tokens < T, "MAX_VAL_TOKENS", f"0 or >= TRAIN_SEQ_LEN={T}"),
+            (self.eval_stride > L, "EVAL_STRIDE", f"at most EVAL_SEQ_LEN={L}"),
+            (self.eval_ttt and self.global_ttt_chunk_tokens < L, "GLOBAL_TTT_CHUNK_TOKENS",
+             f"at least EVAL_SEQ_LEN={L}"),
             (not all(doc > 0 < chunk <= self.ttt_eval_seq_len for doc, chunk in self.ttt_chunks),
-             f"TTT_CHUNK_SIZE={self.ttt_chunk_size} TTT_SHORT_SCORE_FIRST_STEPS="
-             f"{self.ttt_short_score_first_steps!r}: expected doc:chunk items, both > 0, "
-             f"chunks <= TTT_EVAL_SEQ_LEN={self.ttt_eval_seq_len}"),
-            (self.rope_dims % 2 or self.rope_dims > self.model_dim // self.num_heads,
-             f"ROPE_DIMS={self.rope_dims}: expected an even number <= the head size "
-             f"{self.model_dim // self.num_heads}"),
-            (self.num_loops and not self.loop_start <= self.loop_end < self.num_layers,
-             f"LOOP_START={self.loop_start} LOOP_END={self.loop_end}: expected LOOP_START <= "
-             f"LOOP_END < NUM_LAYERS={self.num_layers} (NUM_LOOPS={self.num_loops})"),
-            (self.parallel_start_layer >= self.num_layers,
-             f"PARALLEL_START_LAYER={self.parallel_start_layer}: expected < "
-             f"NUM_LAYERS={self.num_layers}"),
-            (self.xsa_last_n > self.num_layers,
-             f"XSA_LAST_N={self.xsa_last_n}: expected at most NUM_LAYERS={self.num_layers}"),
-            (self.gate_window > self.model_dim,
-             f"GATE_WINDOW={self.gate_window}: expected at most MODEL_DIM={self.model_dim}"),
-            (int(self.mlp_mult * self.model_dim) < 1,
-             f"MLP_MULT={self.mlp_mult}: expected int(MLP_MULT*MODEL_DIM) >= 1"),
-            (0 < self.max_wallclock_seconds <= self.gptq_reserve_seconds,
-             f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds}: expected less than "
-             f"MAX_WALLCLOCK_SECONDS={self.max_wallclock_seconds}"),
-            (self.compressor.startswith("pergroup") and self.quantizer != "gptq",
-             f"COMPRESSOR={self.compressor}: needs QUANTIZER=gptq"),
+             "TTT_SHORT_SCORE_FIRST_STEPS", f"doc:chunk items > 0, chunks (TTT_CHUNK_SIZE="
+             f"{self.ttt_chunk_size} too) <= TTT_EVAL_SEQ_LEN={self.ttt_eval_seq_len}"),
+            (self.rope_dims % 2 or self.rope_dims > head, "ROPE_DIMS",
+             f"an even number <= {head} (the head size)"),
+            (self.num_loops and not self.loop_start <= self.loop_end < layers, "LOOP_START",
+             f"<= LOOP_END={self.loop_end} < NUM_LAYERS={layers} (NUM_LOOPS={self.num_loops})"),
+            (self.parallel_start_layer >= layers, "PARALLEL_START_LAYER", f"< NUM_LAYERS={layers}"),
+            (self.xsa_last_n > layers, "XSA_LAST_N", f"at most NUM_LAYERS={layers}"),
+            (self.gate_window > self.model_dim, "GATE_WINDOW",
+             f"at most MODEL_DIM={self.model_dim}"),
+            (int(self.mlp_mult * self.model_dim) < 1, "MLP_MULT", "int(MLP_MULT*MODEL_DIM) >= 1"),
+            (0 < self.max_wallclock_seconds <= self.gptq_reserve_seconds, "GPTQ_RESERVE_SECONDS",
+             f"< MAX_WALLCLOCK_SECONDS={self.max_wallclock_seconds}"),
+            (self.compressor.startswith("pergroup") and self.quantizer != "gptq", "COMPRESSOR",
+             "QUANTIZER=gptq with it"),
             ((self.quantizer == "gptq" or self.compressor == "brotli")
-             and importlib.util.find_spec("brotli") is None,
-             f"QUANTIZER={self.quantizer} COMPRESSOR={self.compressor}: needs the brotli package"),
-            (self.train_seq_schedule and self.train_loader != "docpack",
-             "TRAIN_SEQ_SCHEDULE: expected TRAIN_LOADER=docpack (its cut changes with it)"),
-        ] if broken]  # fmt: skip
+             and importlib.util.find_spec("brotli") is None, "COMPRESSOR",
+             f"the brotli package (for it or QUANTIZER={self.quantizer})"),
+            (self.train_seq_schedule and self.train_loader != "docpack", "TRAIN_SEQ_SCHEDULE",
+             "TRAIN_LOADER=docpack with it"),
+        ]  # fmt: skip
+        bad = [f"{name}={getattr(self, name.lower())!r}: expected {want}"
+               for broken, name, want in checks if broken]  # fmt: skip
         if bad:
             raise ConfigError("; ".join(bad))
-        span = self.train_batch_tokens // (world_size * accum)  # a rank's micro-batch
-        if any(span % n for _, n in seq_stages(self)):
+        if any(span % length for _, length in seq_stages(self)):  # seq_stages: a bad plan too
             raise ConfigError(f"TRAIN_SEQ_SCHEDULE={self.train_seq_schedule!r}: expected lengths "
                               f"that divide a rank's micro-batch of {span} tokens")  # fmt: skip
 

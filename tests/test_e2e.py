@@ -241,7 +241,10 @@ def test_bad_input_ends_the_run_with_one_message(tmp_path, tiny_dataset, env, me
 @pytest.mark.parametrize(
     "env, message",
     [
-        ({"TRAIN_SEQ_LEN": "96"}, "TRAIN_BATCH_TOKENS=1024 with TRAIN_SEQ_LEN=96"),
+        (
+            {"TRAIN_SEQ_LEN": "96"},
+            "TRAIN_BATCH_TOKENS=1024: expected a multiple of 8 x TRAIN_SEQ_LEN=96",
+        ),
         ({"EVAL_STRIDE": "65"}, "EVAL_STRIDE=65: expected at most EVAL_SEQ_LEN=64"),
     ],
 )
