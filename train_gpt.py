@@ -937,7 +937,7 @@ def decompress(blob: bytes) -> bytes:
     try:
         return importlib.import_module(kind).decompress(blob)
     except Exception as e:
-        raise ValueError(f"damaged or cut-short {kind} data ({e})") from None
+        raise ValueError(f"damaged {kind} data ({e})") from None
 
 
 def read_artifact(path: str | Path, source: str, log0: Callable) -> dict:
@@ -1088,7 +1088,7 @@ def read_pergroup(blob: bytes) -> dict:
         rest = torch.load(io.BytesIO(rest), map_location="cpu")
         w, meta = rest["w"], rest["m"]
     else:
-        raise ValueError(f"PGRP {kind}: neither #1855's 9 streams nor #2135's version 2")
+        raise ValueError(f"PGRP {kind}: expected 9 (#1855's streams) or 2 (#2135's version)")
     at = 0
     for name, (rows, cols), order in found:
         w[name] = from_columns(raw[at : at + rows * cols], (rows, cols), order)
@@ -1140,17 +1140,15 @@ def read_shard_header(path: str | Path) -> int:
     header = read_array(path, "<i4", HEADER_INTS)
     size = Path(path).stat().st_size
     if header.size != HEADER_INTS:
-        raise DataError(f"{path}: truncated header: {size} bytes, expected {HEADER_BYTES}")
-    magic, version, num_tokens = (int(v) for v in header[:3])
-    for name, value, expected in (
-        ("magic", magic, SHARD_MAGIC),
-        ("version", version, SHARD_VERSION),
-    ):
-        if value != expected:
-            raise DataError(f"{path}: bad {name} {value}, expected {expected}")
+        raise DataError(f"{path}: {size} bytes: expected a header of {HEADER_BYTES}")
+    magic, version, num_tokens = header[:3].tolist()
+    if (magic, version) != (SHARD_MAGIC, SHARD_VERSION):
+        raise DataError(
+            f"{path}: magic {magic}, version {version}: expected {SHARD_MAGIC}, {SHARD_VERSION}"
+        )
     expected = HEADER_BYTES + 2 * num_tokens
     if num_tokens < 0 or size != expected:
-        raise DataError(f"{path}: size mismatch: {size} bytes, {num_tokens} tokens need {expected}")
+        raise DataError(f"{path}: {size} bytes: expected {expected} for its {num_tokens} tokens")
     return num_tokens
 
 
@@ -1158,7 +1156,7 @@ def read_array(path: str | Path, dtype: str, count: int, offset: int = 0) -> np.
     try:
         return np.fromfile(path, dtype=dtype, count=count, offset=offset)
     except OSError as e:
-        raise DataError(f"{path}: cannot read shard ({e.strerror or e})") from e
+        raise DataError(f"{path}: unreadable ({e.strerror or e})") from e
 
 
 def load_data_shard(path: str | Path, vocab_size: int | None = None) -> np.ndarray:
@@ -1173,19 +1171,14 @@ def load_data_shard(path: str | Path, vocab_size: int | None = None) -> np.ndarr
 def check_token_ids(tokens: np.ndarray, vocab_size: int | None, path, offset: int = 0) -> None:
     if vocab_size is not None and tokens.size and int(tokens.max()) >= vocab_size:
         bad = int(np.argmax(tokens >= vocab_size))
-        raise DataError(
-            f"{path}: token {int(tokens[bad])} at position {offset + bad} >= vocab {vocab_size} "
-            f"(VOCAB_SIZE / wrong tokenizer?)"
-        )
+        raise DataError(f"{path}: token {int(tokens[bad])} at {offset + bad}: expected < "
+                        f"VOCAB_SIZE={vocab_size}")  # fmt: skip
 
 
 def list_shards(pattern: str) -> list[Path]:
     files = sorted(Path(p) for p in glob.glob(pattern))
     if not files:
-        raise DataError(
-            f"no files match {pattern}: set DATA_PATH, or build the data "
-            f"(data/build_local_dataset.py or data/download_fineweb.py)"
-        )
+        raise DataError(f"{pattern}: no such files (build or download the data: docs/data.md)")
     return files
 
 
@@ -1233,9 +1226,7 @@ class TrainShards:
             hits = np.flatnonzero(tokens[start : start + chunk] == BOS_ID)
             if hits.size:
                 return start + int(hits[0])
-        raise DataError(
-            f"{self.files[idx]}: no BOS token (id {BOS_ID}), which TRAIN_LOADER=docpack needs"
-        )
+        raise DataError(f"{self.files[idx]}: no BOS ({BOS_ID}): TRAIN_LOADER=docpack needs one")
 
 
 class Layout(NamedTuple):  # how an order stages a batch (its fill writes it, assemble reads it)
@@ -1249,9 +1240,8 @@ def rank_span(global_tokens: int, seq_len: int, grad_accum_steps: int, world_siz
     local = global_tokens // (world_size * grad_accum_steps)
     if local <= 0 or local % seq_len:
         raise ValueError(
-            f"a batch of {global_tokens} tokens over {world_size} ranks x {grad_accum_steps} "
-            f"micro-steps gives {local} tokens per rank: expected a positive multiple of "
-            f"seq_len={seq_len}"
+            f"{global_tokens} tokens over {world_size} ranks x {grad_accum_steps} micro-steps: "
+            f"{local} tokens per rank: expected a positive multiple of seq_len={seq_len}"
         )
     return local + 1
 
@@ -1714,17 +1704,13 @@ class ValidationSet:
         if sidecars:
             self.counts = np.concatenate([load_data_shard(f) for f in sidecars])
             if self.counts.size != self.split.size:
-                raise DataError(
-                    f"{cfg.val_bytes_files}: {self.counts.size} byte counts for the "
-                    f"{self.split.size} tokens of {cfg.val_files}: expected one per token"
-                )
+                raise DataError(f"{cfg.val_bytes_files}: {self.counts.size} byte counts: expected "
+                                f"{self.split.size}, one per token of {cfg.val_files}")  # fmt: skip
         L = self.seq_len = cfg.window
         usable = min(self.split_tokens, cfg.max_val_tokens or self.split_tokens)
         if usable < L:
-            raise DataError(
-                f"EVAL_SEQ_LEN={L}: longer than the validation split ({self.split_tokens} targets "
-                f"in {cfg.val_files}, MAX_VAL_TOKENS={cfg.max_val_tokens}): expected at most that"
-            )
+            raise DataError(f"EVAL_SEQ_LEN={L}: expected <= {usable}, the validation targets "
+                            f"(MAX_VAL_TOKENS={cfg.max_val_tokens})")  # fmt: skip
         # The split's targets evaluated: whole sequences of L, or all (EVAL_INCLUDE_TAIL)
         usable = self.scored_targets = usable if cfg.eval_include_tail else usable // L * L
         self.tokens = self.split[: usable + 1]

@@ -192,7 +192,7 @@ def test_token_out_of_range_fails_naming_the_file(tmp_path, tiny_dataset):
     write_shard(first, tg.load_data_shard(first)[:4096])  # 4 steps of 1,024 tokens, then it
     run = run_train(tmp_path / "run", dataset, ITERATIONS=300, VAL_LOSS_EVERY=0, TRAIN_LOG_EVERY=0)
     assert run.returncode != 0
-    assert f"error: {bad}: token 5000 at position 2 >= vocab 1024" in run.stderr
+    assert f"error: {bad}: token 5000 at 2: expected < VOCAB_SIZE=1024" in run.stderr
     assert not our_traceback(run)  # found by the loader thread, said in one line all the same
 
 
