@@ -56,8 +56,7 @@ try:
     from torch.nn.attention.flex_attention import BlockMask, flex_attention
     from torch.nn.parallel import DistributedDataParallel as DDP
 except ModuleNotFoundError as e:  # a Python without the requirements: what to run, in one line
-    sys.exit(f"error: {e}; run `bash scripts/setup.sh`, then .venv/bin/torchrun (or pip install "
-             f"-r requirements.txt)")  # fmt: skip
+    sys.exit(f"error: {e}; run `bash scripts/setup.sh` (or pip install -r requirements.txt)")
 
 # -----------------------------
 # CONFIG
@@ -951,10 +950,10 @@ def read_artifact(path: str | Path, source: str, log0: Callable) -> dict:
                 obj = read_pergroup(blob)
         else:
             obj = torch.load(io.BytesIO(decompress(blob)), map_location="cpu")
+        if not isinstance(obj, dict) or not ("__quant_format__" in obj or {"w", "m"} <= set(obj)):
+            raise ValueError("expected int8_clean_per_row_v1 or w/m")
     except Exception as e:  # truncated, not compressed, not torch.save's, another PGRP
         raise DataError(f"{source}: not a readable artifact ({type(e).__name__}: {e})") from None
-    if not isinstance(obj, dict) or not ("__quant_format__" in obj or {"w", "m"} <= set(obj)):
-        raise DataError(f"{source}: not a quantized artifact (int8_clean_per_row_v1 or w/m)")
     return obj
 
 
@@ -3224,7 +3223,7 @@ def load_checkpoint_file(path: Path):
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # truncated, corrupt or missing: one line, not a traceback
-        raise DataError(f"{path}: unreadable checkpoint file ({e!r})") from None
+        raise DataError(f"{path}: unreadable ({e!r})") from None
 
 
 def barrier(rt: Runtime) -> None:
@@ -3263,7 +3262,7 @@ def read_checkpoint_meta(folder: Path, identity: dict) -> dict:
         meta = json.loads((folder / "meta.json").read_text())
         saved = dict(meta["config"])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise DataError(f"{folder / 'meta.json'}: unreadable checkpoint metadata ({e})") from None
+        raise DataError(f"{folder / 'meta.json'}: unreadable ({e})") from None
     for name, value in identity.items():  # a name saved before it was one: at its default
         if saved.get(name, DEFAULTS.get(name.lower())) != value:
             raise ConfigError(
@@ -3282,8 +3281,7 @@ def configure() -> tuple[Hyperparameters, Runtime]:
     world_size = env_int("WORLD_SIZE", 1)
     cfg = Hyperparameters.from_env(os.environ, world_size)
     if cfg.compressor.startswith("pergroup") and not shutil.which("lrzip"):  # this machine's
-        raise ConfigError(f"COMPRESSOR={cfg.compressor}: needs the lrzip binary on PATH "
-                          f"(apt-get install -y lrzip; scripts/setup.sh does it)")  # fmt: skip
+        raise ConfigError(f"COMPRESSOR={cfg.compressor}: expected lrzip on PATH (scripts/setup.sh)")
     rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if not distributed and ("RANK" in os.environ or world_size != 1):  # one process, 1/N of it
@@ -3423,22 +3421,23 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     """Tokenizer and shards checked, the validation split loaded, its bytes counted (or tables);
     the sliding windows if EVAL_STRIDE. An evaluation-only run needs no training shards."""
     if not Path(cfg.data_path).is_dir():
-        raise DataError(f"DATA_PATH={cfg.data_path}: no such folder (build or download the data)")
+        raise DataError(
+            f"DATA_PATH={cfg.data_path}: no such folder (build or download the data: docs/data.md)"
+        )
     if cfg.eval_only_path and not Path(cfg.eval_only_path).is_file():
         raise DataError(f"EVAL_ONLY_PATH={cfg.eval_only_path}: no such file")
+    tokenizer = f"TOKENIZER_PATH={cfg.tokenizer_path}"
     if not Path(cfg.tokenizer_path).is_file():
-        path = cfg.tokenizer_path
-        raise DataError(f"TOKENIZER_PATH={path}: no such file (build or download the data first)")
+        raise DataError(f"{tokenizer}: no such file (build or download the data: docs/data.md)")
     try:
         sp = spm.SentencePieceProcessor(model_file=cfg.tokenizer_path)
     except RuntimeError:  # not a model: the .vocab beside it, say
-        path = cfg.tokenizer_path
-        raise DataError(f"TOKENIZER_PATH={path}: not a SentencePiece .model file") from None
-    if int(sp.vocab_size()) != cfg.vocab_size:
-        found = f"tokenizer vocab_size={int(sp.vocab_size())} ({cfg.tokenizer_path})"
+        raise DataError(f"{tokenizer}: not a SentencePiece .model file") from None
+    if sp.vocab_size() != cfg.vocab_size:
         ours = "VOCAB_SIZE" in os.environ or "VOCAB_SIZE" not in read_preset(cfg.preset)
         preset = "" if ours else f" (PRESET={cfg.preset}'s)"
-        raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size}{preset} does not match {found}")
+        raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size}{preset}: expected {sp.vocab_size()}, the "
+                          f"vocab size of {tokenizer}")  # fmt: skip
     luts = build_sentencepiece_luts(sp, cfg.vocab_size)
     shards = None
     calibrate = cfg.quantizer == "gptq" and not cfg.eval_only_path.endswith(".ptz")

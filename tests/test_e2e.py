@@ -212,7 +212,10 @@ def test_val_token_out_of_range_fails_at_startup(tmp_path, tiny_dataset):
     "env, message",
     [
         ({"ITERATIONS": "abc"}, "error: ITERATIONS='abc': expected an integer"),
-        ({"VOCAB_SIZE": "2048"}, "error: VOCAB_SIZE=2048 does not match tokenizer vocab_size=1024"),
+        (
+            {"VOCAB_SIZE": "2048"},
+            "error: VOCAB_SIZE=2048: expected 1024, the vocab size of TOKENIZER_PATH=",
+        ),
         (
             {"TOKENIZER_PATH": "/nonexistent/tok.model"},
             "error: TOKENIZER_PATH=/nonexistent/tok.model: no such file",
