@@ -375,17 +375,20 @@ def shown_choice(choice: str) -> str:
     return choice or "''"
 
 
-PARSERS = {"int": int, "float": float, "bool": {"0": False, "1": True}.__getitem__, "str": str}
-EXPECTED = {"bool": "0 or 1", "int": "an integer", "float": "a finite number"}
+PARSERS = {  # a field's type: how its variable is read, what it expects
+    "int": (int, "an integer"), "float": (float, "a finite number"), "str": (str, ""),
+    "bool": ({"0": False, "1": True}.__getitem__, "0 or 1"),
+}  # fmt: skip
 
 
 def parse_value(name: str, raw: str, kind: str):
+    parse, expected = PARSERS[kind]
     try:
-        value = PARSERS[kind](raw if kind == "str" else raw.strip())
+        value = parse(raw if kind == "str" else raw.strip())
     except (ValueError, KeyError):
         value = None
     if value is None or (kind == "float" and not math.isfinite(value)):
-        raise ConfigError(f"{name}={raw!r}: expected {EXPECTED[kind]}")
+        raise ConfigError(f"{name}={raw!r}: expected {expected}")
     return value
 
 
