@@ -248,7 +248,7 @@ def test_bad_input_ends_the_run_with_one_message(tmp_path, tiny_dataset, env, me
             {"TRAIN_SEQ_LEN": "96"},
             "TRAIN_BATCH_TOKENS=1024: expected a multiple of 8 x TRAIN_SEQ_LEN=96",
         ),
-        ({"EVAL_STRIDE": "65"}, "EVAL_STRIDE=65: expected at most EVAL_SEQ_LEN=64"),
+        ({"EVAL_STRIDE": "65"}, "EVAL_STRIDE=65: expected <= EVAL_SEQ_LEN=64"),
     ],
 )
 def test_the_settings_of_a_2_rank_tiny_run_are_refused_before_it_starts(env, message):

@@ -262,7 +262,7 @@ def test_every_batch_has_one_shape_and_the_same_work_whatever_its_windows(tmp_pa
     "env, message",
     [
         ({"EVAL_STRIDE": "-1"}, "EVAL_STRIDE=-1: expected a value >= 0"),
-        ({"EVAL_STRIDE": "65"}, "EVAL_STRIDE=65: expected at most EVAL_SEQ_LEN=64"),
+        ({"EVAL_STRIDE": "65"}, "EVAL_STRIDE=65: expected <= EVAL_SEQ_LEN=64"),
         ({"EVAL_STRIDE": "65", "EVAL_SEQ_LEN": "128"}, None),
         ({"EVAL_BATCH_SEQS": "0"}, "EVAL_BATCH_SEQS=0: expected a value >= 1"),
         ({"EVAL_INCLUDE_TAIL": "yes"}, "EVAL_INCLUDE_TAIL='yes': expected 0 or 1"),
