@@ -175,7 +175,7 @@ def test_corrupt_train_shard_fails_naming_it(tmp_path, tiny_dataset):
         f.write((123).to_bytes(4, "little"))
     run = run_train(tmp_path / "run", dataset)
     assert run.returncode != 0
-    assert f"error: {bad}: bad magic 123" in run.stderr
+    assert f"error: {bad}: magic 123, version 1: expected 20240520, 1" in run.stderr
     assert not our_traceback(run) and not run.lines("step:")
 
 
