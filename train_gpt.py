@@ -56,8 +56,7 @@ try:
     from torch.nn.attention.flex_attention import BlockMask, flex_attention
     from torch.nn.parallel import DistributedDataParallel as DDP
 except ModuleNotFoundError as e:  # a Python without the requirements: what to run, in one line
-    sys.exit(f"error: {e}; run `bash scripts/setup.sh`, then .venv/bin/torchrun (or pip install "
-             f"-r requirements.txt)")  # fmt: skip
+    sys.exit(f"error: {e}; run `bash scripts/setup.sh` (or pip install -r requirements.txt)")
 
 # -----------------------------
 # CONFIG
@@ -300,66 +299,51 @@ class Hyperparameters:
         bad = [check_bounds(f.name.upper(), getattr(self, f.name), **f.metadata) for f in FIELDS]
         if any(bad):
             raise ConfigError("; ".join(filter(None, bad)))
-        accum, T = grad_accum_steps_for(world_size), self.train_seq_len
-        unit = world_size * accum * T  # tokens of one sequence per rank and micro-step
-        bad = [message for broken, message in [
+        accum, T, L = grad_accum_steps_for(world_size), self.train_seq_len, self.window
+        n, layers, head = world_size * accum, self.num_layers, self.model_dim // self.num_heads
+        span = self.train_batch_tokens // n  # a rank's micro-batch; n: ranks x micro-steps
+        checks = [  # (broken, variable, what was expected)
             (not self.run_id or any(c in self.run_id for c in "/\\") or self.run_id in (".", ".."),
-             f"RUN_ID={self.run_id!r}: expected a plain file name"),
-            (self.train_batch_tokens % unit,
-             f"TRAIN_BATCH_TOKENS={self.train_batch_tokens} with TRAIN_SEQ_LEN={T}: expected a "
-             f"multiple of WORLD_SIZE*grad_accum_steps*TRAIN_SEQ_LEN = {unit}"),
-            (self.val_batch_size < unit // T * self.window,
-             f"VAL_BATCH_SIZE={self.val_batch_size}: expected at least one sequence per rank and "
-             f"micro-step: {unit // T * self.window}"),
-            (self.model_dim % (2 * self.num_heads),
-             f"MODEL_DIM={self.model_dim}: expected a multiple of NUM_HEADS={self.num_heads} with "
-             f"an even head size"),
-            (self.num_heads % self.num_kv_heads,
-             f"NUM_KV_HEADS={self.num_kv_heads}: expected a divisor of NUM_HEADS={self.num_heads}"),
-            (self.resume_from and self.eval_only_path,
-             "RESUME_FROM and EVAL_ONLY_PATH: expected at most one"),
-            (0 < self.max_val_tokens < T,
-             f"MAX_VAL_TOKENS={self.max_val_tokens}: expected 0 (full split) or >= "
-             f"TRAIN_SEQ_LEN={T}"),
-            (self.eval_stride > self.window,
-             f"EVAL_STRIDE={self.eval_stride}: expected at most EVAL_SEQ_LEN={self.window}"),
-            (self.eval_ttt and self.global_ttt_chunk_tokens < self.window,
-             f"GLOBAL_TTT_CHUNK_TOKENS={self.global_ttt_chunk_tokens}: expected at least "
-             f"EVAL_SEQ_LEN={self.window}"),
+             "RUN_ID", "a plain file name"),
+            (self.train_batch_tokens % (n * T), "TRAIN_BATCH_TOKENS",
+             f"a multiple of {n} x TRAIN_SEQ_LEN={T}"),
+            (self.val_batch_size < n * L, "VAL_BATCH_SIZE", f">= {n} x EVAL_SEQ_LEN={L}"),
+            (self.model_dim % (2 * self.num_heads), "MODEL_DIM",
+             f"a multiple of 2 x NUM_HEADS={self.num_heads}"),
+            (self.num_heads % self.num_kv_heads, "NUM_KV_HEADS",
+             f"a divisor of NUM_HEADS={self.num_heads}"),
+            (self.resume_from and self.eval_only_path, "RESUME_FROM", "no EVAL_ONLY_PATH with it"),
+            (0 < self.max_val_tokens < T, "MAX_VAL_TOKENS", f"0 or >= TRAIN_SEQ_LEN={T}"),
+            (self.eval_stride > L, "EVAL_STRIDE", f"<= EVAL_SEQ_LEN={L}"),
+            (self.eval_ttt and self.global_ttt_chunk_tokens < L, "GLOBAL_TTT_CHUNK_TOKENS",
+             f">= EVAL_SEQ_LEN={L}"),
             (not all(doc > 0 < chunk <= self.ttt_eval_seq_len for doc, chunk in self.ttt_chunks),
-             f"TTT_CHUNK_SIZE={self.ttt_chunk_size} TTT_SHORT_SCORE_FIRST_STEPS="
-             f"{self.ttt_short_score_first_steps!r}: expected doc:chunk items, both > 0, "
-             f"chunks <= TTT_EVAL_SEQ_LEN={self.ttt_eval_seq_len}"),
-            (self.rope_dims % 2 or self.rope_dims > self.model_dim // self.num_heads,
-             f"ROPE_DIMS={self.rope_dims}: expected an even number <= the head size "
-             f"{self.model_dim // self.num_heads}"),
-            (self.num_loops and not self.loop_start <= self.loop_end < self.num_layers,
-             f"LOOP_START={self.loop_start} LOOP_END={self.loop_end}: expected LOOP_START <= "
-             f"LOOP_END < NUM_LAYERS={self.num_layers} (NUM_LOOPS={self.num_loops})"),
-            (self.parallel_start_layer >= self.num_layers,
-             f"PARALLEL_START_LAYER={self.parallel_start_layer}: expected < "
-             f"NUM_LAYERS={self.num_layers}"),
-            (self.xsa_last_n > self.num_layers,
-             f"XSA_LAST_N={self.xsa_last_n}: expected at most NUM_LAYERS={self.num_layers}"),
-            (self.gate_window > self.model_dim,
-             f"GATE_WINDOW={self.gate_window}: expected at most MODEL_DIM={self.model_dim}"),
-            (int(self.mlp_mult * self.model_dim) < 1,
-             f"MLP_MULT={self.mlp_mult}: expected int(MLP_MULT*MODEL_DIM) >= 1"),
-            (0 < self.max_wallclock_seconds <= self.gptq_reserve_seconds,
-             f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds}: expected less than "
-             f"MAX_WALLCLOCK_SECONDS={self.max_wallclock_seconds}"),
-            (self.compressor.startswith("pergroup") and self.quantizer != "gptq",
-             f"COMPRESSOR={self.compressor}: needs QUANTIZER=gptq"),
+             "TTT_SHORT_SCORE_FIRST_STEPS", f"doc:chunk items > 0, chunks (TTT_CHUNK_SIZE="
+             f"{self.ttt_chunk_size} too) <= TTT_EVAL_SEQ_LEN={self.ttt_eval_seq_len}"),
+            (self.rope_dims % 2 or self.rope_dims > head, "ROPE_DIMS",
+             f"an even number <= {head} (the head size)"),
+            (self.num_loops and not self.loop_start <= self.loop_end < layers, "LOOP_START",
+             f"<= LOOP_END={self.loop_end} < NUM_LAYERS={layers} (NUM_LOOPS={self.num_loops})"),
+            (self.parallel_start_layer >= layers, "PARALLEL_START_LAYER", f"< NUM_LAYERS={layers}"),
+            (self.xsa_last_n > layers, "XSA_LAST_N", f"<= NUM_LAYERS={layers}"),
+            (self.gate_window > self.model_dim, "GATE_WINDOW",
+             f"<= MODEL_DIM={self.model_dim}"),
+            (int(self.mlp_mult * self.model_dim) < 1, "MLP_MULT", "int(MLP_MULT*MODEL_DIM) >= 1"),
+            (0 < self.max_wallclock_seconds <= self.gptq_reserve_seconds, "GPTQ_RESERVE_SECONDS",
+             f"< MAX_WALLCLOCK_SECONDS={self.max_wallclock_seconds}"),
+            (self.compressor.startswith("pergroup") and self.quantizer != "gptq", "COMPRESSOR",
+             "QUANTIZER=gptq with it"),
             ((self.quantizer == "gptq" or self.compressor == "brotli")
-             and importlib.util.find_spec("brotli") is None,
-             f"QUANTIZER={self.quantizer} COMPRESSOR={self.compressor}: needs the brotli package"),
-            (self.train_seq_schedule and self.train_loader != "docpack",
-             "TRAIN_SEQ_SCHEDULE: expected TRAIN_LOADER=docpack (its cut changes with it)"),
-        ] if broken]  # fmt: skip
+             and importlib.util.find_spec("brotli") is None, "COMPRESSOR",
+             f"the brotli package (for it or QUANTIZER={self.quantizer})"),
+            (self.train_seq_schedule and self.train_loader != "docpack", "TRAIN_SEQ_SCHEDULE",
+             "TRAIN_LOADER=docpack with it"),
+        ]  # fmt: skip
+        bad = [f"{name}={getattr(self, name.lower())!r}: expected {want}"
+               for broken, name, want in checks if broken]  # fmt: skip
         if bad:
             raise ConfigError("; ".join(bad))
-        span = self.train_batch_tokens // (world_size * accum)  # a rank's micro-batch
-        if any(span % n for _, n in seq_stages(self)):
+        if any(span % length for _, length in seq_stages(self)):  # seq_stages: a bad plan too
             raise ConfigError(f"TRAIN_SEQ_SCHEDULE={self.train_seq_schedule!r}: expected lengths "
                               f"that divide a rank's micro-batch of {span} tokens")  # fmt: skip
 
@@ -388,17 +372,20 @@ def shown_choice(choice: str) -> str:
     return choice or "''"
 
 
-PARSERS = {"int": int, "float": float, "bool": {"0": False, "1": True}.__getitem__, "str": str}
-EXPECTED = {"bool": "0 or 1", "int": "an integer", "float": "a finite number"}
+PARSERS = {  # a field's type: how its variable is read, what it expects
+    "int": (int, "an integer"), "float": (float, "a finite number"), "str": (str, ""),
+    "bool": ({"0": False, "1": True}.__getitem__, "0 or 1"),
+}  # fmt: skip
 
 
 def parse_value(name: str, raw: str, kind: str):
+    parse, expected = PARSERS[kind]
     try:
-        value = PARSERS[kind](raw if kind == "str" else raw.strip())
+        value = parse(raw if kind == "str" else raw.strip())
     except (ValueError, KeyError):
         value = None
     if value is None or (kind == "float" and not math.isfinite(value)):
-        raise ConfigError(f"{name}={raw!r}: expected {EXPECTED[kind]}")
+        raise ConfigError(f"{name}={raw!r}: expected {expected}")
     return value
 
 
@@ -953,7 +940,7 @@ def decompress(blob: bytes) -> bytes:
     try:
         return importlib.import_module(kind).decompress(blob)
     except Exception as e:
-        raise ValueError(f"damaged or cut-short {kind} data ({e})") from None
+        raise ValueError(f"damaged {kind} data ({e})") from None
 
 
 def read_artifact(path: str | Path, source: str, log0: Callable) -> dict:
@@ -967,10 +954,10 @@ def read_artifact(path: str | Path, source: str, log0: Callable) -> dict:
                 obj = read_pergroup(blob)
         else:
             obj = torch.load(io.BytesIO(decompress(blob)), map_location="cpu")
+        if not isinstance(obj, dict) or not ("__quant_format__" in obj or {"w", "m"} <= set(obj)):
+            raise ValueError("expected int8_clean_per_row_v1 or w/m")
     except Exception as e:  # truncated, not compressed, not torch.save's, another PGRP
         raise DataError(f"{source}: not a readable artifact ({type(e).__name__}: {e})") from None
-    if not isinstance(obj, dict) or not ("__quant_format__" in obj or {"w", "m"} <= set(obj)):
-        raise DataError(f"{source}: not a quantized artifact (int8_clean_per_row_v1 or w/m)")
     return obj
 
 
@@ -1104,7 +1091,7 @@ def read_pergroup(blob: bytes) -> dict:
         rest = torch.load(io.BytesIO(rest), map_location="cpu")
         w, meta = rest["w"], rest["m"]
     else:
-        raise ValueError(f"PGRP {kind}: neither #1855's 9 streams nor #2135's version 2")
+        raise ValueError(f"PGRP {kind}: expected 9 (#1855's streams) or 2 (#2135's version)")
     at = 0
     for name, (rows, cols), order in found:
         w[name] = from_columns(raw[at : at + rows * cols], (rows, cols), order)
@@ -1156,17 +1143,15 @@ def read_shard_header(path: str | Path) -> int:
     header = read_array(path, "<i4", HEADER_INTS)
     size = Path(path).stat().st_size
     if header.size != HEADER_INTS:
-        raise DataError(f"{path}: truncated header: {size} bytes, expected {HEADER_BYTES}")
-    magic, version, num_tokens = (int(v) for v in header[:3])
-    for name, value, expected in (
-        ("magic", magic, SHARD_MAGIC),
-        ("version", version, SHARD_VERSION),
-    ):
-        if value != expected:
-            raise DataError(f"{path}: bad {name} {value}, expected {expected}")
+        raise DataError(f"{path}: {size} bytes: expected a header of {HEADER_BYTES}")
+    magic, version, num_tokens = header[:3].tolist()
+    if (magic, version) != (SHARD_MAGIC, SHARD_VERSION):
+        raise DataError(
+            f"{path}: magic {magic}, version {version}: expected {SHARD_MAGIC}, {SHARD_VERSION}"
+        )
     expected = HEADER_BYTES + 2 * num_tokens
     if num_tokens < 0 or size != expected:
-        raise DataError(f"{path}: size mismatch: {size} bytes, {num_tokens} tokens need {expected}")
+        raise DataError(f"{path}: {size} bytes: expected {expected} for its {num_tokens} tokens")
     return num_tokens
 
 
@@ -1174,7 +1159,7 @@ def read_array(path: str | Path, dtype: str, count: int, offset: int = 0) -> np.
     try:
         return np.fromfile(path, dtype=dtype, count=count, offset=offset)
     except OSError as e:
-        raise DataError(f"{path}: cannot read shard ({e.strerror or e})") from e
+        raise DataError(f"{path}: unreadable ({e.strerror or e})") from e
 
 
 def load_data_shard(path: str | Path, vocab_size: int | None = None) -> np.ndarray:
@@ -1189,19 +1174,14 @@ def load_data_shard(path: str | Path, vocab_size: int | None = None) -> np.ndarr
 def check_token_ids(tokens: np.ndarray, vocab_size: int | None, path, offset: int = 0) -> None:
     if vocab_size is not None and tokens.size and int(tokens.max()) >= vocab_size:
         bad = int(np.argmax(tokens >= vocab_size))
-        raise DataError(
-            f"{path}: token {int(tokens[bad])} at position {offset + bad} >= vocab {vocab_size} "
-            f"(VOCAB_SIZE / wrong tokenizer?)"
-        )
+        raise DataError(f"{path}: token {int(tokens[bad])} at {offset + bad}: expected < "
+                        f"VOCAB_SIZE={vocab_size}")  # fmt: skip
 
 
 def list_shards(pattern: str) -> list[Path]:
     files = sorted(Path(p) for p in glob.glob(pattern))
     if not files:
-        raise DataError(
-            f"no files match {pattern}: set DATA_PATH, or build the data "
-            f"(data/build_local_dataset.py or data/download_fineweb.py)"
-        )
+        raise DataError(f"{pattern}: no such files (build or download the data: docs/data.md)")
     return files
 
 
@@ -1249,9 +1229,7 @@ class TrainShards:
             hits = np.flatnonzero(tokens[start : start + chunk] == BOS_ID)
             if hits.size:
                 return start + int(hits[0])
-        raise DataError(
-            f"{self.files[idx]}: no BOS token (id {BOS_ID}), which TRAIN_LOADER=docpack needs"
-        )
+        raise DataError(f"{self.files[idx]}: no BOS ({BOS_ID}): TRAIN_LOADER=docpack needs one")
 
 
 class Layout(NamedTuple):  # how an order stages a batch (its fill writes it, assemble reads it)
@@ -1265,9 +1243,8 @@ def rank_span(global_tokens: int, seq_len: int, grad_accum_steps: int, world_siz
     local = global_tokens // (world_size * grad_accum_steps)
     if local <= 0 or local % seq_len:
         raise ValueError(
-            f"a batch of {global_tokens} tokens over {world_size} ranks x {grad_accum_steps} "
-            f"micro-steps gives {local} tokens per rank: expected a positive multiple of "
-            f"seq_len={seq_len}"
+            f"{global_tokens} tokens over {world_size} ranks x {grad_accum_steps} micro-steps: "
+            f"{local} tokens per rank: expected a positive multiple of seq_len={seq_len}"
         )
     return local + 1
 
@@ -1730,17 +1707,13 @@ class ValidationSet:
         if sidecars:
             self.counts = np.concatenate([load_data_shard(f) for f in sidecars])
             if self.counts.size != self.split.size:
-                raise DataError(
-                    f"{cfg.val_bytes_files}: {self.counts.size} byte counts for the "
-                    f"{self.split.size} tokens of {cfg.val_files}: expected one per token"
-                )
+                raise DataError(f"{cfg.val_bytes_files}: {self.counts.size} byte counts: expected "
+                                f"{self.split.size}, one per token of {cfg.val_files}")  # fmt: skip
         L = self.seq_len = cfg.window
         usable = min(self.split_tokens, cfg.max_val_tokens or self.split_tokens)
         if usable < L:
-            raise DataError(
-                f"EVAL_SEQ_LEN={L}: longer than the validation split ({self.split_tokens} targets "
-                f"in {cfg.val_files}, MAX_VAL_TOKENS={cfg.max_val_tokens}): expected at most that"
-            )
+            raise DataError(f"EVAL_SEQ_LEN={L}: expected <= {usable}, the validation targets "
+                            f"(MAX_VAL_TOKENS={cfg.max_val_tokens})")  # fmt: skip
         # The split's targets evaluated: whole sequences of L, or all (EVAL_INCLUDE_TAIL)
         usable = self.scored_targets = usable if cfg.eval_include_tail else usable // L * L
         self.tokens = self.split[: usable + 1]
@@ -3176,7 +3149,7 @@ def load_checkpoint_file(path: Path):
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # truncated, corrupt or missing: one line, not a traceback
-        raise DataError(f"{path}: unreadable checkpoint file ({e!r})") from None
+        raise DataError(f"{path}: unreadable ({e!r})") from None
 
 
 def barrier(rt: Runtime) -> None:
@@ -3215,7 +3188,7 @@ def read_checkpoint_meta(folder: Path, identity: dict) -> dict:
         meta = json.loads((folder / "meta.json").read_text())
         saved = dict(meta["config"])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise DataError(f"{folder / 'meta.json'}: unreadable checkpoint metadata ({e})") from None
+        raise DataError(f"{folder / 'meta.json'}: unreadable ({e})") from None
     for name, value in identity.items():  # a name saved before it was one: at its default
         if saved.get(name, DEFAULTS.get(name.lower())) != value:
             raise ConfigError(
@@ -3234,8 +3207,7 @@ def configure() -> tuple[Hyperparameters, Runtime]:
     world_size = env_int("WORLD_SIZE", 1)
     cfg = Hyperparameters.from_env(os.environ, world_size)
     if cfg.compressor.startswith("pergroup") and not shutil.which("lrzip"):  # this machine's
-        raise ConfigError(f"COMPRESSOR={cfg.compressor}: needs the lrzip binary on PATH "
-                          f"(apt-get install -y lrzip; scripts/setup.sh does it)")  # fmt: skip
+        raise ConfigError(f"COMPRESSOR={cfg.compressor}: expected lrzip on PATH (scripts/setup.sh)")
     rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if not distributed and ("RANK" in os.environ or world_size != 1):  # one process, 1/N of it
@@ -3375,22 +3347,23 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     """Tokenizer and shards checked, the validation split loaded, its bytes counted (or tables);
     the sliding windows if EVAL_STRIDE. An evaluation-only run needs no training shards."""
     if not Path(cfg.data_path).is_dir():
-        raise DataError(f"DATA_PATH={cfg.data_path}: no such folder (build or download the data)")
+        raise DataError(
+            f"DATA_PATH={cfg.data_path}: no such folder (build or download the data: docs/data.md)"
+        )
     if cfg.eval_only_path and not Path(cfg.eval_only_path).is_file():
         raise DataError(f"EVAL_ONLY_PATH={cfg.eval_only_path}: no such file")
+    tokenizer = f"TOKENIZER_PATH={cfg.tokenizer_path}"
     if not Path(cfg.tokenizer_path).is_file():
-        path = cfg.tokenizer_path
-        raise DataError(f"TOKENIZER_PATH={path}: no such file (build or download the data first)")
+        raise DataError(f"{tokenizer}: no such file (build or download the data: docs/data.md)")
     try:
         sp = spm.SentencePieceProcessor(model_file=cfg.tokenizer_path)
     except RuntimeError:  # not a model: the .vocab beside it, say
-        path = cfg.tokenizer_path
-        raise DataError(f"TOKENIZER_PATH={path}: not a SentencePiece .model file") from None
-    if int(sp.vocab_size()) != cfg.vocab_size:
-        found = f"tokenizer vocab_size={int(sp.vocab_size())} ({cfg.tokenizer_path})"
+        raise DataError(f"{tokenizer}: not a SentencePiece .model file") from None
+    if sp.vocab_size() != cfg.vocab_size:
         ours = "VOCAB_SIZE" in os.environ or "VOCAB_SIZE" not in read_preset(cfg.preset)
         preset = "" if ours else f" (PRESET={cfg.preset}'s)"
-        raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size}{preset} does not match {found}")
+        raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size}{preset}: expected {sp.vocab_size()}, the "
+                          f"vocab size of {tokenizer}")  # fmt: skip
     luts = build_sentencepiece_luts(sp, cfg.vocab_size)
     shards = None
     calibrate = cfg.quantizer == "gptq" and not cfg.eval_only_path.endswith(".ptz")

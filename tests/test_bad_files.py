@@ -45,7 +45,7 @@ def test_a_damaged_zlib_artifact_is_named_as_damaged_zlib_data(tmp_path):
             tg.read_artifact(artifact(tmp_path, damaged), "EVAL_ONLY_PATH=a.ptz", print)
         message = str(info.value)
         assert message.startswith("EVAL_ONLY_PATH=a.ptz: not a readable artifact (ValueError: ")
-        assert "damaged or cut-short zlib data" in message and "brotli" not in message
+        assert "damaged zlib data" in message and "brotli" not in message
 
 
 def test_an_earlier_runs_file_is_kept_under_its_time_and_said(tmp_path):
@@ -83,5 +83,5 @@ def test_a_presets_vocabulary_against_another_tokenizer_says_it_came_from_the_pr
         )  # fmt: skip
         with pytest.raises(tg.ConfigError) as info:
             tg.load_data(cfg, None, print)
-        want = f"VOCAB_SIZE={cfg.vocab_size} (PRESET={preset}'s) does not match tokenizer "
-        assert str(info.value).startswith(want + "vocab_size=300")
+        want = f"VOCAB_SIZE={cfg.vocab_size} (PRESET={preset}'s): expected 300, the vocab size"
+        assert str(info.value).startswith(want)

@@ -393,7 +393,7 @@ def test_a_truncated_rank_file_is_refused_naming_it(truncated_rank_run):
     assert run.returncode != 0 and not run.lines("step:3/")
     errors = error_lines(run)
     assert len(errors) == 1, run.stderr
-    message = f"{bad}: unreadable checkpoint file ("  # rank 1's alone: "[rank 1] error: "
+    message = f"{bad}: unreadable ("  # rank 1's alone: "[rank 1] error: "
     assert re.fullmatch(rf"(\[rank 1\] )?error: {re.escape(message)}.+\)", errors[0])
 
 

@@ -334,8 +334,7 @@ def test_a_byte_sidecar_of_the_wrong_length_is_refused_naming_both(tmp_path):
     tokens = write_documents(tmp_path, DOC_LENGTHS)
     write_shard(tmp_path / "fineweb_val_bytes_000000.bin", np.ones(tokens.size - 1, np.int64))
     n = tokens.size
-    want = (
-        rf"fineweb_val_bytes_\*\.bin: {n - 1} byte counts for the {n} tokens of \S+_\[0-9\]\*\.bin"
-    )
+    want = rf"fineweb_val_bytes_\*\.bin: {n - 1} byte counts: expected {n}, one per token of "
+    want += r"\S+_\[0-9\]\*\.bin"
     with pytest.raises(tg.DataError, match=want):
         validation_set(tmp_path)

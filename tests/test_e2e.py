@@ -175,7 +175,7 @@ def test_corrupt_train_shard_fails_naming_it(tmp_path, tiny_dataset):
         f.write((123).to_bytes(4, "little"))
     run = run_train(tmp_path / "run", dataset)
     assert run.returncode != 0
-    assert f"error: {bad}: bad magic 123" in run.stderr
+    assert f"error: {bad}: magic 123, version 1: expected 20240520, 1" in run.stderr
     assert not our_traceback(run) and not run.lines("step:")
 
 
@@ -192,7 +192,7 @@ def test_token_out_of_range_fails_naming_the_file(tmp_path, tiny_dataset):
     write_shard(first, tg.load_data_shard(first)[:4096])  # 4 steps of 1,024 tokens, then it
     run = run_train(tmp_path / "run", dataset, ITERATIONS=300, VAL_LOSS_EVERY=0, TRAIN_LOG_EVERY=0)
     assert run.returncode != 0
-    assert f"error: {bad}: token 5000 at position 2 >= vocab 1024" in run.stderr
+    assert f"error: {bad}: token 5000 at 2: expected < VOCAB_SIZE=1024" in run.stderr
     assert not our_traceback(run)  # found by the loader thread, said in one line all the same
 
 
@@ -212,7 +212,10 @@ def test_val_token_out_of_range_fails_at_startup(tmp_path, tiny_dataset):
     "env, message",
     [
         ({"ITERATIONS": "abc"}, "error: ITERATIONS='abc': expected an integer"),
-        ({"VOCAB_SIZE": "2048"}, "error: VOCAB_SIZE=2048 does not match tokenizer vocab_size=1024"),
+        (
+            {"VOCAB_SIZE": "2048"},
+            "error: VOCAB_SIZE=2048: expected 1024, the vocab size of TOKENIZER_PATH=",
+        ),
         (
             {"TOKENIZER_PATH": "/nonexistent/tok.model"},
             "error: TOKENIZER_PATH=/nonexistent/tok.model: no such file",
@@ -241,8 +244,11 @@ def test_bad_input_ends_the_run_with_one_message(tmp_path, tiny_dataset, env, me
 @pytest.mark.parametrize(
     "env, message",
     [
-        ({"TRAIN_SEQ_LEN": "96"}, "TRAIN_BATCH_TOKENS=1024 with TRAIN_SEQ_LEN=96"),
-        ({"EVAL_STRIDE": "65"}, "EVAL_STRIDE=65: expected at most EVAL_SEQ_LEN=64"),
+        (
+            {"TRAIN_SEQ_LEN": "96"},
+            "TRAIN_BATCH_TOKENS=1024: expected a multiple of 8 x TRAIN_SEQ_LEN=96",
+        ),
+        ({"EVAL_STRIDE": "65"}, "EVAL_STRIDE=65: expected <= EVAL_SEQ_LEN=64"),
     ],
 )
 def test_the_settings_of_a_2_rank_tiny_run_are_refused_before_it_starts(env, message):

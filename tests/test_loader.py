@@ -427,11 +427,19 @@ def _token_out_of_vocab(path: Path) -> None:
 # name -> (what to do to the shard after the loader was built, message fragment,
 #          function in the traceback)
 CORRUPTIONS = {
-    "bad_magic": (_overwrite_magic, "bad magic 123456789", "read_shard_header"),
-    "size_mismatch": (_drop_last_token, "size mismatch", "read_shard_header"),
-    "truncated_header": (_truncate_header, "truncated header", "read_shard_header"),
-    "deleted": (_delete, "cannot read shard", "read_shard_header"),
-    "token_out_of_vocab": (_token_out_of_vocab, f">= vocab {sum(FAIL_SIZES)}", "load_data_shard"),
+    "bad_magic": (
+        _overwrite_magic,
+        "magic 123456789, version 1: expected 20240520, 1",
+        "read_shard_header",
+    ),
+    "size_mismatch": (_drop_last_token, "bytes: expected", "read_shard_header"),
+    "truncated_header": (_truncate_header, "expected a header of 1024", "read_shard_header"),
+    "deleted": (_delete, "unreadable", "read_shard_header"),
+    "token_out_of_vocab": (
+        _token_out_of_vocab,
+        f"expected < VOCAB_SIZE={sum(FAIL_SIZES)}",
+        "load_data_shard",
+    ),
 }
 
 

@@ -262,7 +262,7 @@ def test_every_batch_has_one_shape_and_the_same_work_whatever_its_windows(tmp_pa
     "env, message",
     [
         ({"EVAL_STRIDE": "-1"}, "EVAL_STRIDE=-1: expected a value >= 0"),
-        ({"EVAL_STRIDE": "65"}, "EVAL_STRIDE=65: expected at most EVAL_SEQ_LEN=64"),
+        ({"EVAL_STRIDE": "65"}, "EVAL_STRIDE=65: expected <= EVAL_SEQ_LEN=64"),
         ({"EVAL_STRIDE": "65", "EVAL_SEQ_LEN": "128"}, None),
         ({"EVAL_BATCH_SEQS": "0"}, "EVAL_BATCH_SEQS=0: expected a value >= 1"),
         ({"EVAL_INCLUDE_TAIL": "yes"}, "EVAL_INCLUDE_TAIL='yes': expected 0 or 1"),
@@ -281,7 +281,7 @@ def test_bad_values_are_refused_naming_the_variable(env, message):
 def test_a_window_longer_than_the_split_is_refused_naming_eval_seq_len(tmp_path):
     write_shard(tmp_path / shard_name("val", 0), np.arange(40) % 64)
     cfg = config(tmp_path, 64, eval_stride=8, eval_seq_len=48)
-    with pytest.raises(tg.DataError, match=r"^EVAL_SEQ_LEN=48: longer than the validation split"):
+    with pytest.raises(tg.DataError, match=r"^EVAL_SEQ_LEN=48: expected <= 39, the validation"):
         tg.ValidationSet(cfg, runtime(0, 1), luts(64))  # the split is cut in whole windows
 
 

@@ -271,7 +271,9 @@ def test_the_records_ttt_variables_are_read_or_refused_at_another_value():
     warned = tg.misspelt_variables({"GLOBAL_TTT_WARMUP_START_LR": "0", "TTT_CHUNK_TOKENS": "1"})
     assert len(warned) == 2 and all("not a variable of this script" in w for w in warned)
     env = dict(EVAL_TTT="1", EVAL_SEQ_LEN="2048", GLOBAL_TTT_CHUNK_TOKENS="1024")
-    with pytest.raises(tg.ConfigError, match=r"^GLOBAL_TTT_CHUNK_TOKENS=1024: expected at least"):
+    with pytest.raises(
+        tg.ConfigError, match=r"^GLOBAL_TTT_CHUNK_TOKENS=1024: expected >= EVAL_SEQ_LEN"
+    ):
         tg.Hyperparameters.from_env(env)  # not one whole sequence of EVAL_SEQ_LEN
 
 
