@@ -89,6 +89,19 @@ def read_preset(name: str) -> dict[str, str]:  # {} for none, or a name validate
     return read_env_file(PRESET_FILES / f"{name}.env") if name in PRESETS_HERE else {}
 
 
+def read_fixed_variables(path: Path) -> dict[str, tuple[list, str]]:
+    """NAME=value lines (a|b: either value), each refused at another value for the reason of the
+    `# why:` line above it; {} for a file that is not there (a record's folder)."""
+    fixed, why = {}, ""
+    for line in path.read_text().splitlines() if path.is_file() else ():
+        if line.startswith("# why: "):
+            why = line[7:]
+        elif line and line[0] != "#":
+            name, value = line.split("=", 1)
+            fixed[name] = value.split("|"), why
+    return fixed
+
+
 @dataclasses.dataclass(frozen=True)
 class Hyperparameters:
     """Every environment variable the run reads: the field name in upper case (DATA_PATH, ...)."""
@@ -199,7 +212,6 @@ class Hyperparameters:
     val_prefetch_queue: int = knob(2, 1, 1024)
     val_copy_stream: bool = True
     val_doc_attention: bool = False  # 1 = attention within documents, as docpack trains
-    val_bytecount_device: str = knob("cpu", choices=("cpu", "cuda"))  # cuda: per batch, baseline
     # the records' final sliding-window evaluation (validation during training stays as it is)
     eval_stride: int = knob(0, 0)  # 0 = none; S = windows S apart, each scoring its last S targets
     eval_seq_len: int = knob(0, 0)  # window length; 0 = TRAIN_SEQ_LEN
@@ -638,20 +650,16 @@ FRONTIER_PATTERNS += "attn_gate_proj,attn_gate_w,smear_gate,smear_lambda"  # the
 # substrings of the names of the small control tensors (the record's extra ones only exist when
 # their variables are on)
 CONTROL_TENSOR_NAME_PATTERNS = tuple(FRONTIER_PATTERNS.split(","))
-# Variables the baseline or the record reads that are constants here, and ours that moved to
-# a tool: (accepted values, why).
+
+
+# Variables the baseline or the record reads that are constants here, ours that moved to a tool
+# or went: (accepted values, why); all but the patterns are in presets/fixed.txt.
 PATTERNS_BUILT_IN = "the baseline's default patterns are built in"
-TIMING_TOOL = "the timing breakdown moved to tools/timing.py (run it instead; --every N)"
 FIXED_VARIABLES = {
     "CONTROL_TENSOR_NAME_PATTERNS": ((BASELINE_PATTERNS, FRONTIER_PATTERNS),
                                      f"{PATTERNS_BUILT_IN} (or the record's)"),
     "INT8_KEEP_FLOAT_FP32_NAME_PATTERNS": ((BASELINE_PATTERNS,), PATTERNS_BUILT_IN),
-    "COMPILE_SHAPE_WARMUP": (("0", "1"), "every shape compiles before the clock either way"),
-    "ROPE_TRAIN_SEQ_LEN": (("2048", "3072"), "read by YaRN only"),
-    "TRAINING_TIMING_BREAKDOWN": (("0",), TIMING_TOOL),
-    "TRAINING_TIMING_EVERY": (("200",), TIMING_TOOL),
-    **{name: ((value,), "fixed here at the records' runs' value")  # the rest: presets/fixed.txt
-       for name, value in read_env_file(PRESET_FILES / "fixed.txt").items()},
+    **read_fixed_variables(PRESET_FILES / "fixed.txt"),
 }  # fmt: skip
 INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
 INT8_CLIP_Q = 99.99984 / 100.0
@@ -1702,8 +1710,6 @@ class ValidationSet:
         self.split_tokens, self.luts, self.counts = max(self.split.size - 1, 0), luts, None
         sidecars = sorted(glob.glob(cfg.val_bytes_files))  # CaseOps data: token i's UTF-8 bytes
         self.bytes_from = "sidecar" if sidecars else "tokenizer"
-        if sidecars and cfg.val_bytecount_device == "cuda":  # the tokenizer's count: wrong here
-            raise ConfigError(f"VAL_BYTECOUNT_DEVICE=cuda: {cfg.val_bytes_files} exist; use cpu")
         if sidecars:
             self.counts = np.concatenate([load_data_shard(f) for f in sidecars])
             if self.counts.size != self.split.size:
@@ -2329,24 +2335,17 @@ def document_kwargs(batch: tuple, seq_len: int) -> dict:
     return {"cu_seqlens": batch[2], "max_seqlen": seq_len}
 
 
-def eval_val(cfg, rt, model, val, device_luts=None) -> tuple[float, float]:
+def eval_val(cfg, rt, model, val) -> tuple[float, float]:
     """(val_loss in nats per token, val_bpb); float64 sums: the batching changes nothing."""
     model.eval()
     loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
-    byte_sum = torch.zeros((), dtype=torch.int64, device=rt.device)
     with torch.no_grad(), contextlib.closing(val.batches(cfg, rt.device)) as batches:
         for x, y, *docs in batches:
             with rt.autocast():
                 loss = model(x, y, "none", **document_kwargs((x, y, *docs), cfg.window))
             loss_sum += loss.to(torch.float64).sum()
-            if device_luts is not None:  # VAL_BYTECOUNT_DEVICE=cuda: the baseline's lookups
-                base_bytes, has_leading_space, is_boundary = device_luts
-                byte_sum += (base_bytes[y] + (has_leading_space[y] & ~is_boundary[x])).sum()
     model.train()
-    target_bytes = val.target_bytes
-    if device_luts is not None:
-        target_bytes = int(rt.all_sum(byte_sum).item())
-    return score(rt, loss_sum, val.target_tokens, target_bytes)
+    return score(rt, loss_sum, val.target_tokens, val.target_bytes)
 
 
 def eval_sliding(cfg, rt, model, windows: SlidingWindows) -> tuple[float, float]:
@@ -3378,9 +3377,6 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     check_tokenizer(cfg, sp, val.split)
     windows = SlidingWindows(cfg, rt, val) if cfg.eval_stride else None
     plan = TTTPlan(cfg, rt, val) if cfg.eval_ttt else None
-    device_luts = None
-    if cfg.val_bytecount_device == "cuda":
-        device_luts = tuple(torch.from_numpy(t).to(rt.device) for t in luts)
     log0(f"val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path={cfg.tokenizer_path}")
     dataset = Path(cfg.data_path).resolve().name
     log0(f"train_loader:dataset:{dataset} train_shards:{len(shards.files) if shards else 0}")
@@ -3406,7 +3402,7 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
         f"train_prefetch:{int(cfg.train_prefetch)} "
         f"queue:{cfg.train_prefetch_queue} copy_stream:{copy_streams[0]} "
         f"val_prefetch:{int(cfg.val_prefetch)} queue:{cfg.val_prefetch_queue} "
-        f"copy_stream:{copy_streams[1]} val_bytecount_device:{cfg.val_bytecount_device}"
+        f"copy_stream:{copy_streams[1]}"
     )
     if plan is not None:
         log0(
@@ -3414,7 +3410,7 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
             f"this_rank_batches:{len(plan.work)} tokens:{plan.target_tokens} "
             f"bytes:{plan.target_bytes}"
         )
-    return val, device_luts, windows, plan
+    return val, windows, plan
 
 
 def log_network(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable) -> None:
@@ -3640,10 +3636,10 @@ def main() -> None:
     code = Path(__file__).read_bytes().decode("utf-8")  # as counted: no newline translation
     log0 = RunState.log0 = RunLog(cfg, rt, code)
     checkpoint = read_checkpoint(cfg, rt)
-    val, device_luts, windows, plan = load_data(cfg, rt, log0)
+    val, windows, plan = load_data(cfg, rt, log0)
     net = build_network(cfg, rt)
     log_network(cfg, rt, net, log0)
-    evaluate = functools.partial(eval_val, cfg, rt, net.compiled, val, device_luts)
+    evaluate = functools.partial(eval_val, cfg, rt, net.compiled, val)
     over_cap = ""  # the run's last line when its artifact is over the cap
     if cfg.eval_only_path:
         RunState.phase = f"while evaluating {cfg.eval_only_path}"
