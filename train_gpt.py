@@ -643,24 +643,16 @@ def count_target_bytes(tokens: np.ndarray, luts: ByteLuts, chunk: int = 1 << 22)
 # INT8 + ZLIB QUANTIZATION
 # -----------------------------
 
-BASELINE_PATTERNS = "attn_scale,attn_scales,mlp_scale,mlp_scales,resid_mix,resid_mixes,q_gain,"
-BASELINE_PATTERNS += "skip_weight,skip_weights"  # the baseline's default of both variables
-FRONTIER_PATTERNS = BASELINE_PATTERNS + ",skip_gates,parallel_post_lambdas,parallel_resid_lambdas,"
-FRONTIER_PATTERNS += "attn_gate_proj,attn_gate_w,smear_gate,smear_lambda"  # the record's default
-# substrings of the names of the small control tensors (the record's extra ones only exist when
-# their variables are on)
-CONTROL_TENSOR_NAME_PATTERNS = tuple(FRONTIER_PATTERNS.split(","))
-
-
+# substrings of the names of the small control tensors: the baseline's default, then the record's
+# (its extra tensors only exist when their variables are on)
+CONTROL_TENSOR_NAME_PATTERNS = (
+    "attn_scale", "attn_scales", "mlp_scale", "mlp_scales", "resid_mix", "resid_mixes", "q_gain",
+    "skip_weight", "skip_weights", "skip_gates", "parallel_post_lambdas", "parallel_resid_lambdas",
+    "attn_gate_proj", "attn_gate_w", "smear_gate", "smear_lambda",
+)  # fmt: skip
 # Variables the baseline or the record reads that are constants here, ours that moved to a tool
-# or went: (accepted values, why); all but the patterns are in presets/fixed.txt.
-PATTERNS_BUILT_IN = "the baseline's default patterns are built in"
-FIXED_VARIABLES = {
-    "CONTROL_TENSOR_NAME_PATTERNS": ((BASELINE_PATTERNS, FRONTIER_PATTERNS),
-                                     f"{PATTERNS_BUILT_IN} (or the record's)"),
-    "INT8_KEEP_FLOAT_FP32_NAME_PATTERNS": ((BASELINE_PATTERNS,), PATTERNS_BUILT_IN),
-    **read_fixed_variables(PRESET_FILES / "fixed.txt"),
-}  # fmt: skip
+# or went: (accepted values, why)
+FIXED_VARIABLES = read_fixed_variables(PRESET_FILES / "fixed.txt")
 INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
 INT8_CLIP_Q = 99.99984 / 100.0
 

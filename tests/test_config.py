@@ -160,7 +160,8 @@ def test_the_settings_line_can_be_pasted_back_as_the_environment(capsys, monkeyp
 
 
 def test_the_baselines_pattern_variables_at_their_default_change_nothing():
-    default = tg.BASELINE_PATTERNS
+    (default,), _ = tg.FIXED_VARIABLES["INT8_KEEP_FLOAT_FP32_NAME_PATTERNS"]
+    assert tg.FIXED_VARIABLES["CONTROL_TENSOR_NAME_PATTERNS"][0][0] == default
     assert cfg(INT8_KEEP_FLOAT_FP32_NAME_PATTERNS=default, RUN_ID="r") == cfg(RUN_ID="r")
     names = default.split(",")  # what they match, ours matches
     assert all(tg.is_control_tensor(f"blocks.0.{n}") for n in names)
