@@ -9,7 +9,6 @@ with an input pipeline that never keeps the GPU waiting. Every knob is an enviro
 from __future__ import annotations
 
 import base64
-import bz2
 import collections
 import contextlib
 import copy
@@ -720,11 +719,6 @@ def dequantize_state_dict_int8(obj: dict) -> dict[str, Tensor]:
         dtype = getattr(torch, orig_dtypes[name]) if name in orig_dtypes else t.dtype
         out[name] = t.detach().to("cpu", dtype).contiguous()
     return out
-
-
-# What records/submission.py pack writes: a two-line wrapper around base85(bz2 -9 of the code).
-PACKED_HEAD = 'import bz2,base64\nexec(bz2.decompress(base64.b85decode("'
-PACKED_TAIL = '")))'
 
 
 def fsync(path: Path) -> None:
@@ -3486,10 +3480,6 @@ def log_code_size(code: str, gptq: bool, model_bytes: int, log0: Callable) -> in
         log0(f"Code size (compressed): {(counted := counted_code_bytes(code, log0))} bytes")
         return counted
     log0(f"Code size: {source_bytes} bytes")
-    if not code.startswith(PACKED_HEAD):  # the readable source: what `pack` would make of it
-        bz2_b85 = base64.b85encode(bz2.compress(code.encode("utf-8"), 9))
-        packed = len(PACKED_HEAD) + len(bz2_b85) + len(PACKED_TAIL)
-        log0(f"Code size if packed: {packed} bytes (records/submission.py pack)")
     log0(f"Total submission size: {model_bytes + source_bytes} bytes")
     return source_bytes
 
