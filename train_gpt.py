@@ -455,8 +455,8 @@ def normalize_rows(u: Tensor) -> Tensor:  # MuonEq-R: each row to unit norm (fp3
     return u / u.float().norm(dim=-1, keepdim=True).clamp_min(1e-7).to(u.dtype)
 
 
-class Bank(NamedTuple):  # PARAMETER_BANKS: this rank's share of a set of same-shaped matrices
-    owned: list  # a contiguous share of the set, as the record shards its banks
+class Bank(NamedTuple):  # this rank's share of a set of matrices (Muon.plan_banks)
+    owned: list  # PARAMETER_BANKS: a contiguous share of a set, as the record shards its banks
     grads: Tensor  # (len(owned), rows, cols), made once: their gradients, stacked
     grad_views: list  # grads[i], made once
     updates: Tensor  # their rows of the flat update buffer, as (len(owned), rows, cols)
@@ -482,19 +482,6 @@ class Muon(torch.optim.Optimizer):
             for state in self.state.values():
                 state["momentum_buffer"] = state["momentum_buffer"].to(self.momentum_dtype)
 
-    def orthogonal_update(self, p: Tensor, g: Tensor, group: dict) -> Tensor:
-        """Nesterov momentum on g (p's gradient, or its bank share's, stacked), orthogonalised."""
-        state = self.state[p]
-        if "momentum_buffer" not in state:
-            state["momentum_buffer"] = torch.zeros_like(g)
-        buf = state["momentum_buffer"]
-        buf.mul_(group["momentum"]).add_(g)
-        g = g.add(buf, alpha=group["momentum"]) if group["nesterov"] else g
-        g = self.orthogonalize(normalize_rows(g) if self.row_normalize else g,
-                               steps=group["backend_steps"])  # fmt: skip
-        g *= max(1, g.size(-2) / g.size(-1)) ** 0.5  # scale for non-square matrices
-        return g
-
     @torch.no_grad()
     def step(self, closure=None):
         distributed = dist.is_available() and dist.is_initialized()
@@ -502,10 +489,23 @@ class Muon(torch.optim.Optimizer):
         rank = dist.get_rank() if distributed else 0
         for index, group in enumerate(self.param_groups):
             params = group["params"]
-            if self.banks:
-                updates_flat, updates = self.banked_updates(index, group, world_size, rank)
-            else:
-                updates_flat, updates = self.strided_updates(group, world_size, rank)
+            if index not in self.plans:
+                self.plans[index] = self.plan_banks(params, world_size, rank)
+            updates_flat, updates, banks = self.plans[index]
+            updates_flat.zero_()
+            for bank in banks:  # this rank's share, one Newton-Schulz call each; zero elsewhere
+                torch._foreach_copy_(bank.grad_views, [p.grad for p in bank.owned])
+                g = bank.grads if self.banks else bank.grad_views[0]  # a bank's: stacked
+                state = self.state[bank.owned[0]]  # Nesterov momentum, orthogonalised
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(g)
+                buf = state["momentum_buffer"]
+                buf.mul_(group["momentum"]).add_(g)
+                g = g.add(buf, alpha=group["momentum"]) if group["nesterov"] else g
+                g = self.orthogonalize(normalize_rows(g) if self.row_normalize else g,
+                                       steps=group["backend_steps"])  # fmt: skip
+                g *= max(1, g.size(-2) / g.size(-1)) ** 0.5  # scale for non-square matrices
+                bank.updates.copy_(g)
             if distributed:
                 dist.all_reduce(updates_flat, op=dist.ReduceOp.SUM)
             if self.weight_decay:  # decoupled: p *= 1 - lr * wd, before the update
@@ -513,45 +513,25 @@ class Muon(torch.optim.Optimizer):
             # bf16 updates, added in the parameter's dtype (exact: bf16 is a subset of fp32)
             torch._foreach_add_(params, updates, alpha=-group["lr"])
 
-    def strided_updates(self, group: dict, world_size: int, rank: int):
-        """The baseline's: this rank's every world-th update in a flat buffer, zero elsewhere."""
-        params = group["params"]
-        total = sum(int(p.numel()) for p in params)
-        updates_flat = torch.zeros(total, device=params[0].device, dtype=torch.bfloat16)
-        flat_views = updates_flat.split([p.numel() for p in params])
-        updates = [u.view_as(p) for u, p in zip(flat_views, params, strict=True)]
-        for i, (p, update) in enumerate(zip(params, updates, strict=True)):
-            if i % world_size == rank and p.grad is not None:
-                g = p.grad if self.momentum_dtype is None else p.grad.to(self.momentum_dtype)
-                update.copy_(self.orthogonal_update(p, g, group))
-        return updates_flat, updates
-
-    def banked_updates(self, index: int, group: dict, world_size: int, rank: int):
-        """This rank's share of every bank through one Newton-Schulz call each, in the flat
-        buffer (zero elsewhere) that the all-reduce completes; updates: its views per parameter."""
-        if index not in self.plans:
-            self.plans[index] = self.plan_banks(group["params"], world_size, rank)
-        updates_flat, updates, banks = self.plans[index]
-        updates_flat.zero_()
-        for bank in banks:
-            torch._foreach_copy_(bank.grad_views, [p.grad for p in bank.owned])
-            bank.updates.copy_(self.orthogonal_update(bank.owned[0], bank.grads, group))
-        return updates_flat, updates
-
     def plan_banks(self, params: list, world_size: int, rank: int) -> tuple:
-        """Made once: the flat update buffer, each parameter's view of it, this rank's banks."""
-        shapes = {}  # the banks: same-shaped parameters, in the group's order
-        for p in params:
-            shapes.setdefault(p.shape, []).append(p)
+        """Made once: the flat update buffer that the all-reduce completes, each parameter's view
+        of it, and this rank's banks: a contiguous share of each set of same-shaped parameters
+        (PARAMETER_BANKS), else the baseline's every world-th parameter, each on its own."""
+        sets = {}  # in the group's order
+        for i, p in enumerate(params):
+            sets.setdefault(p.shape if self.banks else i, []).append(p)
         total, device = sum(p.numel() for p in params), params[0].device
         updates_flat, start = torch.zeros(total, device=device, dtype=torch.bfloat16), 0
         views, banks = {}, []
-        for shape, bank in shapes.items():
-            rows = updates_flat[start : start + len(bank) * shape.numel()].view(len(bank), *shape)
+        for i, bank in enumerate(sets.values()):
+            rows = updates_flat[start : start + bank[0].numel() * len(bank)]
+            rows = rows.view(len(bank), *bank[0].shape)
             views |= {id(p): row for p, row in zip(bank, rows, strict=True)}
             start += rows.numel()
             share = -(-len(bank) // world_size)  # ceil: the last ranks may own fewer, or none
             lo, hi = rank * share, min((rank + 1) * share, len(bank))
+            if not self.banks:
+                lo, hi = 0, int(i % world_size == rank)
             if lo < hi:
                 grads = torch.empty_like(rows[lo:hi], dtype=self.momentum_dtype or bank[0].dtype)
                 banks.append(Bank(bank[lo:hi], grads, list(grads.unbind(0)), rows[lo:hi]))
