@@ -1110,9 +1110,10 @@ def log_quantized_weights(meta: dict[str, str], log0: Callable) -> None:
     kinds = collections.defaultdict(set)
     for name, how in meta.items():
         parts = name.split(".")
-        if parts[0] == "blocks" and parts[1:2] and parts[1].isdigit():
+        if parts[0] == "blocks":  # without its layer
             del parts[1]
-        kinds[how].add(".".join(parts[:-1] if parts[-1].isdigit() else parts))
+        kinds[how].add(".".join(parts))
+
     log0("Quantized weights:")
     for how in sorted(kinds):
         log0(f"  {how}: {', '.join(sorted(kinds[how]))}")
