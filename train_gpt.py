@@ -704,14 +704,12 @@ def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> tuple[dict, dict]
 def dequantize_state_dict_int8(obj: dict) -> dict[str, Tensor]:
     out = {}
     for name, q in obj["quantized"].items():
-        scale = obj["scales"][name].float()
-        if scale.ndim > 0:  # per row (what qmeta says)
-            scale = scale.view(q.shape[0], *([1] * (q.ndim - 1)))
-        out[name] = (q.float() * scale).to(getattr(torch, obj["dtypes"][name])).contiguous()
+        scale = obj["scales"][name].float()  # per row of a matrix (what qmeta says), or one
+        scale = scale[:, None] if scale.ndim else scale
+        out[name] = (q.float() * scale).to(getattr(torch, obj["dtypes"][name]))
     orig_dtypes = obj.get("passthrough_orig_dtypes", {})
     for name, t in obj["passthrough"].items():
-        dtype = getattr(torch, orig_dtypes[name]) if name in orig_dtypes else t.dtype
-        out[name] = t.detach().to("cpu", dtype).contiguous()
+        out[name] = t.to(getattr(torch, orig_dtypes[name]) if name in orig_dtypes else t.dtype)
     return out
 
 
@@ -817,8 +815,8 @@ def lqer_factors(cfg: Hyperparameters, error: Tensor) -> tuple[dict, str]:
 
 def quant_route(cfg: Hyperparameters, name: str, t: Tensor) -> str:
     """FRONTIER.md 4.3, first match wins: gate (int8 rows), passthrough (fp16) or gptq."""
-    gate = cfg.gated_attn_quant_gate and name.endswith(".attn_gate_w")
-    if gate and t.is_floating_point() and t.ndim == 2 and 32 <= t.numel() <= 8192:
+    gate = cfg.gated_attn_quant_gate and name.endswith(".attn_gate_w")  # (heads, GATE_WINDOW)
+    if gate and 32 <= t.numel() <= 8192:
         return "gate"
     return "passthrough" if not t.is_floating_point() or t.numel() <= 65_536 else "gptq"
 
@@ -3547,9 +3545,8 @@ def collect_hessians(cfg: Hyperparameters, rt: Runtime, model: GPT, names: list)
     for name in names:  # (an untied embedding has none: it rounds to nearest)
         if name != "tok_emb.weight" or model.lm_head is None:
             hooks.append(modules[name].register_forward_hook(functools.partial(accumulate, name)))
-    kind = PrefetchingDistributedTokenLoader if cfg.train_prefetch else DistributedTokenLoader
-    loader = kind(cfg.train_files, 0, rt.world_size, rt.device, vocab_size=cfg.vocab_size,
-                  order="shuffled")  # fmt: skip
+    loader = DistributedTokenLoader(cfg.train_files, 0, rt.world_size, rt.device,
+                                    vocab_size=cfg.vocab_size, order="shuffled")  # fmt: skip
     shape = (GPTQ_CALIBRATION_ROWS * cfg.train_seq_len * rt.world_size, cfg.train_seq_len, 1)
     model.eval()
     with loader, torch.no_grad():
