@@ -427,12 +427,12 @@ POLAR_EXPRESS = (  # MUON_POLAR_EXPRESS: one (a, b, c) per step, 5 steps at most
 )
 
 
-def newton_schulz(G: Tensor, coefficients, eps: float = 1e-7, square_first=False) -> Tensor:
+def newton_schulz(G: Tensor, coefficients, square_first=False) -> Tensor:
     # Quintic Newton-Schulz iteration that pushes the singular values of G towards 1, in bf16.
     # G may be a stack of matrices (leading dims): each is normalised on its own. bf16 rounds
     # c*(A@A) (Polar Express, the record's) and the baseline's (c*A)@A differently.
     X = G.bfloat16()
-    X /= (X.norm() if X.ndim == 2 else X.norm(dim=(-2, -1), keepdim=True)) + eps
+    X /= (X.norm() if X.ndim == 2 else X.norm(dim=(-2, -1), keepdim=True)) + 1e-7
     transposed = G.size(-2) > G.size(-1)
     if transposed:
         X = X.mT
@@ -443,12 +443,12 @@ def newton_schulz(G: Tensor, coefficients, eps: float = 1e-7, square_first=False
     return X.mT if transposed else X
 
 
-def zeropower_via_newtonschulz5(G: Tensor, steps: int = 10, eps: float = 1e-7) -> Tensor:
-    return newton_schulz(G, ((3.4445, -4.7750, 2.0315),) * steps, eps)
+def zeropower_via_newtonschulz5(G: Tensor, steps: int = 10) -> Tensor:
+    return newton_schulz(G, ((3.4445, -4.7750, 2.0315),) * steps)
 
 
-def polar_express(G: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
-    return newton_schulz(G, POLAR_EXPRESS[:steps], eps, square_first=True)
+def polar_express(G: Tensor, steps: int = 5) -> Tensor:
+    return newton_schulz(G, POLAR_EXPRESS[:steps], square_first=True)
 
 
 def normalize_rows(u: Tensor) -> Tensor:  # MuonEq-R: each row to unit norm (fp32 norm)
@@ -2148,9 +2148,9 @@ class GPT(nn.Module):
         for j, i in enumerate(decoder):
             if start and i >= start and lanes is None:
                 lanes = [x, x]
-            if j < len(self.skip_weights) and skips and lanes is None:
+            if skips and lanes is None:
                 x = self.skip(j, x, skips.pop())
-            elif j < len(self.skip_weights) and skips:  # the attention lane takes the skip
+            elif skips:  # the attention lane takes the skip
                 lanes[0] = self.skip(j, lanes[0], skips.pop())
             adapters = lora and lora.at(len(encoder) + j)
             if lanes is None:
@@ -2194,10 +2194,9 @@ def build_model(cfg: Hyperparameters, device: torch.device, attention=None) -> G
     for module in model.modules():
         if isinstance(module, CastedLinear):
             module.float()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if (param.ndim < 2 or is_control_tensor(name)) and param.dtype != torch.float32:
-                param.data = param.data.float()
+    for name, param in model.named_parameters():
+        if param.ndim < 2 or is_control_tensor(name):
+            param.data = param.data.float()
     return model if device.type == "cuda" else model.float()
 
 
