@@ -868,7 +868,8 @@ def quantize_state_dict_gptq(cfg, state: dict, hessians: dict, act_rms=()) -> di
             w[name], meta[name] = t.half() if t.is_floating_point() else t, "passthrough (float16)"
         else:
             bits, k = gptq_bits(cfg, name), clip_sigmas(cfg, name)
-            h = hessians[name] if name in hessians else torch.eye(t.size(1))
+            h = hessians.get(name, torch.eye(t.size(1)))
+
             high = range(a, a + G) if name == group else ()
             q = gptq_quantize(t, h, k, bits, high, cfg.awq_lite_bits)
             w[f"{name}.q"], w[f"{name}.scale"] = q
