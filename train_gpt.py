@@ -425,12 +425,12 @@ POLAR_EXPRESS = (  # MUON_POLAR_EXPRESS: one (a, b, c) per step, 5 steps at most
 )
 
 
-def newton_schulz(G: Tensor, coefficients, eps: float = 1e-7, square_first=False) -> Tensor:
+def newton_schulz(G: Tensor, coefficients, square_first=False) -> Tensor:
     # Quintic Newton-Schulz iteration that pushes the singular values of G towards 1, in bf16.
     # G may be a stack of matrices (leading dims): each is normalised on its own. bf16 rounds
     # c*(A@A) (Polar Express, the record's) and the baseline's (c*A)@A differently.
     X = G.bfloat16()
-    X /= (X.norm() if X.ndim == 2 else X.norm(dim=(-2, -1), keepdim=True)) + eps
+    X /= (X.norm() if X.ndim == 2 else X.norm(dim=(-2, -1), keepdim=True)) + 1e-7
     transposed = G.size(-2) > G.size(-1)
     if transposed:
         X = X.mT
@@ -441,20 +441,20 @@ def newton_schulz(G: Tensor, coefficients, eps: float = 1e-7, square_first=False
     return X.mT if transposed else X
 
 
-def zeropower_via_newtonschulz5(G: Tensor, steps: int = 10, eps: float = 1e-7) -> Tensor:
-    return newton_schulz(G, ((3.4445, -4.7750, 2.0315),) * steps, eps)
+def zeropower_via_newtonschulz5(G: Tensor, steps: int = 10) -> Tensor:
+    return newton_schulz(G, ((3.4445, -4.7750, 2.0315),) * steps)
 
 
-def polar_express(G: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
-    return newton_schulz(G, POLAR_EXPRESS[:steps], eps, square_first=True)
+def polar_express(G: Tensor, steps: int = 5) -> Tensor:
+    return newton_schulz(G, POLAR_EXPRESS[:steps], square_first=True)
 
 
 def normalize_rows(u: Tensor) -> Tensor:  # MuonEq-R: each row to unit norm (fp32 norm)
     return u / u.float().norm(dim=-1, keepdim=True).clamp_min(1e-7).to(u.dtype)
 
 
-class Bank(NamedTuple):  # PARAMETER_BANKS: this rank's share of a set of same-shaped matrices
-    owned: list  # a contiguous share of the set, as the record shards its banks
+class Bank(NamedTuple):  # this rank's share of a set of matrices (Muon.plan_banks)
+    owned: list  # PARAMETER_BANKS: a contiguous share of a set, as the record shards its banks
     grads: Tensor  # (len(owned), rows, cols), made once: their gradients, stacked
     grad_views: list  # grads[i], made once
     updates: Tensor  # their rows of the flat update buffer, as (len(owned), rows, cols)
@@ -480,19 +480,6 @@ class Muon(torch.optim.Optimizer):
             for state in self.state.values():
                 state["momentum_buffer"] = state["momentum_buffer"].to(self.momentum_dtype)
 
-    def orthogonal_update(self, p: Tensor, g: Tensor, group: dict) -> Tensor:
-        """Nesterov momentum on g (p's gradient, or its bank share's, stacked), orthogonalised."""
-        state = self.state[p]
-        if "momentum_buffer" not in state:
-            state["momentum_buffer"] = torch.zeros_like(g)
-        buf = state["momentum_buffer"]
-        buf.mul_(group["momentum"]).add_(g)
-        g = g.add(buf, alpha=group["momentum"]) if group["nesterov"] else g
-        g = self.orthogonalize(normalize_rows(g) if self.row_normalize else g,
-                               steps=group["backend_steps"])  # fmt: skip
-        g *= max(1, g.size(-2) / g.size(-1)) ** 0.5  # scale for non-square matrices
-        return g
-
     @torch.no_grad()
     def step(self, closure=None):
         distributed = dist.is_available() and dist.is_initialized()
@@ -500,10 +487,23 @@ class Muon(torch.optim.Optimizer):
         rank = dist.get_rank() if distributed else 0
         for index, group in enumerate(self.param_groups):
             params = group["params"]
-            if self.banks:
-                updates_flat, updates = self.banked_updates(index, group, world_size, rank)
-            else:
-                updates_flat, updates = self.strided_updates(group, world_size, rank)
+            if index not in self.plans:
+                self.plans[index] = self.plan_banks(params, world_size, rank)
+            updates_flat, updates, banks = self.plans[index]
+            updates_flat.zero_()
+            for bank in banks:  # this rank's share, one Newton-Schulz call each; zero elsewhere
+                torch._foreach_copy_(bank.grad_views, [p.grad for p in bank.owned])
+                g = bank.grads if self.banks else bank.grad_views[0]  # a bank's: stacked
+                state = self.state[bank.owned[0]]  # Nesterov momentum, orthogonalised
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(g)
+                buf = state["momentum_buffer"]
+                buf.mul_(group["momentum"]).add_(g)
+                g = g.add(buf, alpha=group["momentum"]) if group["nesterov"] else g
+                g = self.orthogonalize(normalize_rows(g) if self.row_normalize else g,
+                                       steps=group["backend_steps"])  # fmt: skip
+                g *= max(1, g.size(-2) / g.size(-1)) ** 0.5  # scale for non-square matrices
+                bank.updates.copy_(g)
             if distributed:
                 dist.all_reduce(updates_flat, op=dist.ReduceOp.SUM)
             if self.weight_decay:  # decoupled: p *= 1 - lr * wd, before the update
@@ -511,45 +511,25 @@ class Muon(torch.optim.Optimizer):
             # bf16 updates, added in the parameter's dtype (exact: bf16 is a subset of fp32)
             torch._foreach_add_(params, updates, alpha=-group["lr"])
 
-    def strided_updates(self, group: dict, world_size: int, rank: int):
-        """The baseline's: this rank's every world-th update in a flat buffer, zero elsewhere."""
-        params = group["params"]
-        total = sum(int(p.numel()) for p in params)
-        updates_flat = torch.zeros(total, device=params[0].device, dtype=torch.bfloat16)
-        flat_views = updates_flat.split([p.numel() for p in params])
-        updates = [u.view_as(p) for u, p in zip(flat_views, params, strict=True)]
-        for i, (p, update) in enumerate(zip(params, updates, strict=True)):
-            if i % world_size == rank and p.grad is not None:
-                g = p.grad if self.momentum_dtype is None else p.grad.to(self.momentum_dtype)
-                update.copy_(self.orthogonal_update(p, g, group))
-        return updates_flat, updates
-
-    def banked_updates(self, index: int, group: dict, world_size: int, rank: int):
-        """This rank's share of every bank through one Newton-Schulz call each, in the flat
-        buffer (zero elsewhere) that the all-reduce completes; updates: its views per parameter."""
-        if index not in self.plans:
-            self.plans[index] = self.plan_banks(group["params"], world_size, rank)
-        updates_flat, updates, banks = self.plans[index]
-        updates_flat.zero_()
-        for bank in banks:
-            torch._foreach_copy_(bank.grad_views, [p.grad for p in bank.owned])
-            bank.updates.copy_(self.orthogonal_update(bank.owned[0], bank.grads, group))
-        return updates_flat, updates
-
     def plan_banks(self, params: list, world_size: int, rank: int) -> tuple:
-        """Made once: the flat update buffer, each parameter's view of it, this rank's banks."""
-        shapes = {}  # the banks: same-shaped parameters, in the group's order
-        for p in params:
-            shapes.setdefault(p.shape, []).append(p)
+        """Made once: the flat update buffer that the all-reduce completes, each parameter's view
+        of it, and this rank's banks: a contiguous share of each set of same-shaped parameters
+        (PARAMETER_BANKS), else the baseline's every world-th parameter, each on its own."""
+        sets = {}  # in the group's order
+        for i, p in enumerate(params):
+            sets.setdefault(p.shape if self.banks else i, []).append(p)
         total, device = sum(p.numel() for p in params), params[0].device
         updates_flat, start = torch.zeros(total, device=device, dtype=torch.bfloat16), 0
         views, banks = {}, []
-        for shape, bank in shapes.items():
-            rows = updates_flat[start : start + len(bank) * shape.numel()].view(len(bank), *shape)
+        for i, bank in enumerate(sets.values()):
+            rows = updates_flat[start : start + bank[0].numel() * len(bank)]
+            rows = rows.view(len(bank), *bank[0].shape)
             views |= {id(p): row for p, row in zip(bank, rows, strict=True)}
             start += rows.numel()
             share = -(-len(bank) // world_size)  # ceil: the last ranks may own fewer, or none
             lo, hi = rank * share, min((rank + 1) * share, len(bank))
+            if not self.banks:
+                lo, hi = 0, int(i % world_size == rank)
             if lo < hi:
                 grads = torch.empty_like(rows[lo:hi], dtype=self.momentum_dtype or bank[0].dtype)
                 banks.append(Bank(bank[lo:hi], grads, list(grads.unbind(0)), rows[lo:hi]))
@@ -710,14 +690,12 @@ def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> tuple[dict, dict]
 def dequantize_state_dict_int8(obj: dict) -> dict[str, Tensor]:
     out = {}
     for name, q in obj["quantized"].items():
-        scale = obj["scales"][name].float()
-        if scale.ndim > 0:  # per row (what qmeta says)
-            scale = scale.view(q.shape[0], *([1] * (q.ndim - 1)))
-        out[name] = (q.float() * scale).to(getattr(torch, obj["dtypes"][name])).contiguous()
+        scale = obj["scales"][name].float()  # per row of a matrix (what qmeta says), or one
+        scale = scale[:, None] if scale.ndim else scale
+        out[name] = (q.float() * scale).to(getattr(torch, obj["dtypes"][name]))
     orig_dtypes = obj.get("passthrough_orig_dtypes", {})
     for name, t in obj["passthrough"].items():
-        dtype = getattr(torch, orig_dtypes[name]) if name in orig_dtypes else t.dtype
-        out[name] = t.detach().to("cpu", dtype).contiguous()
+        out[name] = t.to(getattr(torch, orig_dtypes[name]) if name in orig_dtypes else t.dtype)
     return out
 
 
@@ -818,8 +796,8 @@ def lqer_factors(cfg: Hyperparameters, error: Tensor) -> tuple[dict, str]:
 
 def quant_route(cfg: Hyperparameters, name: str, t: Tensor) -> str:
     """FRONTIER.md 4.3, first match wins: gate (int8 rows), passthrough (fp16) or gptq."""
-    gate = cfg.gated_attn_quant_gate and name.endswith(".attn_gate_w")
-    if gate and t.is_floating_point() and t.ndim == 2 and 32 <= t.numel() <= 8192:
+    gate = cfg.gated_attn_quant_gate and name.endswith(".attn_gate_w")  # (heads, GATE_WINDOW)
+    if gate and 32 <= t.numel() <= 8192:
         return "gate"
     return "passthrough" if not t.is_floating_point() or t.numel() <= 65_536 else "gptq"
 
@@ -871,7 +849,8 @@ def quantize_state_dict_gptq(cfg, state: dict, hessians: dict, act_rms=()) -> di
             w[name], meta[name] = t.half() if t.is_floating_point() else t, "passthrough (float16)"
         else:
             bits, k = gptq_bits(cfg, name), clip_sigmas(cfg, name)
-            h = hessians[name] if name in hessians else torch.eye(t.size(1))
+            h = hessians.get(name, torch.eye(t.size(1)))
+
             high = range(a, a + G) if name == group else ()
             q = gptq_quantize(t, h, k, bits, high, cfg.awq_lite_bits)
             w[f"{name}.q"], w[f"{name}.scale"] = q
@@ -1111,9 +1090,10 @@ def log_quantized_weights(meta: dict[str, str], log0: Callable) -> None:
     kinds = collections.defaultdict(set)
     for name, how in meta.items():
         parts = name.split(".")
-        if parts[0] == "blocks" and parts[1:2] and parts[1].isdigit():
+        if parts[0] == "blocks":  # without its layer
             del parts[1]
-        kinds[how].add(".".join(parts[:-1] if parts[-1].isdigit() else parts))
+        kinds[how].add(".".join(parts))
+
     log0("Quantized weights:")
     for how in sorted(kinds):
         log0(f"  {how}: {', '.join(sorted(kinds[how]))}")
@@ -2134,9 +2114,9 @@ class GPT(nn.Module):
         for j, i in enumerate(decoder):
             if start and i >= start and lanes is None:
                 lanes = [x, x]
-            if j < len(self.skip_weights) and skips and lanes is None:
+            if skips and lanes is None:
                 x = self.skip(j, x, skips.pop())
-            elif j < len(self.skip_weights) and skips:  # the attention lane takes the skip
+            elif skips:  # the attention lane takes the skip
                 lanes[0] = self.skip(j, lanes[0], skips.pop())
             adapters = lora and lora.at(len(encoder) + j)
             if lanes is None:
@@ -2180,10 +2160,9 @@ def build_model(cfg: Hyperparameters, device: torch.device, attention=None) -> G
     for module in model.modules():
         if isinstance(module, CastedLinear):
             module.float()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if (param.ndim < 2 or is_control_tensor(name)) and param.dtype != torch.float32:
-                param.data = param.data.float()
+    for name, param in model.named_parameters():
+        if param.ndim < 2 or is_control_tensor(name):
+            param.data = param.data.float()
     return model if device.type == "cuda" else model.float()
 
 
@@ -3517,9 +3496,8 @@ def collect_hessians(cfg: Hyperparameters, rt: Runtime, model: GPT, names: list)
     for name in names:  # (an untied embedding has none: it rounds to nearest)
         if name != "tok_emb.weight" or model.lm_head is None:
             hooks.append(modules[name].register_forward_hook(functools.partial(accumulate, name)))
-    kind = PrefetchingDistributedTokenLoader if cfg.train_prefetch else DistributedTokenLoader
-    loader = kind(cfg.train_files, 0, rt.world_size, rt.device, vocab_size=cfg.vocab_size,
-                  order="shuffled")  # fmt: skip
+    loader = DistributedTokenLoader(cfg.train_files, 0, rt.world_size, rt.device,
+                                    vocab_size=cfg.vocab_size, order="shuffled")  # fmt: skip
     shape = (GPTQ_CALIBRATION_ROWS * cfg.train_seq_len * rt.world_size, cfg.train_seq_len, 1)
     model.eval()
     with loader, torch.no_grad():
