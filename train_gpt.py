@@ -2632,18 +2632,16 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
     opt, params = lora.optimizer(cfg), (lora.A_all, lora.B_all)
     columns = torch.arange(cfg.ttt_eval_seq_len, device=rt.device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
-    phases, timeline, mark = list(plan.phases), [], time.perf_counter()
-    start, done, tenth = mark, 0, 1
+    phases = [*plan.phases, (math.inf, None)]  # then the final barrier
+    timeline, done = [time.perf_counter()], 0  # when it started, and reached and left each barrier
     if cfg.ngram_tilt_enabled and plan.hints is None:  # NGRAM_HINT_PRECOMPUTE_OUTSIDE=0: timed
         plan.hints = ngram_tilt_hints(cfg, plan, log0)
 
     def barrier_and_phase(steps) -> None:  # every rank: the critical path ends here
-        nonlocal mark
         rt.synchronize()
-        arrived = time.perf_counter()
+        timeline.append(time.perf_counter())
         barrier(rt)
-        timeline.append((arrived - mark, time.perf_counter() - arrived))
-        mark = time.perf_counter()
+        timeline.append(time.perf_counter())
         if steps is not None:
             base.requires_grad_(True)
             train_phase(cfg, rt, model, list(base.parameters()), steps)
@@ -2652,7 +2650,7 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
     model.eval()
     base.requires_grad_(False)  # chunk steps differentiate the adapters only, compiled ones too
     for batch in plan.work:
-        while phases and phases[0][0] < batch.index:
+        while phases[0][0] < batch.index:
             barrier_and_phase(phases.pop(0)[1])
         with torch.no_grad():
             kept = lora.A_all.clone() if batch.throwaway else None
@@ -2681,13 +2679,11 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
             with torch.no_grad():
                 lora.A_all.copy_(kept)
         done += batch.scored
-        if done * 10 >= tenth * plan.scored:  # rank 0's log: every tenth of its predictions
-            tenth = done * 10 // plan.scored + 1
-            elapsed = time.perf_counter() - start
+        if done * 10 // plan.scored > (done - batch.scored) * 10 // plan.scored:  # every tenth
+            elapsed = time.perf_counter() - timeline[0]
             log0(f"ttt_progress scored:{done / plan.scored:.0%} elapsed:{elapsed:.1f}s")
-    while phases:
-        barrier_and_phase(phases.pop(0)[1])
-    barrier_and_phase(None)
+    for _, steps in phases:
+        barrier_and_phase(steps)
     model.train()
     base.requires_grad_(True)
     log_timeline(rt, timeline, log0)
@@ -2719,14 +2715,16 @@ def train_phase(cfg, rt, model, params: list, steps: list) -> None:
 
 
 def log_timeline(rt: Runtime, timeline: list, log0: Callable) -> None:
-    """Each rank's busy and waiting seconds up to every phase barrier and the end."""
-    every = [timeline] * rt.world_size
+    """Each rank's busy and waiting seconds up to every phase barrier and the end (timeline: its
+    start, then when it reached and left each barrier)."""
+    spans = np.diff(timeline).tolist()  # busy, waiting, busy, ...
+    every = [spans] * rt.world_size
     if rt.distributed:
-        dist.all_gather_object(every, timeline)
-    for k in range(len(timeline)):
-        busy = ",".join(f"{t[k][0]:.2f}" for t in every)
-        wait = ",".join(f"{t[k][1]:.2f}" for t in every)
-        where = f"phase:{k + 1}" if k < len(timeline) - 1 else "end"
+        dist.all_gather_object(every, spans)
+    for k in range(0, len(spans), 2):
+        busy = ",".join(f"{t[k]:.2f}" for t in every)
+        wait = ",".join(f"{t[k + 1]:.2f}" for t in every)
+        where = f"phase:{k // 2 + 1}" if k < len(spans) - 2 else "end"
         log0(f"ttt_barrier {where} busy_s:{busy} wait_s:{wait}")
 
 
