@@ -1822,9 +1822,7 @@ class SlidingWindows:
         part = val.split[lo * S : min(lo * S + room, total + 1)]
         tokens[: part.size] = part
         self.tokens = torch.from_numpy(tokens).to(rt.device)  # resident from start-up on
-        first = lo * S + self.context if lo else 0  # target i is token i + 1
-        last = min((hi - 1) * S + L, total) if hi > lo else first
-        self.target_tokens, self.target_bytes = val.totals(rt, first, last)
+        self.target_tokens, self.target_bytes = val.target_tokens, val.target_bytes  # all, once
 
 
 # -----------------------------
@@ -2540,7 +2538,7 @@ class TTTPlan:
         tail = np.zeros(cfg.ttt_eval_seq_len + 1, dtype=np.int64)  # room for padded windows
         self.split = torch.from_numpy(np.append(split, tail)).to(device)
         self.total = total
-        self.target_tokens, self.target_bytes = val.totals(rt, 0, total * (rt.rank == 0))
+        self.target_tokens, self.target_bytes = val.target_tokens, val.target_bytes  # all, once
 
     @staticmethod
     def chunk_steps(cfg: Hyperparameters, starts: np.ndarray, preds: np.ndarray) -> tuple:
