@@ -2436,10 +2436,10 @@ class LoRA:
         self.A, self.B = self.A_all[lo:hi], self.B_all[lo:hi]
 
     def at(self, block: int | None) -> Callable:
-        return lambda site, h: self.delta((block, site), h)
+        return functools.partial(self.delta, block)
 
-    def delta(self, key: tuple, h: Tensor) -> Tensor:
-        if key not in self.offsets:  # TTT_Q_LORA=0 ...: the plain projection
+    def delta(self, block: int | None, site: str, h: Tensor) -> Tensor:
+        if (key := (block, site)) not in self.offsets:  # TTT_Q_LORA=0 ...: the plain projection
             return 0
         (a, b), out, r = self.offsets[key], self.shapes[key], self.rank
         A = self.A[:, a : a + r * self.dim].view(-1, r, self.dim)
