@@ -2518,7 +2518,7 @@ class TTTPlan:
             sum(width * (b.size - lo) for width, _, lo in s)
             for b, (s, _) in zip(batches, steps, strict=True)
         ]
-        stretches = [0, *sorted({j + 1 for j, _ in phases}), len(batches)]
+        stretches = [0, *(j + 1 for j, _ in phases), len(batches)]
         self.work = []
         for lo, hi in itertools.pairwise(stretches):
             load, mine, fresh = [0] * rt.world_size, [], True
@@ -2534,7 +2534,7 @@ class TTTPlan:
                 self.work.append(TTTBatch(j, widths, table, draws, scored, throwaway))
                 fresh = fresh and throwaway
         self.batch_count, self.used, self.lora, self.hints = len(batches), False, None, None
-        self.scored = max(1, sum(b.scored for b in self.work))  # this rank's predictions
+        self.scored = sum(b.scored for b in self.work)  # this rank's predictions
         tail = np.zeros(cfg.ttt_eval_seq_len + 1, dtype=np.int64)  # room for padded windows
         self.split = torch.from_numpy(np.append(split, tail)).to(device)
         self.total = total
@@ -2693,19 +2693,19 @@ def train_phase(cfg, rt, model, params: list, steps: list) -> None:
     mean loss on its slice, the gradients averaged over the ranks in one flat all-reduce."""
     opt = torch.optim.SGD(params, lr=cfg.global_ttt_lr, momentum=cfg.global_ttt_momentum)
     for x, y, cu, factor in steps:
-        for group in opt.param_groups:
-            group["lr"] = cfg.global_ttt_lr * factor
+        opt.param_groups[0]["lr"] = cfg.global_ttt_lr * factor
         if x.numel():
             with rt.autocast():
                 model(x, y, "mean", cu_seqlens=cu, max_seqlen=cfg.window).backward()
-        grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+        for p in params:  # a rank without a slice adds zeros
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         if rt.distributed:
+            grads = [p.grad for p in params]
             flat = torch._utils._flatten_dense_tensors(grads)
             dist.all_reduce(flat)
             flat /= rt.world_size
             torch._foreach_copy_(grads, torch._utils._unflatten_dense_tensors(flat, grads))
-        for p, g in zip(params, grads, strict=True):
-            p.grad = g
         if cfg.global_ttt_grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(params, cfg.global_ttt_grad_clip)
         opt.step()
