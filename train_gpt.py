@@ -1378,7 +1378,7 @@ def document_pieces(x: np.ndarray, max_len: int, cu: np.ndarray) -> tuple[int, i
     entries = pad_to_64(piece_starts.size + 1)
     cu[: piece_starts.size] = piece_starts
     cu[piece_starts.size : entries] = x.size
-    return entries, int(np.diff(piece_starts, append=x.size).max())
+    return entries, int(np.diff(piece_starts, append=x.size).max(initial=0))
 
 
 class ShuffledOrder:
@@ -2507,7 +2507,7 @@ class TTTPlan:
             chosen = scored[np.lexsort((scored, preds[scored]))][:bound]  # = by (batch, slot)
             if j < len(batches) - 1:
                 phases.append((j, self.phase_steps(cfg, rt, split, starts[chosen], preds[chosen])))
-        size = pad_to_64(max([cu.size for _, s in phases for _, _, cu, _ in s], default=0))
+        size = max([cu.size for _, s in phases for _, _, cu, _ in s], default=0)
         for _, s in phases:  # on the device, every segment table of one size: one shape
             for k, (x, y, cu, lr) in enumerate(s):
                 cu = np.pad(cu, (0, size - cu.size), "edge")
@@ -2576,9 +2576,8 @@ class TTTPlan:
         n, out = -(-(at.size - 1) // C), []
         for i in range(n - 1):
             x, y = (split[at[i * C + lo + k : i * C + hi + k]] for k in (0, 1))
-            bos = np.union1d([0], np.flatnonzero(x == BOS_ID))
-            pieces = [np.arange(a, b, L) for a, b in zip(bos, [*bos[1:], x.size], strict=True)]
-            cu = np.append(np.concatenate(pieces), x.size).astype(np.int32)
+            cu = np.empty(pad_to_64(x.size + 1), dtype=np.int32)
+            cu = cu[: document_pieces(x, L, cu)[0]]
             out.append((x, y, cu, 0.5 * (1 + math.cos(math.pi * i / (n - 1)))))
         return out
 
