@@ -1329,7 +1329,7 @@ def document_pieces(x: np.ndarray, max_len: int, cu: np.ndarray) -> tuple[int, i
     entries = pad_to_64(piece_starts.size + 1)
     cu[: piece_starts.size] = piece_starts
     cu[piece_starts.size : entries] = x.size
-    return entries, int(np.diff(piece_starts, append=x.size).max())
+    return entries, int(np.diff(piece_starts, append=x.size).max(initial=0))
 
 
 class ShuffledOrder:
@@ -1767,9 +1767,7 @@ class SlidingWindows:
         part = val.split[lo * S : min(lo * S + room, total + 1)]
         tokens[: part.size] = part
         self.tokens = torch.from_numpy(tokens).to(rt.device)  # resident from start-up on
-        first = lo * S + self.context if lo else 0  # target i is token i + 1
-        last = min((hi - 1) * S + L, total) if hi > lo else first
-        self.target_tokens, self.target_bytes = val.totals(rt, first, last)
+        self.target_tokens, self.target_bytes = val.target_tokens, val.target_bytes  # all, once
 
 
 # -----------------------------
@@ -2375,10 +2373,10 @@ class LoRA:
         self.A, self.B = self.A_all[lo:hi], self.B_all[lo:hi]
 
     def at(self, block: int | None) -> Callable:
-        return lambda site, h: self.delta((block, site), h)
+        return functools.partial(self.delta, block)
 
-    def delta(self, key: tuple, h: Tensor) -> Tensor:
-        if key not in self.offsets:  # TTT_Q_LORA=0 ...: the plain projection
+    def delta(self, block: int | None, site: str, h: Tensor) -> Tensor:
+        if (key := (block, site)) not in self.offsets:  # TTT_Q_LORA=0 ...: the plain projection
             return 0
         (a, b), out, r = self.offsets[key], self.shapes[key], self.rank
         A = self.A[:, a : a + r * self.dim].view(-1, r, self.dim)
@@ -2446,7 +2444,7 @@ class TTTPlan:
             chosen = scored[np.lexsort((scored, preds[scored]))][:bound]  # = by (batch, slot)
             if j < len(batches) - 1:
                 phases.append((j, self.phase_steps(cfg, rt, split, starts[chosen], preds[chosen])))
-        size = pad_to_64(max([cu.size for _, s in phases for _, _, cu, _ in s], default=0))
+        size = max([cu.size for _, s in phases for _, _, cu, _ in s], default=0)
         for _, s in phases:  # on the device, every segment table of one size: one shape
             for k, (x, y, cu, lr) in enumerate(s):
                 cu = np.pad(cu, (0, size - cu.size), "edge")
@@ -2457,7 +2455,7 @@ class TTTPlan:
             sum(width * (b.size - lo) for width, _, lo in s)
             for b, (s, _) in zip(batches, steps, strict=True)
         ]
-        stretches = [0, *sorted({j + 1 for j, _ in phases}), len(batches)]
+        stretches = [0, *(j + 1 for j, _ in phases), len(batches)]
         self.work = []
         for lo, hi in itertools.pairwise(stretches):
             load, mine, fresh = [0] * rt.world_size, [], True
@@ -2473,11 +2471,11 @@ class TTTPlan:
                 self.work.append(TTTBatch(j, widths, table, draws, scored, throwaway))
                 fresh = fresh and throwaway
         self.batch_count, self.used, self.lora, self.hints = len(batches), False, None, None
-        self.scored = max(1, sum(b.scored for b in self.work))  # this rank's predictions
+        self.scored = sum(b.scored for b in self.work)  # this rank's predictions
         tail = np.zeros(cfg.ttt_eval_seq_len + 1, dtype=np.int64)  # room for padded windows
         self.split = torch.from_numpy(np.append(split, tail)).to(device)
         self.total = total
-        self.target_tokens, self.target_bytes = val.totals(rt, 0, total * (rt.rank == 0))
+        self.target_tokens, self.target_bytes = val.target_tokens, val.target_bytes  # all, once
 
     @staticmethod
     def chunk_steps(cfg: Hyperparameters, starts: np.ndarray, preds: np.ndarray) -> tuple:
@@ -2515,9 +2513,8 @@ class TTTPlan:
         n, out = -(-(at.size - 1) // C), []
         for i in range(n - 1):
             x, y = (split[at[i * C + lo + k : i * C + hi + k]] for k in (0, 1))
-            bos = np.union1d([0], np.flatnonzero(x == BOS_ID))
-            pieces = [np.arange(a, b, L) for a, b in zip(bos, [*bos[1:], x.size], strict=True)]
-            cu = np.append(np.concatenate(pieces), x.size).astype(np.int32)
+            cu = np.empty(pad_to_64(x.size + 1), dtype=np.int32)
+            cu = cu[: document_pieces(x, L, cu)[0]]
             out.append((x, y, cu, 0.5 * (1 + math.cos(math.pi * i / (n - 1)))))
         return out
 
@@ -2569,18 +2566,16 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
     opt, params = lora.optimizer(cfg), (lora.A_all, lora.B_all)
     columns = torch.arange(cfg.ttt_eval_seq_len, device=rt.device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
-    phases, timeline, mark = list(plan.phases), [], time.perf_counter()
-    start, done, tenth = mark, 0, 1
+    phases = [*plan.phases, (math.inf, None)]  # then the final barrier
+    timeline, done = [time.perf_counter()], 0  # when it started, and reached and left each barrier
     if cfg.ngram_tilt_enabled and plan.hints is None:  # NGRAM_HINT_PRECOMPUTE_OUTSIDE=0: timed
         plan.hints = ngram_tilt_hints(cfg, plan, log0)
 
     def barrier_and_phase(steps) -> None:  # every rank: the critical path ends here
-        nonlocal mark
         rt.synchronize()
-        arrived = time.perf_counter()
+        timeline.append(time.perf_counter())
         barrier(rt)
-        timeline.append((arrived - mark, time.perf_counter() - arrived))
-        mark = time.perf_counter()
+        timeline.append(time.perf_counter())
         if steps is not None:
             base.requires_grad_(True)
             train_phase(cfg, rt, model, list(base.parameters()), steps)
@@ -2589,7 +2584,7 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
     model.eval()
     base.requires_grad_(False)  # chunk steps differentiate the adapters only, compiled ones too
     for batch in plan.work:
-        while phases and phases[0][0] < batch.index:
+        while phases[0][0] < batch.index:
             barrier_and_phase(phases.pop(0)[1])
         with torch.no_grad():
             kept = lora.A_all.clone() if batch.throwaway else None
@@ -2618,13 +2613,11 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
             with torch.no_grad():
                 lora.A_all.copy_(kept)
         done += batch.scored
-        if done * 10 >= tenth * plan.scored:  # rank 0's log: every tenth of its predictions
-            tenth = done * 10 // plan.scored + 1
-            elapsed = time.perf_counter() - start
+        if done * 10 // plan.scored > (done - batch.scored) * 10 // plan.scored:  # every tenth
+            elapsed = time.perf_counter() - timeline[0]
             log0(f"ttt_progress scored:{done / plan.scored:.0%} elapsed:{elapsed:.1f}s")
-    while phases:
-        barrier_and_phase(phases.pop(0)[1])
-    barrier_and_phase(None)
+    for _, steps in phases:
+        barrier_and_phase(steps)
     model.train()
     base.requires_grad_(True)
     log_timeline(rt, timeline, log0)
@@ -2636,19 +2629,19 @@ def train_phase(cfg, rt, model, params: list, steps: list) -> None:
     mean loss on its slice, the gradients averaged over the ranks in one flat all-reduce."""
     opt = torch.optim.SGD(params, lr=cfg.global_ttt_lr, momentum=cfg.global_ttt_momentum)
     for x, y, cu, factor in steps:
-        for group in opt.param_groups:
-            group["lr"] = cfg.global_ttt_lr * factor
+        opt.param_groups[0]["lr"] = cfg.global_ttt_lr * factor
         if x.numel():
             with rt.autocast():
                 model(x, y, "mean", cu_seqlens=cu, max_seqlen=cfg.window).backward()
-        grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+        for p in params:  # a rank without a slice adds zeros
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         if rt.distributed:
+            grads = [p.grad for p in params]
             flat = torch._utils._flatten_dense_tensors(grads)
             dist.all_reduce(flat)
             flat /= rt.world_size
             torch._foreach_copy_(grads, torch._utils._unflatten_dense_tensors(flat, grads))
-        for p, g in zip(params, grads, strict=True):
-            p.grad = g
         if cfg.global_ttt_grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(params, cfg.global_ttt_grad_clip)
         opt.step()
@@ -2656,14 +2649,16 @@ def train_phase(cfg, rt, model, params: list, steps: list) -> None:
 
 
 def log_timeline(rt: Runtime, timeline: list, log0: Callable) -> None:
-    """Each rank's busy and waiting seconds up to every phase barrier and the end."""
-    every = [timeline] * rt.world_size
+    """Each rank's busy and waiting seconds up to every phase barrier and the end (timeline: its
+    start, then when it reached and left each barrier)."""
+    spans = np.diff(timeline).tolist()  # busy, waiting, busy, ...
+    every = [spans] * rt.world_size
     if rt.distributed:
-        dist.all_gather_object(every, timeline)
-    for k in range(len(timeline)):
-        busy = ",".join(f"{t[k][0]:.2f}" for t in every)
-        wait = ",".join(f"{t[k][1]:.2f}" for t in every)
-        where = f"phase:{k + 1}" if k < len(timeline) - 1 else "end"
+        dist.all_gather_object(every, spans)
+    for k in range(0, len(spans), 2):
+        busy = ",".join(f"{t[k]:.2f}" for t in every)
+        wait = ",".join(f"{t[k + 1]:.2f}" for t in every)
+        where = f"phase:{k // 2 + 1}" if k < len(spans) - 2 else "end"
         log0(f"ttt_barrier {where} busy_s:{busy} wait_s:{wait}")
 
 

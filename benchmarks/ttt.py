@@ -344,7 +344,7 @@ def main(argv=None) -> int:
     for rt, rank_plan in rank_plans:
         clock = Clock(device)
         with patched(clock):
-            if not rank_plan.target_tokens:  # ranks > 0 own no totals: a score to discard
+            if not rank_plan.target_tokens:  # no process group: a rank without targets of its own
                 rank_plan.target_tokens = rank_plan.target_bytes = 1
             run_ours(clock, rank_plan, rt)
         cost = {b.index: estimated_cost(b.steps, b.table) for b in rank_plan.work}
