@@ -3506,43 +3506,33 @@ def collect_hessians(cfg: Hyperparameters, rt: Runtime, model: GPT, names: list)
 
 
 def weights_mismatch(ours: dict, theirs: dict) -> str:
-    """The settings by which a file's weights differ from this config's, read from the shapes:
-    `NUM_LAYERS=4 here, the file has 3 blocks`; else the first tensor that differs."""
-
-    def blocks(sd):
-        return len({k.split(".")[1] for k in sd if k.startswith("blocks.")})
-
-    def dim(sd, key, axis):
-        return tuple(sd[key].shape)[axis] if key in sd and sd[key].dim() > axis else None
-
-    found = [f"NUM_LAYERS={blocks(ours)} here, the file has {blocks(theirs)} blocks"]
-    found = found if blocks(ours) != blocks(theirs) else []
-    for name, key, axis, what in (
-        ("VOCAB_SIZE", "tok_emb.weight", 0, "embedding rows"),
-        ("MODEL_DIM", "tok_emb.weight", 1, "embedding width"),
-        ("NUM_HEADS", "blocks.0.attn.q_gain", 0, "query heads"),
-        ("NUM_KV_HEADS", "blocks.0.attn.c_k.weight", 0, "key width"),
-        ("MLP_MULT", "blocks.0.mlp.fc.weight", 0, "MLP width"),
-    ):
-        if None not in (a := dim(ours, key, axis), b := dim(theirs, key, axis)) and a != b:
-            found.append(f"{name}: {what} {a} here, {b} in the file")
-        if name == "MODEL_DIM" and a != b:  # the widths below follow from it
-            break
-    for key in [] if found else [*ours, *theirs]:  # else: the settings of the tensors that differ
-        if key not in ours or key not in theirs or ours[key].shape != theirs[key].shape:
-            shapes = [tuple(sd[key].shape) if key in sd else "absent" for sd in (ours, theirs)]
-            name = next((f"{name}: " for part, name in TENSOR_SETTINGS if part in key), "")
-            if not any(line.startswith(name or key) for line in found):  # each setting once
-                found.append(f"{name}{key} {shapes[0]} here, {shapes[1]} in the file")
-    return "; ".join(found)
+    """The settings by which a file's weights differ from this config's, each with its first
+    tensor that differs: `NUM_LAYERS=4 here, the file has 3 blocks`, or the embedding's (the
+    widths follow from it), else every setting's."""
+    blocks = [
+        len({k.split(".")[1] for k in sd if k.startswith("blocks.")}) for sd in (ours, theirs)
+    ]
+    if blocks[0] != blocks[1]:
+        return f"NUM_LAYERS={blocks[0]} here, the file has {blocks[1]} blocks"
+    found = {}
+    for key in ["tok_emb.weight", *ours, *theirs]:
+        shapes = [tuple(sd[key].shape) if key in sd else "absent" for sd in (ours, theirs)]
+        if shapes[0] != shapes[1]:
+            name = next(name for part, name in TENSOR_SETTINGS if part in key)
+            found.setdefault(name, f"{name}: {key} {shapes[0]} here, {shapes[1]} in the file")
+            if key == "tok_emb.weight":
+                break
+    return "; ".join(found.values())
 
 
-# The settings that give a tensor (weights_mismatch): the part of its name they give it
+# The settings that give a tensor (weights_mismatch): the first part of its name they give it
 TENSOR_SETTINGS = (
     ("skip_gates", "SKIP_GATES_ENABLED"), ("skip_weights", "NUM_LOOPS/LOOP_START/LOOP_END"),
     ("parallel_", "PARALLEL_START_LAYER"), ("smear", "SMEAR_GATE_ENABLED"),
     ("attn_gate", "SPARSE_ATTN_GATE_ENABLED"), ("lm_head", "TIE_EMBEDDINGS"),
-    ("softcap_", "ASYM_LOGIT_RESCALE"),
+    ("softcap_", "ASYM_LOGIT_RESCALE"), ("tok_emb", "VOCAB_SIZE/MODEL_DIM"),
+    ("q_gain", "NUM_HEADS"), ("attn.c_", "NUM_HEADS/NUM_KV_HEADS/MODEL_DIM"),
+    ("mlp.", "MLP_MULT/MODEL_DIM"), ("", "MODEL_DIM"),
 )  # fmt: skip
 
 

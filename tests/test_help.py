@@ -120,10 +120,23 @@ class FakeNetwork:  # what load_weights reads of a Network: its base model
     "file_env, message",
     [
         ({"NUM_LAYERS": "3"}, "NUM_LAYERS=4 here, the file has 3 blocks"),
-        ({"MODEL_DIM": "128"}, "MODEL_DIM: embedding width 64 here, 128 in the file"),
-        ({"VOCAB_SIZE": "512"}, "VOCAB_SIZE: embedding rows 1024 here, 512 in the file"),
-        ({"NUM_KV_HEADS": "4"}, "NUM_KV_HEADS: key width 32 here, 64 in the file"),
-        ({"MLP_MULT": "3"}, "MLP_MULT: MLP width 128 here, 192 in the file"),
+        (  # the embedding's widths decide: the other tensors' follow from them
+            {"MODEL_DIM": "128"},
+            "VOCAB_SIZE/MODEL_DIM: tok_emb.weight (1024, 64) here, (1024, 128) in the file",
+        ),
+        (
+            {"VOCAB_SIZE": "512"},
+            "VOCAB_SIZE/MODEL_DIM: tok_emb.weight (1024, 64) here, (512, 64) in the file",
+        ),
+        (
+            {"NUM_KV_HEADS": "4"},
+            "NUM_HEADS/NUM_KV_HEADS/MODEL_DIM: blocks.0.attn.c_k.weight (32, 64) here, (64, 64) "
+            "in the file",
+        ),
+        (
+            {"MLP_MULT": "3"},
+            "MLP_MULT/MODEL_DIM: blocks.0.mlp.fc.weight (128, 64) here, (192, 64) in the file",
+        ),
         (
             {"TIE_EMBEDDINGS": "0"},
             "TIE_EMBEDDINGS: lm_head.weight absent here, (1024, 64) in the file",
@@ -136,14 +149,15 @@ def test_weights_of_another_config_name_the_setting(file_env, message):
     assert str(info.value) == f"EVAL_ONLY_PATH=x.pt: does not fit this model config: {message}"
 
 
-def test_several_differences_are_all_named_and_an_unknown_one_by_its_tensor():
+def test_the_block_count_decides_first_and_an_unknown_tensor_gets_the_width():
     both = tg.weights_mismatch(state(), state(NUM_LAYERS="2", MODEL_DIM="32"))
-    assert both.startswith("NUM_LAYERS=4 here, the file has 2 blocks; MODEL_DIM: embedding")
+    assert both == "NUM_LAYERS=4 here, the file has 2 blocks"  # the rest follows from it
+    heads = tg.weights_mismatch(state(), state(NUM_HEADS="8"))  # two settings, each named once
+    assert heads.startswith("NUM_HEADS: blocks.0.attn.q_gain (4,) here, (8,) in the file; ")
     other = state()
     other["blocks.0.surprise"] = torch.zeros(3, 64)
-    assert (
-        tg.weights_mismatch(state(), other) == "blocks.0.surprise absent here, (3, 64) in the file"
-    )
+    expected = "MODEL_DIM: blocks.0.surprise absent here, (3, 64) in the file"
+    assert tg.weights_mismatch(state(), other) == expected
 
 
 @pytest.mark.parametrize("preset", tg.PRESETS_HERE)
