@@ -131,7 +131,14 @@ def main(argv=None) -> int:
         )  # fmt: skip
         accum = tg.grad_accum_steps_for(args.world_size)
         rt = tg.Runtime(args.rank, args.rank, args.world_size, accum, device, False)
-        windows = tg.SlidingWindows(cfg, rt, tg.ValidationSet(cfg, rt, luts))
+        val = tg.ValidationSet(cfg, rt, luts)
+        windows = tg.SlidingWindows(cfg, rt, val)
+        # One rank without the others: the totals of its own windows' targets, not the split's
+        # (which a real run's ranks score between them)
+        lo, hi = rt.share(windows.windows)
+        first = lo * args.stride + windows.context if lo else 0
+        last = min((hi - 1) * args.stride + args.seq_len, val.scored_targets) if hi > lo else first
+        windows.target_tokens, windows.target_bytes = val.totals(rt, first, last)
     if args.model == "standin":
         model = StandIn(args.forward_ms, device)
     else:
