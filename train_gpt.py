@@ -72,33 +72,110 @@ def knob(default, low=None, high=None, *, above=None, below=None, choices=None):
     return dataclasses.field(default=default, metadata=bounds)
 
 
-# One preset per leaderboard row, presets/<name>.env beside this file: the record's run as its
-# log's hyperparameter dump gives it, with our names for what it hard-codes (docs/frontier.md).
-PRESET_FILES = Path(__file__).with_name("presets")
-PRESETS_HERE = sorted(path.stem for path in PRESET_FILES.glob("*.env"))
+# One preset per leaderboard row (PRESET=name): the record's run as its log's hyperparameter dump
+# gives it, with our names for what it hard-codes. PRESET makes these the defaults: a variable set
+# beside it wins, and the preset's layer numbers follow a NUM_LAYERS set beside it
+# (docs/frontier.md#one-setting-for-the-whole-record). All three trained on the sp8192 CaseOps
+# data (docs/data.md).
+PR1855 = dict(  # #1855, 2026-04-27, val_bpb 1.0611
+    # the network: 11 layers, 3-5 looped twice, two lanes from layer 8, gates, SmearGate
+    NUM_LAYERS="11", MLP_MULT="4.0", VOCAB_SIZE="8192", QK_GAIN_INIT="5.0", XSA_LAST_N="11",
+    ROPE_DIMS="16", LN_SCALE="1", SKIP_GATES_ENABLED="1", NUM_LOOPS="2", LOOP_START="3",
+    LOOP_END="5", ENABLE_LOOPING_AT="0.35", PARALLEL_START_LAYER="8", PARALLEL_FINAL_LANE="mean",
+    GATE_WINDOW="12", SPARSE_ATTN_GATE_ENABLED="1", SPARSE_ATTN_GATE_SCALE="0.5",
+    SMEAR_GATE_ENABLED="1", LEAKY_RELU_SLOPE="0.5", ORTHOGONAL_INIT="1", PARAMETER_BANKS="1",
+    # the optimizers and schedule
+    MATRIX_LR="0.026", SCALAR_LR="0.02", TIED_EMBED_LR="0.03", BETA2="0.99", MUON_MOMENTUM="0.97",
+    MUON_MOMENTUM_WARMUP_START="0.92", MUON_MOMENTUM_WARMUP_STEPS="1500", MUON_POLAR_EXPRESS="1",
+    MUON_ROW_NORMALIZE="1", MUON_MOMENTUM_BF16="1", MUON_WD="0.095", EMBED_WD="0.085",
+    ADAM_WD="0.02", GRAD_CLIP_NORM="0.3", EMA_DECAY="0.9965", WARMDOWN_FRAC="0.85", MIN_LR="0.1",
+    GPTQ_RESERVE_SECONDS="0.5", TRAIN_BATCH_TOKENS="786432", TRAIN_SEQ_LEN="2048",
+    TRAIN_LOADER="docpack", VAL_LOSS_EVERY="0", TRAIN_LOG_EVERY="500",
+    # the evaluation (the record's eval_val: within documents), its quantizer and its file
+    # (per-group lrzip: needs the lrzip binary)
+    VAL_DOC_ATTENTION="1", EVAL_TTT="1", QUANTIZER="gptq", EMBED_BITS="7",
+    EMBED_CLIP_SIGMAS="14.0", MLP_CLIP_SIGMAS="11.5", GATED_ATTN_QUANT_GATE="1",
+    COMPRESSOR="pergroup", FUSED_CE_ENABLED="1", PHASED_TTT_NUM_PHASES="3",
+)  # fmt: skip
+PR2014 = PR1855 | dict(  # #2014, 2026-04-30, val_bpb 1.0576 (docs/frontier.md#the-may-records)
+    # #1855 plus progressive training context, TTT levers and AWQ-lite. Its EVAL_STRIDE=1536 is
+    # read by nothing there, so it is not here (here it would add a sliding-window score).
+    QK_GAIN_INIT="5.25", GPTQ_RESERVE_SECONDS="4.0", TRAIN_SEQ_LEN="3072",
+    PHASED_TTT_NUM_PHASES="1", TRAIN_SEQ_SCHEDULE="1024@0.100,2048@0.700,3072@1.000",
+    TRAIN_SEQ_SCHEDULE_MODE="wallclock", SEQ_CHANGE_WARMUP_STEPS="32", COMPILE_SHAPE_WARMUP="1",
+    ROPE_TRAIN_SEQ_LEN="3072", TTT_EVAL_SEQ_LEN="3072", EVAL_INCLUDE_TAIL="1",
+    AWQ_LITE_ENABLED="1", AWQ_LITE_BITS="8", AWQ_LITE_GROUP_TOP_K="1", AWQ_LITE_GROUP_SIZE="64",
+    ASYM_LOGIT_RESCALE="1", TTT_BATCH_SIZE="24", TTT_LOCAL_LR_MULT="0.75", TTT_MASK="no_qv",
+    TTT_Q_LORA="0", TTT_V_LORA="0", TTT_SHORT_SCORE_FIRST_ENABLED="1",
+    TTT_SHORT_SCORE_FIRST_STEPS="256:8,2000:24", TTT_SHORT_DOC_LEN="2000",
+    TTT_SHORT_CHUNK_SIZE="24",
+)  # fmt: skip
+PR2135 = PR1855 | dict(  # #2135, 2026-05-01, val_bpb 1.0565: the top row (PRESET=frontier)
+    # #1855's network with #1797's code line, TTT levers and the token n-gram tilt, its hints
+    # inside the evaluation's timer as in its run; #2135's rewritten per-group file (lrzip too)
+    MATRIX_LR="0.028", VAL_LOSS_EVERY="4000", GATED_ATTN_QUANT_GATE="0",
+    COMPRESSOR="pergroup_v2", PHASED_TTT_NUM_PHASES="1", EVAL_SEQ_LEN="2560",
+    TTT_EVAL_SEQ_LEN="2560", GPTQ_CALIBRATION_BATCHES="32", LQER_ASYM_GROUP="32",
+    ASYM_LOGIT_RESCALE="1", ASYM_LOGIT_LAYOUT="pr2135", SMEAR_GATE_BOS_FIX="0",
+    TTT_LORA_LR="8e-5", TTT_WEIGHT_DECAY="2.0", TTT_K_LORA="0", NGRAM_TILT_ENABLED="1",
+    NGRAM_HINT_PRECOMPUTE_OUTSIDE="0",
+)  # fmt: skip
+PRESETS = {"pr1855": PR1855, "pr2014": PR2014, "pr2135": PR2135, "frontier": PR2135}
+
+# The small control tensors' name patterns are built in: the baseline's default (of both its
+# pattern variables), then the record's extra ones (their tensors exist only when their
+# variables are on)
+BASELINE_CONTROL_PATTERNS = (
+    "attn_scale", "attn_scales", "mlp_scale", "mlp_scales", "resid_mix", "resid_mixes", "q_gain",
+    "skip_weight", "skip_weights",
+)  # fmt: skip
+CONTROL_TENSOR_NAME_PATTERNS = (
+    *BASELINE_CONTROL_PATTERNS, "skip_gates", "parallel_post_lambdas", "parallel_resid_lambdas",
+    "attn_gate_proj", "attn_gate_w", "smear_gate", "smear_lambda",
+)  # fmt: skip
 
 
-def read_env_file(path: Path) -> dict[str, str]:
-    """KEY=value lines and # comments; {} for a file that is not there (a record's folder)."""
-    lines = path.read_text().splitlines() if path.is_file() else ()
-    return dict(line.split("=", 1) for line in lines if line and line[0] != "#")
+def fixed(why: str, **accepted) -> dict[str, tuple[tuple, str]]:
+    """NAME=value (or a tuple of the values accepted): refused at any other value, for `why`."""
+    return {name: ((v,) if isinstance(v, str) else v, why) for name, v in accepted.items()}
 
 
-def read_preset(name: str) -> dict[str, str]:  # {} for none, or a name validate refuses
-    return read_env_file(PRESET_FILES / f"{name}.env") if name in PRESETS_HERE else {}
-
-
-def read_fixed_variables(path: Path) -> dict[str, tuple[list, str]]:
-    """NAME=value lines (a|b: either value), each refused at another value for the reason of the
-    `# why:` line above it; {} for a file that is not there (a record's folder)."""
-    fixed, why = {}, ""
-    for line in path.read_text().splitlines() if path.is_file() else ():
-        if line.startswith("# why: "):
-            why = line[7:]
-        elif line and line[0] != "#":
-            name, value = line.split("=", 1)
-            fixed[name] = value.split("|"), why
-    return fixed
+# Variables the baseline or the records read that are constants here, and ours that moved to a
+# tool or went: a run that sets one to another value is refused in one line giving the reason,
+# not silently ignored. AttnOutGate, dense GatedAttn and YaRN, off in the runs, are not here.
+FIXED_VARIABLES = {
+    **fixed("the baseline's default patterns are built in (or the record's)",
+            CONTROL_TENSOR_NAME_PATTERNS=(",".join(BASELINE_CONTROL_PATTERNS),
+                                          ",".join(CONTROL_TENSOR_NAME_PATTERNS))),
+    **fixed("the baseline's default patterns are built in",
+            INT8_KEEP_FLOAT_FP32_NAME_PATTERNS=",".join(BASELINE_CONTROL_PATTERNS)),
+    **fixed("fixed here at the records' runs' value",
+            ATTN_OUT_GATE_ENABLED="0", GATED_ATTN_ENABLED="0", ROPE_YARN="0",
+            # the phased TTT's fixed choices
+            TTT_GRAD_STEPS="1", TTT_OPTIMIZER="adam", TTT_WARM_START_A="1", TTT_EVAL_ONLY="0",
+            PHASED_TTT_ENABLED="1", GLOBAL_TTT_EPOCHS="1", GLOBAL_TTT_BATCH_SEQS="32",
+            GLOBAL_TTT_WARMUP_CHUNKS="0", GLOBAL_TTT_RESPECT_DOC_BOUNDARIES="1",
+            TTT_SHORT_LORA_ENABLED="0", TTT_TRAIN_MIN_DOC_LEN="0", TTT_TRAIN_MAX_DOC_LEN="0",
+            TTT_WARM_START_MEAN_ENABLED="0", TTT_LORA_EMA_DECAY="0.0", TTT_UPDATE_EVERY="1",
+            TTT_GRAD_STEPS_CLEAN="0", GLOBAL_TTT_OPTIMIZER="sgd",
+            # the quantizer's
+            LQER_SCOPE="all", LQER_GAIN_SELECT="0", GPTQ_CALIBRATION_MODE="random",
+            AWQ_LITE_GROUP_TOP_K="1",
+            # compilation and run control
+            COMPILE_SHAPE_WARMUP_ITERS="1", COMPILE_SHAPE_WARMUP_LOOP_MODES="auto",
+            DYNAMO_CACHE_SIZE_LIMIT="128", MIDRUN_CAP_SCHEDULE="", QK_GAIN_INIT_SCHEDULE="",
+            FORCE_STOP_STEP="0", MUON_HUBER_WD="0", OPTROT_ENABLED="0",
+            PERGROUP_ROUNDTRIP_CHECK="0",
+            # #2135's n-gram word channels, off in its run
+            WITHIN_TAU="99.0", WORD_TAU="99.0", WITHIN_BOOST="0.0", WORD_BOOST="0.0",
+            AGREE_ADD_BOOST="0.0"),
+    **fixed("every shape compiles before the clock either way", COMPILE_SHAPE_WARMUP=("0", "1")),
+    **fixed("read by YaRN only", ROPE_TRAIN_SEQ_LEN=("2048", "3072")),
+    **fixed("the timing breakdown moved to tools/timing.py (run it instead; --every N)",
+            TRAINING_TIMING_BREAKDOWN="0", TRAINING_TIMING_EVERY="200"),
+    **fixed("the validation bytes are counted on the CPU, once (cuda, the baseline's count per "
+            "batch, went)", VAL_BYTECOUNT_DEVICE="cpu"),
+}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +222,7 @@ class Hyperparameters:
     adam_eps: float = knob(1e-8, above=0)
     grad_clip_norm: float = knob(0.0, 0)
     # the frontier record's network, optimizer and schedule (docs/frontier.md): all off by default
-    preset: str = knob("", choices=("", *PRESETS_HERE))  # a file in presets/ (docs/frontier.md)
+    preset: str = knob("", choices=("", *PRESETS))  # a leaderboard row's settings (PRESETS)
     fused_ce_enabled: bool = False  # the training loss softcaps fp32 logits, as the record's CE
     leaky_relu_slope: float = knob(0.0, 0)  # MLP leaky_relu(x, slope)^2; 0 = the baseline's relu^2
     xsa_last_n: int = knob(0, 0)  # XSA (value direction removed) on the last N layers
@@ -276,7 +353,7 @@ class Hyperparameters:
 
     @classmethod
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
-        chosen = read_preset(env.get("PRESET", ""))
+        chosen = PRESETS.get(env.get("PRESET", ""), {})  # validate refuses another name
         preset = {n: v for n, v in chosen.items() if n not in env}  # a variable beats its preset
         env = preset | dict(env)
         mask = env.get("TTT_MASK", "").partition("no_")[2].upper()  # no_q, no_v, no_qv
@@ -622,16 +699,6 @@ def count_target_bytes(tokens: np.ndarray, luts: ByteLuts, chunk: int = 1 << 22)
 # INT8 + ZLIB QUANTIZATION
 # -----------------------------
 
-# substrings of the names of the small control tensors: the baseline's default, then the record's
-# (its extra tensors only exist when their variables are on)
-CONTROL_TENSOR_NAME_PATTERNS = (
-    "attn_scale", "attn_scales", "mlp_scale", "mlp_scales", "resid_mix", "resid_mixes", "q_gain",
-    "skip_weight", "skip_weights", "skip_gates", "parallel_post_lambdas", "parallel_resid_lambdas",
-    "attn_gate_proj", "attn_gate_w", "smear_gate", "smear_lambda",
-)  # fmt: skip
-# Variables the baseline or the record reads that are constants here, ours that moved to a tool
-# or went: (accepted values, why)
-FIXED_VARIABLES = read_fixed_variables(PRESET_FILES / "fixed.txt")
 INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
 INT8_CLIP_Q = 99.99984 / 100.0
 
@@ -3319,7 +3386,7 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     except RuntimeError:  # not a model: the .vocab beside it, say
         raise DataError(f"{tokenizer}: not a SentencePiece .model file") from None
     if sp.vocab_size() != cfg.vocab_size:
-        ours = "VOCAB_SIZE" in os.environ or "VOCAB_SIZE" not in read_preset(cfg.preset)
+        ours = "VOCAB_SIZE" in os.environ or "VOCAB_SIZE" not in PRESETS.get(cfg.preset, {})
         preset = "" if ours else f" (PRESET={cfg.preset}'s)"
         raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size}{preset}: expected {sp.vocab_size()}, the "
                           f"vocab size of {tokenizer}")  # fmt: skip

@@ -74,8 +74,8 @@ def test_a_presets_vocabulary_against_another_tokenizer_says_it_came_from_the_pr
         minloglevel=2,
     )  # fmt: skip
     monkeypatch.delenv("VOCAB_SIZE", raising=False)
-    for preset in tg.PRESETS_HERE:
-        if "VOCAB_SIZE" not in tg.read_preset(preset):
+    for preset in tg.PRESETS:
+        if "VOCAB_SIZE" not in tg.PRESETS[preset]:
             continue
         cfg = tg.Hyperparameters.from_env(
             {"PRESET": preset, "RUN_ID": "r", "DATA_PATH": str(tmp_path),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -167,10 +169,27 @@ def test_the_baselines_pattern_variables_at_their_default_change_nothing():
     assert all(tg.is_control_tensor(f"blocks.0.{n}") for n in names)
 
 
+def test_a_copy_of_the_script_alone_keeps_its_presets_and_refusals(tmp_path, monkeypatch):
+    """A record folder holds train_gpt.py without the repository around it: the presets and the
+    fixed variables are the script's own data, so it refuses what this one refuses."""
+    import importlib.util
+    import shutil
+
+    copy = tmp_path / "train_gpt.py"
+    shutil.copy(tg.__file__, copy)
+    spec = importlib.util.spec_from_file_location("lone_train_gpt", copy)
+    lone = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, lone)  # (dataclasses look their module up)
+    spec.loader.exec_module(lone)
+    assert lone.PRESETS == tg.PRESETS and lone.FIXED_VARIABLES == tg.FIXED_VARIABLES
+    with pytest.raises(lone.ConfigError, match="VAL_BYTECOUNT_DEVICE='cuda': not read here"):
+        lone.Hyperparameters.from_env({"VAL_BYTECOUNT_DEVICE": "cuda"})
+
+
 # -----------------------------
-# presets (generic over tg.PRESETS_HERE): what follows from NUM_LAYERS, what conflicts, --help
+# presets (generic over tg.PRESETS): what follows from NUM_LAYERS, what conflicts, --help
 # -----------------------------
-PRESET_NAMES = tg.PRESETS_HERE
+PRESET_NAMES = list(tg.PRESETS)
 LAYERED = sorted(tg.LAYER_NUMBERS)
 
 
@@ -180,7 +199,7 @@ def test_a_presets_layer_numbers_follow_a_num_layers_set_beside_it(preset):
     for layers in (4, 6, 22):
         small = cfg(PRESET=preset, NUM_LAYERS=layers)
         for name in LAYERED:
-            if name in tg.read_preset(preset):
+            if name in tg.PRESETS[preset]:
                 want = round(getattr(full, name.lower()) * layers / full.num_layers)
                 assert getattr(small, name.lower()) == want, (name, layers)
     kept = cfg(PRESET=preset, NUM_LAYERS=4, LOOP_START=0, LOOP_END=0)  # a set value stays
@@ -224,7 +243,7 @@ def test_help_under_a_preset_shows_its_values(preset, monkeypatch):
     shown = dict(line.split()[0].split("=", 1) for line in tg.settings_help().splitlines()
                  if line.startswith("  "))  # fmt: skip
     assert f"PRESET={preset}'s values:" in tg.settings_help()
-    for name, value in tg.read_preset(preset).items():
+    for name, value in tg.PRESETS[preset].items():
         if name in tg.FIXED_VARIABLES:  # read at the run's value only: not a setting
             continue
         field = next(f for f in tg.FIELDS if f.name == name.lower())

@@ -230,7 +230,7 @@ def test_the_records_control_patterns_name_its_extra_tensors_and_its_variable_is
     for name in ("skip_gates", "parallel_post_lambdas", "parallel_resid_lambdas",
                  "blocks.3.attn.attn_gate_w", "smear_gate.weight", "smear_lambda"):  # fmt: skip
         assert tg.is_control_tensor(name)
-    records = tg.FIXED_VARIABLES["CONTROL_TENSOR_NAME_PATTERNS"][0][1]  # presets/fixed.txt's
+    records = tg.FIXED_VARIABLES["CONTROL_TENSOR_NAME_PATTERNS"][0][1]  # FIXED_VARIABLES'
     assert tuple(records.split(",")) == tg.CONTROL_TENSOR_NAME_PATTERNS  # the same as the code's
     env = {"CONTROL_TENSOR_NAME_PATTERNS": records, "RUN_ID": "r"}
     assert tg.Hyperparameters.from_env(env) == tg.Hyperparameters.from_env({"RUN_ID": "r"})

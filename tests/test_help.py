@@ -160,10 +160,10 @@ def test_the_block_count_decides_first_and_an_unknown_tensor_gets_the_width():
     assert tg.weights_mismatch(state(), other) == expected
 
 
-@pytest.mark.parametrize("preset", tg.PRESETS_HERE)
+@pytest.mark.parametrize("preset", list(tg.PRESETS))
 def test_a_presets_weights_without_the_preset_name_its_settings_not_only_tensors(preset):
     """Same widths (NUM_LAYERS, MLP_MULT, ... set alike): what differs is the preset's toggles."""
-    shared = {k: v for k, v in tg.read_preset(preset).items() if k == "MLP_MULT"}
+    shared = {k: v for k, v in tg.PRESETS[preset].items() if k == "MLP_MULT"}
     sized = {**SMALL, "ROPE_DIMS": "4", "VOCAB_SIZE": "1024", **shared, "NUM_LAYERS": "4"}
     mismatch = tg.weights_mismatch(state(**sized), state(PRESET=preset, **sized))
     for part in mismatch.split("; "):

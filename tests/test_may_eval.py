@@ -258,7 +258,7 @@ def test_without_the_tail_whole_sequences_as_before(tmp_path):
 def test_the_presets_evaluate_within_documents_without_sliding_windows():
     """The records' eval_val is document-masked (issue 36): the presets' diagnostic lines are
     comparable with the records' logs; and the May records read EVAL_STRIDE nowhere."""
-    for name in tg.PRESETS_HERE:
+    for name in tg.PRESETS:
         cfg = tg.Hyperparameters.from_env({"PRESET": name, "RUN_ID": "r"}, world_size=8)
         assert cfg.val_doc_attention and cfg.eval_stride == 0, name
 

@@ -78,7 +78,7 @@ ROWS = ("pr1855", "pr2014", "pr2135")
 
 @pytest.mark.parametrize("column, row", list(enumerate(ROWS)))
 def test_each_preset_is_its_runs_variables(column, row):
-    preset = tg.read_preset(row)
+    preset = tg.PRESETS[row]
     for name, values in TABLE.items():
         assert preset.get(name) == values[column], (row, name)
     cfg = tg.Hyperparameters.from_env({"PRESET": row, "RUN_ID": "r"}, world_size=8)
@@ -89,20 +89,13 @@ def test_each_preset_is_its_runs_variables(column, row):
             assert getattr(cfg, name.lower()) == want, (row, name)
         else:
             assert value in tg.FIXED_VARIABLES[name][0], (row, name)
-    assert (tg.PRESET_FILES / "frontier.env").resolve() == (
-        tg.PRESET_FILES / "pr2135.env"
-    ).resolve()  # the top row
+    assert tg.PRESETS["frontier"] is tg.PRESETS["pr2135"]  # the top row
 
 
 def test_the_1855_preset_is_the_one_frontier_was():
-    assert (
-        tg.read_preset("pr1855")["NUM_LOOPS"] == "2"
-        and tg.read_preset("pr1855")["MUON_WD"] == "0.095"
-    )
+    assert tg.PRESETS["pr1855"]["NUM_LOOPS"] == "2" and tg.PRESETS["pr1855"]["MUON_WD"] == "0.095"
     for row in ROWS[1:]:  # the later rows: #1855 and their own differences
-        changed = {
-            k for k, v in tg.read_preset(row).items() if tg.read_preset("pr1855").get(k) != v
-        }
+        changed = {k for k, v in tg.PRESETS[row].items() if tg.PRESETS["pr1855"].get(k) != v}
         assert changed <= set(TABLE) | {"ASYM_LOGIT_LAYOUT", "COMPILE_SHAPE_WARMUP",
                                         "ROPE_TRAIN_SEQ_LEN", "COMPRESSOR"}, row  # fmt: skip
 
@@ -487,12 +480,10 @@ def test_each_preset_matches_the_references_table_of_the_runs():
     assert checked >= 40
 
 
-def test_a_preset_file_is_also_a_shell_env_file():
-    for (
-        name
-    ) in tg.PRESETS_HERE:  # `env $(grep -v '^#' presets/NAME.env) torchrun ...` sets the same
-        lines = (tg.PRESET_FILES / f"{name}.env").read_text().splitlines()
-        pairs = [line for line in lines if line and not line.startswith("#")]
-        assert all(re.fullmatch(r"[A-Z0-9_]+=[^\s#'\"$]*", line) for line in pairs), name
-        assert dict(line.split("=", 1) for line in pairs) == tg.read_preset(name), name
-    assert tg.read_preset("") == {} and tg.read_preset("frontiers") == {}  # validate names these
+def test_a_presets_values_are_words_a_shell_passes_unquoted():
+    """A preset is what a command line would set: the settings: line and a record's reproduce
+    command spell its variables out as NAME=value words."""
+    for name, preset in tg.PRESETS.items():
+        for variable, value in preset.items():
+            assert re.fullmatch(r"[A-Z0-9_]+=[^\s#'\"$]*", f"{variable}={value}"), (name, variable)
+    assert "" not in tg.PRESETS and "frontiers" not in tg.PRESETS  # validate names these

@@ -23,12 +23,10 @@ QUICKSTART = dict(
     for line in (REPO / "scripts" / "quickstart.env").read_text().splitlines()
     if line and not line.startswith("#")
 ) | {"VOCAB_SIZE": "1024"}  # what quickstart.sh adds for the local dataset
-PRESETS = tg.PRESETS_HERE
+PRESETS = list(tg.PRESETS)
 # each leaderboard row once (frontier is the top row's second name)
 ROWS = [
-    name
-    for name in PRESETS
-    if tg.read_preset(name) != tg.read_preset("frontier") or name == "frontier"
+    name for name in PRESETS if tg.PRESETS[name] is not tg.PRESETS["frontier"] or name == "frontier"
 ]
 
 

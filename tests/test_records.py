@@ -1395,7 +1395,7 @@ def test_new_says_a_gptq_runs_code_counts_as_the_records_count_it(tmp_path):
 
 
 def test_the_reproduce_command_spells_out_a_presets_variables():
-    # a record folder has no presets/: the command carries what PRESET set (the settings: line)
+    # the command carries what PRESET set (the settings: line), not the preset's name
     lg = logmod.TrainLog(path=Path("logs/a.txt"), seed_line=42)
     lg.settings = ["PRESET=pr2135", "SEED=42", "NUM_LAYERS=11", "TTT_MASK=no_qv"]
     assert reproduce_environment(lg) == ["SEED=42", "NUM_LAYERS=11", "TTT_MASK=no_qv"]

@@ -275,7 +275,7 @@ def _readme_compliance(sub: dict) -> list[str]:
 def reproduce_environment(lg: TrainLog) -> list[str]:
     """KEY=VALUE words, shell-quoted, that rerun `lg`: its `settings:` line (every setting that
     is not the default) with its seed; the seed alone when the log has no such line. PRESET is
-    left out: the line already lists its values, and a record folder ships no presets/."""
+    left out: the line already lists its values, so the command reads alone."""
     words = [w for w in lg.settings or () if not w.startswith("PRESET=")]
     if not any(w.startswith("SEED=") for w in words):
         words.insert(0, f"SEED={lg.seed}")
