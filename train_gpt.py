@@ -828,7 +828,9 @@ def gptq_quantize(w, hessian, clip_sigmas: float, bits: int, high=(), high_bits=
     W, H = w.float().clone(), hessian.float().clone()
     dead = H.diagonal() == 0
     H[dead, dead] = 1.0
-    H.diagonal().add_(0.01 * H.diagonal().mean())
+    # damping: the mean of the diagonal as torch.diag's contiguous copy, as the record's (the
+    # strided view's mean sums in another order: one unit apart in fp32 on about half the matrices)
+    H.diagonal().add_(0.01 * torch.diag(H).mean())
     perm = torch.argsort(H.diagonal(), descending=True, stable=True)
     W, H = W[:, perm], H[perm][:, perm]
     W[:, dead[perm]] = 0.0

@@ -116,7 +116,7 @@ def gptq_protected(
     dead = torch.diagonal(H) == 0  # 1
     for i in torch.nonzero(dead).flatten().tolist():
         H[i, i] = 1.0
-    H += torch.eye(n) * (0.01 * torch.diagonal(H).mean())  # 2
+    H += torch.eye(n) * (0.01 * torch.diag(H).mean())  # 2: torch.diag's copy, contiguous
     order = torch.sort(torch.diagonal(H), descending=True, stable=True).indices  # 3
     W = w.to(torch.float32)[:, order].clone()
     H = H[order][:, order]

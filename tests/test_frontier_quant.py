@@ -74,6 +74,30 @@ def test_gptq_gives_the_references_integers_and_scales(bits, k):
     assert q.abs().max() <= 2 ** (bits - 1) - 1
 
 
+def test_gptq_damps_with_the_mean_of_a_contiguous_diagonal_as_the_record(monkeypatch):
+    """The damping adds 0.01 x mean(diag H), the mean taken over torch.diag's contiguous copy as
+    the record's code takes it: the strided view's mean sums in another order and is one unit
+    apart in fp32 on this Hessian, which shows in the damped diagonal of its 8 quiet columns (the
+    damping is most of their entry). Both Cholesky factorisations see the same damped matrix."""
+    x = correlated_inputs(512, 128, 5)
+    x[:, :8] *= 1e-3  # inputs that barely reach these columns
+    h = hessian(x)
+    assert not torch.equal(h.diagonal().mean(), torch.diag(h).mean())  # the orders differ here
+    factored = []
+    cholesky = torch.linalg.cholesky
+
+    def recording(a, *args, **kwargs):
+        factored.append(a.clone())
+        return cholesky(a, *args, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, "cholesky", recording)
+    w = weights(8, 128, 5)
+    tg.gptq_quantize(w, h, 12.85, 6)
+    ref.gptq(w, h, 12.85, 6)
+    ours_damped, theirs_damped = factored[0], factored[2]  # each: H, then its inverse's factor
+    assert torch.equal(ours_damped, theirs_damped)
+
+
 def test_sdclip_scales_are_k_row_stds_over_the_levels():
     w = weights(64, 200, 3)
     w[7] = 0.0  # a constant row: the 1e-10 floor
