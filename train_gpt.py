@@ -530,8 +530,8 @@ def normalize_rows(u: Tensor) -> Tensor:  # MuonEq-R: each row to unit norm (fp3
     return u / u.float().norm(dim=-1, keepdim=True).clamp_min(1e-7).to(u.dtype)
 
 
-class Bank(NamedTuple):  # this rank's share of a set of matrices (Muon.plan_banks)
-    owned: list  # PARAMETER_BANKS: a contiguous share of a set, as the record shards its banks
+class Bank(NamedTuple):  # PARAMETER_BANKS: this rank's share of a set of same-shaped matrices
+    owned: list  # a contiguous share of the set, as the record shards its banks
     grads: Tensor  # (len(owned), rows, cols), made once: their gradients, stacked
     grad_views: list  # grads[i], made once
     updates: Tensor  # their rows of the flat update buffer, as (len(owned), rows, cols)
@@ -557,6 +557,19 @@ class Muon(torch.optim.Optimizer):
             for state in self.state.values():
                 state["momentum_buffer"] = state["momentum_buffer"].to(self.momentum_dtype)
 
+    def orthogonal_update(self, p: Tensor, g: Tensor, group: dict) -> Tensor:
+        """Nesterov momentum on g (p's gradient, or its bank share's, stacked), orthogonalised."""
+        state = self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(g)
+        buf = state["momentum_buffer"]
+        buf.mul_(group["momentum"]).add_(g)
+        g = g.add(buf, alpha=group["momentum"]) if group["nesterov"] else g
+        g = self.orthogonalize(normalize_rows(g) if self.row_normalize else g,
+                               steps=group["backend_steps"])  # fmt: skip
+        g *= max(1, g.size(-2) / g.size(-1)) ** 0.5  # scale for non-square matrices
+        return g
+
     @torch.no_grad()
     def step(self, closure=None):
         distributed = dist.is_available() and dist.is_initialized()
@@ -567,20 +580,16 @@ class Muon(torch.optim.Optimizer):
             if index not in self.plans:
                 self.plans[index] = self.plan_banks(params, world_size, rank)
             updates_flat, updates, banks = self.plans[index]
-            updates_flat.zero_()
-            for bank in banks:  # this rank's share, one Newton-Schulz call each; zero elsewhere
-                torch._foreach_copy_(bank.grad_views, [p.grad for p in bank.owned])
-                g = bank.grads if self.banks else bank.grad_views[0]  # a bank's: stacked
-                state = self.state[bank.owned[0]]  # Nesterov momentum, orthogonalised
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(g)
-                buf = state["momentum_buffer"]
-                buf.mul_(group["momentum"]).add_(g)
-                g = g.add(buf, alpha=group["momentum"]) if group["nesterov"] else g
-                g = self.orthogonalize(normalize_rows(g) if self.row_normalize else g,
-                                       steps=group["backend_steps"])  # fmt: skip
-                g *= max(1, g.size(-2) / g.size(-1)) ** 0.5  # scale for non-square matrices
-                bank.updates.copy_(g)
+            updates_flat.zero_()  # this rank's updates go in; the other ranks' arrive as sums
+            if self.banks:  # this rank's share of each bank, one Newton-Schulz call each
+                for bank in banks:
+                    torch._foreach_copy_(bank.grad_views, [p.grad for p in bank.owned])
+                    bank.updates.copy_(self.orthogonal_update(bank.owned[0], bank.grads, group))
+            else:  # the baseline's: every world-th parameter, each on its own
+                for i, (p, update) in enumerate(zip(params, updates, strict=True)):
+                    if i % world_size == rank and p.grad is not None:
+                        g = p.grad.to(self.momentum_dtype or p.grad.dtype)  # (no copy if same)
+                        update.copy_(self.orthogonal_update(p, g, group))
             if distributed:
                 dist.all_reduce(updates_flat, op=dist.ReduceOp.SUM)
             if self.weight_decay:  # decoupled: p *= 1 - lr * wd, before the update
@@ -589,25 +598,22 @@ class Muon(torch.optim.Optimizer):
             torch._foreach_add_(params, updates, alpha=-group["lr"])
 
     def plan_banks(self, params: list, world_size: int, rank: int) -> tuple:
-        """Made once: the flat update buffer that the all-reduce completes, each parameter's view
-        of it, and this rank's banks: a contiguous share of each set of same-shaped parameters
-        (PARAMETER_BANKS), else the baseline's every world-th parameter, each on its own."""
-        sets = {}  # in the group's order
-        for i, p in enumerate(params):
-            sets.setdefault(p.shape if self.banks else i, []).append(p)
+        """Made once: the flat update buffer that the all-reduce completes (same-shaped
+        parameters adjacent), each parameter's view of it, and with PARAMETER_BANKS this rank's
+        banks: a contiguous share of each set of same-shaped parameters."""
+        shapes = {}  # the sets of same-shaped parameters, in the group's order
+        for p in params:
+            shapes.setdefault(p.shape, []).append(p)
         total, device = sum(p.numel() for p in params), params[0].device
         updates_flat, start = torch.zeros(total, device=device, dtype=torch.bfloat16), 0
         views, banks = {}, []
-        for i, bank in enumerate(sets.values()):
-            rows = updates_flat[start : start + bank[0].numel() * len(bank)]
-            rows = rows.view(len(bank), *bank[0].shape)
+        for shape, bank in shapes.items():
+            rows = updates_flat[start : start + len(bank) * shape.numel()].view(len(bank), *shape)
             views |= {id(p): row for p, row in zip(bank, rows, strict=True)}
             start += rows.numel()
             share = -(-len(bank) // world_size)  # ceil: the last ranks may own fewer, or none
             lo, hi = rank * share, min((rank + 1) * share, len(bank))
-            if not self.banks:
-                lo, hi = 0, int(i % world_size == rank)
-            if lo < hi:
+            if self.banks and lo < hi:
                 grads = torch.empty_like(rows[lo:hi], dtype=self.momentum_dtype or bank[0].dtype)
                 banks.append(Bank(bank[lo:hi], grads, list(grads.unbind(0)), rows[lo:hi]))
         return updates_flat, [views[id(p)] for p in params], banks
