@@ -2641,16 +2641,16 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
     opt, params = lora.optimizer(cfg), (lora.A_all, lora.B_all)
     columns = torch.arange(cfg.ttt_eval_seq_len, device=rt.device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
-    phases = [*plan.phases, (math.inf, None)]  # then the final barrier
-    timeline, done = [time.perf_counter()], 0  # when it started, and reached and left each barrier
+    phases = list(plan.phases)  # (the batch index after which it trains, its SGD steps)
+    start, barriers, done = time.perf_counter(), [], 0  # barriers: (reached, left) at each
     if cfg.ngram_tilt_enabled and plan.hints is None:  # NGRAM_HINT_PRECOMPUTE_OUTSIDE=0: timed
         plan.hints = ngram_tilt_hints(cfg, plan, log0)
 
     def barrier_and_phase(steps) -> None:  # every rank: the critical path ends here
         rt.synchronize()
-        timeline.append(time.perf_counter())
+        reached = time.perf_counter()
         barrier(rt)
-        timeline.append(time.perf_counter())
+        barriers.append((reached, time.perf_counter()))
         if steps is not None:
             base.requires_grad_(True)
             train_phase(cfg, rt, model, list(base.parameters()), steps)
@@ -2659,7 +2659,7 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
     model.eval()
     base.requires_grad_(False)  # chunk steps differentiate the adapters only, compiled ones too
     for batch in plan.work:
-        while phases[0][0] < batch.index:
+        while phases and phases[0][0] < batch.index:
             barrier_and_phase(phases.pop(0)[1])
         with torch.no_grad():
             kept = lora.A_all.clone() if batch.throwaway else None
@@ -2687,15 +2687,16 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
         if kept is not None:
             with torch.no_grad():
                 lora.A_all.copy_(kept)
-        done += batch.scored
-        if done * 10 // plan.scored > (done - batch.scored) * 10 // plan.scored:  # every tenth
-            elapsed = time.perf_counter() - timeline[0]
+        tenths_before, done = done * 10 // plan.scored, done + batch.scored
+        if done * 10 // plan.scored > tenths_before:  # rank 0's log: each tenth of its predictions
+            elapsed = time.perf_counter() - start
             log0(f"ttt_progress scored:{done / plan.scored:.0%} elapsed:{elapsed:.1f}s")
-    for _, steps in phases:
+    for _, steps in phases:  # the phases after this rank's last batch
         barrier_and_phase(steps)
+    barrier_and_phase(None)  # the end: every rank's work done
     model.train()
     base.requires_grad_(True)
-    log_timeline(rt, timeline, log0)
+    log_timeline(rt, start, barriers, log0)
     return score(rt, loss_sum, plan.target_tokens, plan.target_bytes)
 
 
@@ -2723,17 +2724,20 @@ def train_phase(cfg, rt, model, params: list, steps: list) -> None:
         opt.zero_grad(set_to_none=True)
 
 
-def log_timeline(rt: Runtime, timeline: list, log0: Callable) -> None:
-    """Each rank's busy and waiting seconds up to every phase barrier and the end (timeline: its
-    start, then when it reached and left each barrier)."""
-    spans = np.diff(timeline).tolist()  # busy, waiting, busy, ...
+def log_timeline(rt: Runtime, start: float, barriers: list, log0: Callable) -> None:
+    """Each rank's busy and waiting seconds up to every phase barrier and the end: busy from its
+    start (or leaving the barrier before) to reaching this one, then waiting for the others."""
+    spans, left = [], start  # (busy, waiting) per barrier
+    for reached, released in barriers:
+        spans.append((reached - left, released - reached))
+        left = released
     every = [spans] * rt.world_size
     if rt.distributed:
         dist.all_gather_object(every, spans)
-    for k in range(0, len(spans), 2):
-        busy = ",".join(f"{t[k]:.2f}" for t in every)
-        wait = ",".join(f"{t[k + 1]:.2f}" for t in every)
-        where = f"phase:{k // 2 + 1}" if k < len(spans) - 2 else "end"
+    for k in range(len(spans)):
+        busy = ",".join(f"{rank_spans[k][0]:.2f}" for rank_spans in every)
+        wait = ",".join(f"{rank_spans[k][1]:.2f}" for rank_spans in every)
+        where = f"phase:{k + 1}" if k < len(spans) - 1 else "end"
         log0(f"ttt_barrier {where} busy_s:{busy} wait_s:{wait}")
 
 

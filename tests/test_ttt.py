@@ -294,6 +294,19 @@ def ttt_lines(run) -> list[str]:
     return [re.sub(r" eval_time:\d+ms", "", line) for line in run.lines("quantized_ttt_phased")]
 
 
+def test_the_timeline_says_each_ranks_busy_and_waiting_seconds_per_barrier():
+    """busy: from the start (or leaving the barrier before) to reaching this one; waiting: until
+    every rank reached it. Phases in order, then the end."""
+    lines = []
+    one_rank = type("Rank", (), {"world_size": 1, "distributed": False})()
+    tg.log_timeline(one_rank, 10.0, [(11.0, 11.5), (13.5, 13.75), (14.0, 14.0)], lines.append)
+    assert lines == [
+        "ttt_barrier phase:1 busy_s:1.00 wait_s:0.50",
+        "ttt_barrier phase:2 busy_s:2.00 wait_s:0.25",
+        "ttt_barrier end busy_s:0.25 wait_s:0.00",
+    ]
+
+
 TINY_TTT = dict(
     EVAL_TTT=1, TTT_BATCH_SIZE=4, TTT_CHUNK_SIZE=16, TTT_EVAL_SEQ_LEN=64, TTT_LORA_RANK=4,
     PHASED_TTT_PREFIX_DOCS=12, GLOBAL_TTT_CHUNK_TOKENS=2048, MAX_VAL_TOKENS=6000,
