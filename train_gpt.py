@@ -55,7 +55,8 @@ try:
     from torch.nn.attention.flex_attention import BlockMask, flex_attention
     from torch.nn.parallel import DistributedDataParallel as DDP
 except ModuleNotFoundError as e:  # a Python without the requirements: what to run, in one line
-    sys.exit(f"error: {e}; run `bash scripts/setup.sh` (or pip install -r requirements.txt)")
+    sys.exit(f"error: {e}; run `bash scripts/setup.sh`, then .venv/bin/torchrun (or pip install "
+             f"-r requirements.txt)")  # fmt: skip
 
 # -----------------------------
 # CONFIG
@@ -392,40 +393,51 @@ class Hyperparameters:
         span = self.train_batch_tokens // n  # a rank's micro-batch; n: ranks x micro-steps
         checks = [  # (broken, variable, what was expected)
             (not self.run_id or any(c in self.run_id for c in "/\\") or self.run_id in (".", ".."),
-             "RUN_ID", "a plain file name"),
+             "RUN_ID", "a plain file name (it names logs/RUN_ID.txt)"),
             (self.train_batch_tokens % (n * T), "TRAIN_BATCH_TOKENS",
-             f"a multiple of {n} x TRAIN_SEQ_LEN={T}"),
-            (self.val_batch_size < n * L, "VAL_BATCH_SIZE", f">= {n} x EVAL_SEQ_LEN={L}"),
+             f"a multiple of {n} x TRAIN_SEQ_LEN={T} (a sequence per rank and micro-step: "
+             f"WORLD_SIZE={world_size} x {accum} gradient accumulation steps)"),
+            (self.val_batch_size < n * L, "VAL_BATCH_SIZE",
+             f">= {n} x EVAL_SEQ_LEN={L} (a sequence per rank and micro-step)"),
             (self.model_dim % (2 * self.num_heads), "MODEL_DIM",
-             f"a multiple of 2 x NUM_HEADS={self.num_heads}"),
+             f"a multiple of 2 x NUM_HEADS={self.num_heads} (an even head size for RoPE)"),
             (self.num_heads % self.num_kv_heads, "NUM_KV_HEADS",
-             f"a divisor of NUM_HEADS={self.num_heads}"),
-            (self.resume_from and self.eval_only_path, "RESUME_FROM", "no EVAL_ONLY_PATH with it"),
-            (0 < self.max_val_tokens < T, "MAX_VAL_TOKENS", f"0 or >= TRAIN_SEQ_LEN={T}"),
-            (self.eval_stride > L, "EVAL_STRIDE", f"<= EVAL_SEQ_LEN={L}"),
+             f"a divisor of NUM_HEADS={self.num_heads} (each KV head serves a group of them)"),
+            (self.resume_from and self.eval_only_path, "RESUME_FROM",
+             "no EVAL_ONLY_PATH with it (resume training, or evaluate a saved model: unset one)"),
+            (0 < self.max_val_tokens < T, "MAX_VAL_TOKENS",
+             f"0 (the whole split) or >= TRAIN_SEQ_LEN={T} (one whole sequence)"),
+            (self.eval_stride > L, "EVAL_STRIDE",
+             f"<= EVAL_SEQ_LEN={L} (each window scores its last EVAL_STRIDE targets)"),
             (self.eval_ttt and self.global_ttt_chunk_tokens < L, "GLOBAL_TTT_CHUNK_TOKENS",
-             f">= EVAL_SEQ_LEN={L}"),
+             f">= EVAL_SEQ_LEN={L} (a phase's SGD step holds whole sequences)"),
             (not all(doc > 0 < chunk <= self.ttt_eval_seq_len for doc, chunk in self.ttt_chunks),
              "TTT_SHORT_SCORE_FIRST_STEPS", f"doc:chunk items > 0, chunks (TTT_CHUNK_SIZE="
              f"{self.ttt_chunk_size} too) <= TTT_EVAL_SEQ_LEN={self.ttt_eval_seq_len}"),
             (self.rope_dims % 2 or self.rope_dims > head, "ROPE_DIMS",
-             f"an even number <= {head} (the head size)"),
+             f"an even number <= {head} (the head size, MODEL_DIM / NUM_HEADS; 0 = all of it)"),
             (self.num_loops and not self.loop_start <= self.loop_end < layers, "LOOP_START",
-             f"<= LOOP_END={self.loop_end} < NUM_LAYERS={layers} (NUM_LOOPS={self.num_loops})"),
-            (self.parallel_start_layer >= layers, "PARALLEL_START_LAYER", f"< NUM_LAYERS={layers}"),
+             f"<= LOOP_END={self.loop_end} < NUM_LAYERS={layers} (NUM_LOOPS={self.num_loops} "
+             f"repeats layers that exist; NUM_LOOPS=0: no loops)"),
+            (self.parallel_start_layer >= layers, "PARALLEL_START_LAYER",
+             f"< NUM_LAYERS={layers} (0: no parallel lanes)"),
             (self.xsa_last_n > layers, "XSA_LAST_N", f"<= NUM_LAYERS={layers}"),
             (self.gate_window > self.model_dim, "GATE_WINDOW",
-             f"<= MODEL_DIM={self.model_dim}"),
-            (int(self.mlp_mult * self.model_dim) < 1, "MLP_MULT", "int(MLP_MULT*MODEL_DIM) >= 1"),
+             f"<= MODEL_DIM={self.model_dim} (the gates read that many input dims)"),
+            (int(self.mlp_mult * self.model_dim) < 1, "MLP_MULT",
+             "int(MLP_MULT*MODEL_DIM) >= 1 (the MLP's hidden width)"),
             (0 < self.max_wallclock_seconds <= self.gptq_reserve_seconds, "GPTQ_RESERVE_SECONDS",
-             f"< MAX_WALLCLOCK_SECONDS={self.max_wallclock_seconds}"),
+             f"< MAX_WALLCLOCK_SECONDS={self.max_wallclock_seconds} (training stops this much "
+             f"before the cap)"),
             (self.compressor.startswith("pergroup") and self.quantizer != "gptq", "COMPRESSOR",
-             "QUANTIZER=gptq with it"),
+             "QUANTIZER=gptq with it (its files hold GPTQ's integers; int8's: zlib, brotli, lzma)"),
             ((self.quantizer == "gptq" or self.compressor == "brotli")
-             and importlib.util.find_spec("brotli") is None, "COMPRESSOR",
-             f"the brotli package (for it or QUANTIZER={self.quantizer})"),
+             and importlib.util.find_spec("brotli") is None,
+             "QUANTIZER" if self.quantizer == "gptq" else "COMPRESSOR",
+             "the brotli package, which it writes with: pip install -r requirements.txt (or bash "
+             "scripts/setup.sh)"),
             (self.train_seq_schedule and self.train_loader != "docpack", "TRAIN_SEQ_SCHEDULE",
-             "TRAIN_LOADER=docpack with it"),
+             "TRAIN_LOADER=docpack with it (its stages cut documents at their lengths)"),
         ]  # fmt: skip
         bad = [f"{name}={getattr(self, name.lower())!r}: expected {want}"
                for broken, name, want in checks if broken]  # fmt: skip
@@ -433,7 +445,8 @@ class Hyperparameters:
             raise ConfigError("; ".join(bad))
         if any(span % length for _, length in seq_stages(self)):  # seq_stages: a bad plan too
             raise ConfigError(f"TRAIN_SEQ_SCHEDULE={self.train_seq_schedule!r}: expected lengths "
-                              f"that divide a rank's micro-batch of {span} tokens")  # fmt: skip
+                              f"that divide a rank's micro-batch of {span} tokens "
+                              f"(TRAIN_BATCH_TOKENS / {n} ranks x micro-steps)")  # fmt: skip
 
 
 FIELDS = dataclasses.fields(Hyperparameters)
@@ -484,7 +497,10 @@ def env_int(name: str, default: int) -> int:
 def grad_accum_steps_for(world_size: int) -> int:
     """8 // WORLD_SIZE keeps the global batch and math of 1-8 GPUs alike; 8k GPUs run one each."""
     if world_size < 1 or (8 % world_size and world_size % 8):
-        raise ConfigError(f"WORLD_SIZE={world_size}: expected a divisor of 8 or a multiple of 8")
+        raise ConfigError(
+            f"WORLD_SIZE={world_size}: expected a divisor of 8 or a multiple of 8 "
+            f"(the global batch is 8 micro-batches; torchrun --nproc_per_node)"
+        )
     return max(8 // world_size, 1)
 
 
@@ -924,8 +940,8 @@ def quantize_state_dict_gptq(cfg, state: dict, hessians: dict, act_rms=()) -> di
             w[name], meta[name] = t.half() if t.is_floating_point() else t, "passthrough (float16)"
         else:
             bits, k = gptq_bits(cfg, name), clip_sigmas(cfg, name)
-            h = hessians.get(name, torch.eye(t.size(1)))
-
+            # no Hessian (an untied embedding): the identity, built only then
+            h = hessians[name] if name in hessians else torch.eye(t.size(1))
             high = range(a, a + G) if name == group else ()
             q = gptq_quantize(t, h, k, bits, high, cfg.awq_lite_bits)
             w[f"{name}.q"], w[f"{name}.scale"] = q
@@ -1165,10 +1181,11 @@ def log_quantized_weights(meta: dict[str, str], log0: Callable) -> None:
     kinds = collections.defaultdict(set)
     for name, how in meta.items():
         parts = name.split(".")
-        if parts[0] == "blocks":  # without its layer
+        if parts[0] == "blocks" and parts[1:2] and parts[1].isdigit():  # without its layer
             del parts[1]
+        if parts[-1].isdigit():  # nor a trailing index, as the record's line drops it
+            del parts[-1]
         kinds[how].add(".".join(parts))
-
     log0("Quantized weights:")
     for how in sorted(kinds):
         log0(f"  {how}: {', '.join(sorted(kinds[how]))}")
@@ -1191,16 +1208,20 @@ def read_shard_header(path: str | Path) -> int:
     """Check a shard's header and file size (cheap: no tokens read); return its token count."""
     header = read_array(path, "<i4", HEADER_INTS)
     size = Path(path).stat().st_size
+    again = "build or download the data again (docs/data.md)"
     if header.size != HEADER_INTS:
-        raise DataError(f"{path}: {size} bytes: expected a header of {HEADER_BYTES}")
+        raise DataError(f"{path}: {size} bytes, shorter than a shard's {HEADER_BYTES}-byte header: "
+                        f"cut short? {again}")  # fmt: skip
     magic, version, num_tokens = header[:3].tolist()
-    if (magic, version) != (SHARD_MAGIC, SHARD_VERSION):
-        raise DataError(
-            f"{path}: magic {magic}, version {version}: expected {SHARD_MAGIC}, {SHARD_VERSION}"
-        )
+    if magic != SHARD_MAGIC:
+        raise DataError(f"{path}: magic {magic}: expected {SHARD_MAGIC}, not a token shard "
+                        f"(data/ writes them: docs/data.md)")  # fmt: skip
+    if version != SHARD_VERSION:
+        raise DataError(f"{path}: shard version {version}: expected {SHARD_VERSION}; {again}")
     expected = HEADER_BYTES + 2 * num_tokens
     if num_tokens < 0 or size != expected:
-        raise DataError(f"{path}: {size} bytes: expected {expected} for its {num_tokens} tokens")
+        raise DataError(f"{path}: {size} bytes, but its header's {num_tokens} tokens need "
+                        f"{expected}: cut short? {again}")  # fmt: skip
     return num_tokens
 
 
@@ -1208,7 +1229,7 @@ def read_array(path: str | Path, dtype: str, count: int, offset: int = 0) -> np.
     try:
         return np.fromfile(path, dtype=dtype, count=count, offset=offset)
     except OSError as e:
-        raise DataError(f"{path}: unreadable ({e.strerror or e})") from e
+        raise DataError(f"{path}: cannot read the shard ({e.strerror or e})") from e
 
 
 def load_data_shard(path: str | Path, vocab_size: int | None = None) -> np.ndarray:
@@ -1223,14 +1244,17 @@ def load_data_shard(path: str | Path, vocab_size: int | None = None) -> np.ndarr
 def check_token_ids(tokens: np.ndarray, vocab_size: int | None, path, offset: int = 0) -> None:
     if vocab_size is not None and tokens.size and int(tokens.max()) >= vocab_size:
         bad = int(np.argmax(tokens >= vocab_size))
-        raise DataError(f"{path}: token {int(tokens[bad])} at {offset + bad}: expected < "
-                        f"VOCAB_SIZE={vocab_size}")  # fmt: skip
+        raise DataError(f"{path}: token {int(tokens[bad])} at position {offset + bad}: expected "
+                        f"< VOCAB_SIZE={vocab_size}: set VOCAB_SIZE to the vocabulary the data "
+                        f"was tokenized with (and TOKENIZER_PATH to its tokenizer)")  # fmt: skip
 
 
 def list_shards(pattern: str) -> list[Path]:
     files = sorted(Path(p) for p in glob.glob(pattern))
     if not files:
-        raise DataError(f"{pattern}: no such files (build or download the data: docs/data.md)")
+        raise DataError(f"no files match {pattern}: set DATA_PATH to a dataset folder, or build "
+                        f"one (data/build_local_dataset.py) or download one "
+                        f"(data/download_fineweb.py): docs/data.md")  # fmt: skip
     return files
 
 
@@ -1241,7 +1265,8 @@ class TrainShards:
         self.files = list_shards(pattern)
         self.sizes = [read_shard_header(f) for f in self.files]  # token counts
         if sum(self.sizes) == 0:
-            raise DataError(f"{pattern}: all {len(self.files)} shards are empty")
+            raise DataError(f"{pattern}: all {len(self.files)} shards are empty (build or "
+                            f"download the data again: docs/data.md)")  # fmt: skip
         self.vocab_size = vocab_size
         self.load = self.read
         self.bos: list[int] | None = None  # each shard's first BOS position (docpack)
@@ -1259,7 +1284,8 @@ class TrainShards:
         if order == "shuffled" and len(self.files) < world_size:
             raise DataError(
                 f"TRAIN_LOADER=shuffled: {len(self.files)} train shards for {world_size} ranks: "
-                f"expected one per rank at least"
+                f"expected one per rank at least (each rank reads shards of its own); more "
+                f"shards, fewer ranks, or TRAIN_LOADER=stream"
             )
         if order == "docpack" and self.bos is None:
             self.bos = [self.first_bos(i) for i in range(len(self.files))]
@@ -1269,7 +1295,7 @@ class TrainShards:
         if all(size - bos < global_span for size, bos in zip(self.sizes, self.bos, strict=True)):
             raise DataError(
                 f"TRAIN_LOADER=docpack: no train shard holds {global_span} tokens (one micro-step "
-                f"of every rank) after its first BOS"
+                f"of every rank) after its first BOS: larger shards or a smaller TRAIN_BATCH_TOKENS"
             )
 
     def first_bos(self, idx: int, chunk: int = 1 << 16) -> int:
@@ -1278,7 +1304,9 @@ class TrainShards:
             hits = np.flatnonzero(tokens[start : start + chunk] == BOS_ID)
             if hits.size:
                 return start + int(hits[0])
-        raise DataError(f"{self.files[idx]}: no BOS ({BOS_ID}): TRAIN_LOADER=docpack needs one")
+        raise DataError(f"{self.files[idx]}: no BOS token (id {BOS_ID}): TRAIN_LOADER=docpack "
+                        f"packs documents that start with one; use TRAIN_LOADER=stream, or data "
+                        f"with BOS (docs/data.md)")  # fmt: skip
 
 
 class Layout(NamedTuple):  # how an order stages a batch (its fill writes it, assemble reads it)
@@ -1292,8 +1320,9 @@ def rank_span(global_tokens: int, seq_len: int, grad_accum_steps: int, world_siz
     local = global_tokens // (world_size * grad_accum_steps)
     if local <= 0 or local % seq_len:
         raise ValueError(
-            f"{global_tokens} tokens over {world_size} ranks x {grad_accum_steps} micro-steps: "
-            f"{local} tokens per rank: expected a positive multiple of seq_len={seq_len}"
+            f"a batch of {global_tokens} tokens over {world_size} ranks x {grad_accum_steps} "
+            f"micro-steps gives {local} tokens per rank: expected a positive multiple of "
+            f"seq_len={seq_len}"
         )
     return local + 1
 
@@ -1442,7 +1471,8 @@ class ShuffledOrder:
         self.remaining = np.array([s.size for s in starts], dtype=np.float64)
         if self.remaining.sum() <= 0:
             raise DataError(
-                f"TRAIN_LOADER=shuffled: no shard of this rank holds {seq + 1} tokens (a window)"
+                f"TRAIN_LOADER=shuffled: this rank's {len(self.owned)} shards hold no window of "
+                f"TRAIN_SEQ_LEN+1 = {seq + 1} tokens: larger shards or a shorter TRAIN_SEQ_LEN"
             )
 
     def fill(self, layout: Layout, seq_len: int, tokens: np.ndarray, cu) -> tuple[int, int]:
@@ -1755,12 +1785,15 @@ class ValidationSet:
             self.counts = np.concatenate([load_data_shard(f) for f in sidecars])
             if self.counts.size != self.split.size:
                 raise DataError(f"{cfg.val_bytes_files}: {self.counts.size} byte counts: expected "
-                                f"{self.split.size}, one per token of {cfg.val_files}")  # fmt: skip
+                                f"{self.split.size}, one per token of {cfg.val_files}: written "
+                                f"for other shards? Build both again (docs/data.md)")  # fmt: skip
         L = self.seq_len = cfg.window
         usable = min(self.split_tokens, cfg.max_val_tokens or self.split_tokens)
         if usable < L:
             raise DataError(f"EVAL_SEQ_LEN={L}: expected <= {usable}, the validation targets "
-                            f"(MAX_VAL_TOKENS={cfg.max_val_tokens})")  # fmt: skip
+                            f"evaluated ({self.split_tokens} in {cfg.val_files}, MAX_VAL_TOKENS="
+                            f"{cfg.max_val_tokens}): a shorter EVAL_SEQ_LEN (0: TRAIN_SEQ_LEN) "
+                            f"or more validation data")  # fmt: skip
         # The split's targets evaluated: whole sequences of L, or all (EVAL_INCLUDE_TAIL)
         usable = self.scored_targets = usable if cfg.eval_include_tail else usable // L * L
         self.tokens = self.split[: usable + 1]
@@ -1966,7 +1999,8 @@ def select_attention(requested: str, device: torch.device) -> Attention:
                 label = f"flash_attn_{version} documents:flash_attn_{version}_varlen"
                 return Attention(label, functools.partial(flash_attention, kernels), keep)
     if requested not in ("auto", "sdpa"):
-        raise ConfigError(f"ATTENTION_BACKEND={requested}: not available here; use auto or sdpa")
+        raise ConfigError(f"ATTENTION_BACKEND={requested}: not available here (needs CUDA and "
+                          f"flash-attn; fa3: a Hopper GPU); use auto or sdpa")  # fmt: skip
     if cuda:  # compiled, flex_attention skips the blocks that no document spans
         return Attention("sdpa documents:flex_attention", sdpa_attention, document_block_mask)
     return Attention("sdpa documents:sdpa_per_segment", sdpa_attention, keep)
@@ -3187,7 +3221,8 @@ def load_checkpoint_file(path: Path):
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # truncated, corrupt or missing: one line, not a traceback
-        raise DataError(f"{path}: unreadable ({e!r})") from None
+        raise DataError(f"{path}: unreadable checkpoint file ({e!r}); resume from another "
+                        f"step_* folder") from None  # fmt: skip
 
 
 def barrier(rt: Runtime) -> None:
@@ -3205,7 +3240,8 @@ def read_checkpoint(cfg: Hyperparameters, rt: Runtime) -> dict | None:
         if not (folder / "meta.json").is_file():
             done = sorted(p for p in folder.glob("step_*") if (p / "meta.json").is_file())
             if not done:
-                raise DataError(f"RESUME_FROM={folder}: no complete checkpoint (step_*/meta.json)")
+                raise DataError(f"RESUME_FROM={folder}: no complete checkpoint (step_*/meta.json):"
+                                f" a run with CHECKPOINT_EVERY > 0 writes them")  # fmt: skip
             folder = done[-1]
         meta = read_checkpoint_meta(folder, resume_identity(cfg, rt))
         files = {"model": "model.pt", "mine": f"rank_{rt.rank:03d}.pt"}
@@ -3226,11 +3262,13 @@ def read_checkpoint_meta(folder: Path, identity: dict) -> dict:
         meta = json.loads((folder / "meta.json").read_text())
         saved = dict(meta["config"])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise DataError(f"{folder / 'meta.json'}: unreadable ({e})") from None
+        raise DataError(f"{folder / 'meta.json'}: unreadable checkpoint metadata ({e}); resume "
+                        f"from another step_* folder") from None  # fmt: skip
     for name, value in identity.items():  # a name saved before it was one: at its default
         if saved.get(name, DEFAULTS.get(name.lower())) != value:
             raise ConfigError(
-                f"RESUME_FROM={folder}: saved with {name}={saved.get(name)}, this run has {value}"
+                f"RESUME_FROM={folder}: saved with {name}={saved.get(name)}, this run has "
+                f"{value}: set {name} as saved to resume it"
             )
     return meta
 
@@ -3245,7 +3283,8 @@ def configure() -> tuple[Hyperparameters, Runtime]:
     world_size = env_int("WORLD_SIZE", 1)
     cfg = Hyperparameters.from_env(os.environ, world_size)
     if cfg.compressor.startswith("pergroup") and not shutil.which("lrzip"):  # this machine's
-        raise ConfigError(f"COMPRESSOR={cfg.compressor}: expected lrzip on PATH (scripts/setup.sh)")
+        raise ConfigError(f"COMPRESSOR={cfg.compressor}: expected the lrzip binary on PATH "
+                          f"(apt-get install -y lrzip; bash scripts/setup.sh does it)")  # fmt: skip
     rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if not distributed and ("RANK" in os.environ or world_size != 1):  # one process, 1/N of it
@@ -3260,7 +3299,8 @@ def configure() -> tuple[Hyperparameters, Runtime]:
         local_world = env_int("LOCAL_WORLD_SIZE", 1)  # the same on every rank: each one says it
         if local_world > (visible := torch.cuda.device_count()):
             raise ConfigError(
-                f"LOCAL_WORLD_SIZE={local_world}: only {visible} CUDA devices visible"
+                f"LOCAL_WORLD_SIZE={local_world}: only {visible} CUDA devices visible: expected "
+                f"torchrun --nproc_per_node <= {visible}"
             )
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -3385,23 +3425,29 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     """Tokenizer and shards checked, the validation split loaded, its bytes counted (or tables);
     the sliding windows if EVAL_STRIDE. An evaluation-only run needs no training shards."""
     if not Path(cfg.data_path).is_dir():
-        raise DataError(
-            f"DATA_PATH={cfg.data_path}: no such folder (build or download the data: docs/data.md)"
-        )
+        raise DataError(f"DATA_PATH={cfg.data_path}: no such folder; build the local dataset "
+                        f"(data/build_local_dataset.py) or download one (data/download_fineweb.py):"
+                        f" docs/data.md")  # fmt: skip
     if cfg.eval_only_path and not Path(cfg.eval_only_path).is_file():
-        raise DataError(f"EVAL_ONLY_PATH={cfg.eval_only_path}: no such file")
+        raise DataError(f"EVAL_ONLY_PATH={cfg.eval_only_path}: no such file (a run's "
+                        f"final_model.pt or final_model.*.ptz)")  # fmt: skip
     tokenizer = f"TOKENIZER_PATH={cfg.tokenizer_path}"
     if not Path(cfg.tokenizer_path).is_file():
-        raise DataError(f"{tokenizer}: no such file (build or download the data: docs/data.md)")
+        raise DataError(
+            f"{tokenizer}: no such file; the data tools write it beside the dataset "
+            f"(data/build_local_dataset.py, data/download_fineweb.py): docs/data.md"
+        )
     try:
         sp = spm.SentencePieceProcessor(model_file=cfg.tokenizer_path)
     except RuntimeError:  # not a model: the .vocab beside it, say
-        raise DataError(f"{tokenizer}: not a SentencePiece .model file") from None
+        raise DataError(f"{tokenizer}: not a SentencePiece .model file (the .model, not the "
+                        f".vocab beside it)") from None  # fmt: skip
     if sp.vocab_size() != cfg.vocab_size:
         ours = "VOCAB_SIZE" in os.environ or "VOCAB_SIZE" not in PRESETS.get(cfg.preset, {})
         preset = "" if ours else f" (PRESET={cfg.preset}'s)"
         raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size}{preset}: expected {sp.vocab_size()}, the "
-                          f"vocab size of {tokenizer}")  # fmt: skip
+                          f"vocab size of {tokenizer}: set VOCAB_SIZE={sp.vocab_size()}, or the "
+                          f"TOKENIZER_PATH the data was tokenized with")  # fmt: skip
     luts = build_sentencepiece_luts(sp, cfg.vocab_size)
     shards = None
     calibrate = cfg.quantizer == "gptq" and not cfg.eval_only_path.endswith(".ptz")

@@ -25,7 +25,10 @@ def test_a_vocab_file_as_the_tokenizer_is_one_line_naming_it(tmp_path):
     cfg = tg.Hyperparameters(data_path=str(tmp_path), tokenizer_path=str(vocab), run_id="r")
     with pytest.raises(tg.DataError) as info:
         tg.load_data(cfg, None, print)
-    assert str(info.value) == f"TOKENIZER_PATH={vocab}: not a SentencePiece .model file"
+    assert str(info.value) == (
+        f"TOKENIZER_PATH={vocab}: not a SentencePiece .model file (the .model, not the .vocab "
+        f"beside it)"
+    )
 
 
 def artifact(tmp_path: Path, blob: bytes) -> Path:

@@ -393,8 +393,9 @@ def test_a_truncated_rank_file_is_refused_naming_it(truncated_rank_run):
     assert run.returncode != 0 and not run.lines("step:3/")
     errors = error_lines(run)
     assert len(errors) == 1, run.stderr
-    message = f"{bad}: unreadable ("  # rank 1's alone: "[rank 1] error: "
-    assert re.fullmatch(rf"(\[rank 1\] )?error: {re.escape(message)}.+\)", errors[0])
+    message = f"{bad}: unreadable checkpoint file ("  # rank 1's alone: "[rank 1] error: "
+    next_step = re.escape("); resume from another step_* folder")
+    assert re.fullmatch(rf"(\[rank 1\] )?error: {re.escape(message)}.+{next_step}", errors[0])
 
 
 def test_a_truncated_rank_file_ends_every_rank_without_a_traceback(truncated_rank_run):
@@ -413,7 +414,8 @@ def test_a_folder_without_a_complete_checkpoint_is_refused(tmp_path, tiny_datase
     run = run_train(tmp_path / "run", tiny_dataset, nproc=0, RESUME_FROM=checkpoints)
     assert run.returncode == 2  # a user error, from plain python
     assert run.stderr == (
-        f"error: RESUME_FROM={checkpoints}: no complete checkpoint (step_*/meta.json)\n"
+        f"error: RESUME_FROM={checkpoints}: no complete checkpoint (step_*/meta.json): a run "
+        f"with CHECKPOINT_EVERY > 0 writes them\n"
     )
     assert "Traceback" not in run.stderr and not run.lines("step:")
 
@@ -448,7 +450,10 @@ def test_eval_only_of_a_missing_file_is_one_error_line(tmp_path, tiny_dataset):
     missing = tmp_path / "final_model.int8.ptz"
     run = run_train(tmp_path, tiny_dataset, nproc=0, EVAL_ONLY_PATH=missing)
     assert run.returncode == 2
-    assert run.stderr == f"error: EVAL_ONLY_PATH={missing}: no such file\n"
+    assert run.stderr == (
+        f"error: EVAL_ONLY_PATH={missing}: no such file (a run's final_model.pt or "
+        f"final_model.*.ptz)\n"
+    )
     assert not run.lines("model_params:")  # found before the model is built
 
 

@@ -96,7 +96,10 @@ def test_values_are_parsed_with_their_types():
         ({"VAL_BATCH_SIZE": "1024"}, "VAL_BATCH_SIZE=1024: expected >= 8 x EVAL_SEQ_LEN=1024"),
         ({"MODEL_DIM": "500"}, "MODEL_DIM=500: expected a multiple of 2 x NUM_HEADS=8"),
         ({"NUM_KV_HEADS": "3"}, "NUM_KV_HEADS=3: expected a divisor of NUM_HEADS=8"),
-        ({"MAX_VAL_TOKENS": "100"}, "MAX_VAL_TOKENS=100: expected 0 or >= TRAIN_SEQ_LEN=1024"),
+        (
+            {"MAX_VAL_TOKENS": "100"},
+            "MAX_VAL_TOKENS=100: expected 0 (the whole split) or >= TRAIN_SEQ_LEN=1024",
+        ),
         ({"RUN_ID": "../escape"}, "RUN_ID='../escape': expected a plain file name"),
     ],
 )

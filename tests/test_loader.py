@@ -429,12 +429,16 @@ def _token_out_of_vocab(path: Path) -> None:
 CORRUPTIONS = {
     "bad_magic": (
         _overwrite_magic,
-        "magic 123456789, version 1: expected 20240520, 1",
+        "magic 123456789: expected 20240520, not a token shard",
         "read_shard_header",
     ),
-    "size_mismatch": (_drop_last_token, "bytes: expected", "read_shard_header"),
-    "truncated_header": (_truncate_header, "expected a header of 1024", "read_shard_header"),
-    "deleted": (_delete, "unreadable", "read_shard_header"),
+    "size_mismatch": (_drop_last_token, "tokens need", "read_shard_header"),
+    "truncated_header": (
+        _truncate_header,
+        "shorter than a shard's 1024-byte header",
+        "read_shard_header",
+    ),
+    "deleted": (_delete, "cannot read the shard", "read_shard_header"),
     "token_out_of_vocab": (
         _token_out_of_vocab,
         f"expected < VOCAB_SIZE={sum(FAIL_SIZES)}",

@@ -204,7 +204,7 @@ def test_a_truncated_or_foreign_pgrp_file_is_refused_in_one_line(tmp_path, versi
 def test_pergroup_needs_lrzip_and_the_gptq_artifact_at_start_up(monkeypatch):
     for version in WRITERS:
         with pytest.raises(
-            tg.ConfigError, match=f"^COMPRESSOR='{version}': expected QUANTIZER=gptq with it$"
+            tg.ConfigError, match=f"^COMPRESSOR='{version}': expected QUANTIZER=gptq with it "
         ):
             tg.Hyperparameters.from_env({"COMPRESSOR": version})
     monkeypatch.setattr(shutil, "which", lambda name: None)  # a machine without lrzip
@@ -213,7 +213,10 @@ def test_pergroup_needs_lrzip_and_the_gptq_artifact_at_start_up(monkeypatch):
     monkeypatch.setenv("PRESET", "pr1855")
     with pytest.raises(tg.ConfigError) as info:  # at start-up, before the device or any data
         tg.configure()
-    assert str(info.value) == "COMPRESSOR=pergroup: expected lrzip on PATH (scripts/setup.sh)"
+    assert str(info.value) == (
+        "COMPRESSOR=pergroup: expected the lrzip binary on PATH (apt-get install -y lrzip; bash "
+        "scripts/setup.sh does it)"
+    )
 
 
 def test_each_preset_writes_its_records_per_group_format():

@@ -283,6 +283,12 @@ def test_a_window_longer_than_the_split_is_refused_naming_eval_seq_len(tmp_path)
     cfg = config(tmp_path, 64, eval_stride=8, eval_seq_len=48)
     with pytest.raises(tg.DataError, match=r"^EVAL_SEQ_LEN=48: expected <= 39, the validation"):
         tg.ValidationSet(cfg, runtime(0, 1), luts(64))  # the split is cut in whole windows
+    with pytest.raises(tg.DataError) as error:
+        tg.ValidationSet(cfg, runtime(0, 1), luts(64))
+    assert f"(39 in {cfg.val_files}, MAX_VAL_TOKENS=0)" in str(error.value)  # the files it read
+    assert str(error.value).endswith(
+        "a shorter EVAL_SEQ_LEN (0: TRAIN_SEQ_LEN) or more validation data"
+    )
 
 
 # 6. end to end: torchrun, 2 ranks --------------------------------------------------------------
