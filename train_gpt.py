@@ -421,6 +421,10 @@ class Hyperparameters:
              f"repeats layers that exist; NUM_LOOPS=0: no loops)"),
             (self.parallel_start_layer >= layers, "PARALLEL_START_LAYER",
              f"< NUM_LAYERS={layers} (0: no parallel lanes)"),
+            (self.preset and self.parameter_banks and not self.parallel_start_layer,
+             "PARALLEL_START_LAYER", f">= 1 under PRESET={self.preset} with PARAMETER_BANKS=1: "
+             "the record's code reads the lanes' two scalar tensors from every file, and ours "
+             "has them only with lanes; PARAMETER_BANKS=0 trains the same without lanes"),
             (self.xsa_last_n > layers, "XSA_LAST_N", f"<= NUM_LAYERS={layers}"),
             (self.gate_window > self.model_dim, "GATE_WINDOW",
              f"<= MODEL_DIM={self.model_dim} (the gates read that many input dims)"),

@@ -233,6 +233,20 @@ def test_every_conflict_is_named_in_one_error_with_what_the_preset_set():
     )
 
 
+def test_a_preset_without_lanes_is_refused_in_the_records_file_layout_only():
+    """The record's code reads parallel_post_lambdas / parallel_resid_lambdas from every file;
+    ours holds them only with lanes: a file it could not read is refused before training."""
+    with pytest.raises(tg.ConfigError) as info:
+        cfg(PRESET="pr1855", PARALLEL_START_LAYER=0)
+    assert str(info.value).startswith(
+        "PARALLEL_START_LAYER=0: expected >= 1 under PRESET=pr1855 with PARAMETER_BANKS=1: "
+    ), info.value
+    assert "(PARAMETER_BANKS: PRESET=pr1855's)" in str(info.value)
+    plain = cfg(PRESET="pr1855", PARALLEL_START_LAYER=0, PARAMETER_BANKS=0)  # the baseline's layout
+    assert plain.parallel_start_layer == 0 and not plain.parameter_banks
+    assert cfg(PARAMETER_BANKS=1).parallel_start_layer == 0  # no preset: our own layout choice
+
+
 def test_a_misspelt_preset_lists_the_choices():
     with pytest.raises(tg.ConfigError) as info:
         cfg(PRESET="frontiers")
