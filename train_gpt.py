@@ -74,10 +74,9 @@ def knob(default, low=None, high=None, *, above=None, below=None, choices=None):
 
 
 # One preset per leaderboard row (PRESET=name): the record's run as its log's hyperparameter dump
-# gives it, with our names for what it hard-codes. PRESET makes these the defaults: a variable set
-# beside it wins, and the preset's layer numbers follow a NUM_LAYERS set beside it
-# (docs/frontier.md#one-setting-for-the-whole-record). All three trained on the sp8192 CaseOps
-# data (docs/data.md).
+# gives it, with our names for what it hard-codes; all three trained on the sp8192 CaseOps data
+# (docs/data.md). PRESET makes these the defaults: a variable set beside it wins, and the layer
+# numbers follow a NUM_LAYERS set beside it (docs/frontier.md#one-setting-for-the-whole-record).
 PR1855 = dict(  # #1855, 2026-04-27, val_bpb 1.0611
     # the network: 11 layers, 3-5 looped twice, two lanes from layer 8, gates, SmearGate
     NUM_LAYERS="11", MLP_MULT="4.0", VOCAB_SIZE="8192", QK_GAIN_INIT="5.0", XSA_LAST_N="11",
@@ -123,17 +122,13 @@ PR2135 = PR1855 | dict(  # #2135, 2026-05-01, val_bpb 1.0565: the top row (PRESE
 )  # fmt: skip
 PRESETS = {"pr1855": PR1855, "pr2014": PR2014, "pr2135": PR2135, "frontier": PR2135}
 
-# The small control tensors' name patterns are built in: the baseline's default (of both its
-# pattern variables), then the record's extra ones (their tensors exist only when their
-# variables are on)
-BASELINE_CONTROL_PATTERNS = (
-    "attn_scale", "attn_scales", "mlp_scale", "mlp_scales", "resid_mix", "resid_mixes", "q_gain",
-    "skip_weight", "skip_weights",
-)  # fmt: skip
-CONTROL_TENSOR_NAME_PATTERNS = (
-    *BASELINE_CONTROL_PATTERNS, "skip_gates", "parallel_post_lambdas", "parallel_resid_lambdas",
-    "attn_gate_proj", "attn_gate_w", "smear_gate", "smear_lambda",
-)  # fmt: skip
+# The small control tensors' name patterns, built in: the baseline's default (of both its pattern
+# variables), then the record's extra ones (their tensors exist only when their variables are on)
+BASELINE_CONTROL_PATTERNS = ("attn_scale", "attn_scales", "mlp_scale", "mlp_scales", "resid_mix",
+                             "resid_mixes", "q_gain", "skip_weight", "skip_weights")  # fmt: skip
+CONTROL_TENSOR_NAME_PATTERNS = (*BASELINE_CONTROL_PATTERNS, "skip_gates", "parallel_post_lambdas",
+                                "parallel_resid_lambdas", "attn_gate_proj", "attn_gate_w",
+                                "smear_gate", "smear_lambda")  # fmt: skip
 
 
 def fixed(why: str, **accepted) -> dict[str, tuple[tuple, str]]:
@@ -143,7 +138,7 @@ def fixed(why: str, **accepted) -> dict[str, tuple[tuple, str]]:
 
 # Variables the baseline or the records read that are constants here, and ours that moved to a
 # tool or went: a run that sets one to another value is refused in one line giving the reason,
-# not silently ignored. AttnOutGate, dense GatedAttn and YaRN, off in the runs, are not here.
+# not silently ignored. AttnOutGate, dense GatedAttn and YaRN, off in the runs, are not built.
 FIXED_VARIABLES = {
     **fixed("the baseline's default patterns are built in (or the record's)",
             CONTROL_TENSOR_NAME_PATTERNS=(",".join(BASELINE_CONTROL_PATTERNS),
@@ -422,9 +417,8 @@ class Hyperparameters:
             (self.parallel_start_layer >= layers, "PARALLEL_START_LAYER",
              f"< NUM_LAYERS={layers} (0: no parallel lanes)"),
             (self.preset and self.parameter_banks and not self.parallel_start_layer,
-             "PARALLEL_START_LAYER", f">= 1 under PRESET={self.preset} with PARAMETER_BANKS=1: "
-             "the record's code reads the lanes' two scalar tensors from every file, and ours "
-             "has them only with lanes; PARAMETER_BANKS=0 trains the same without lanes"),
+             "PARALLEL_START_LAYER", f">= 1 under PRESET={self.preset} with PARAMETER_BANKS=1 (its "
+             "code reads the lanes' two scalars from every file); or PARAMETER_BANKS=0 with it"),
             (self.xsa_last_n > layers, "XSA_LAST_N", f"<= NUM_LAYERS={layers}"),
             (self.gate_window > self.model_dim, "GATE_WINDOW",
              f"<= MODEL_DIM={self.model_dim} (the gates read that many input dims)"),
@@ -501,10 +495,8 @@ def env_int(name: str, default: int) -> int:
 def grad_accum_steps_for(world_size: int) -> int:
     """8 // WORLD_SIZE keeps the global batch and math of 1-8 GPUs alike; 8k GPUs run one each."""
     if world_size < 1 or (8 % world_size and world_size % 8):
-        raise ConfigError(
-            f"WORLD_SIZE={world_size}: expected a divisor of 8 or a multiple of 8 "
-            f"(the global batch is 8 micro-batches; torchrun --nproc_per_node)"
-        )
+        raise ConfigError(f"WORLD_SIZE={world_size}: expected a divisor of 8 or a multiple of 8 "
+                          f"(a step is 8 micro-batches; torchrun --nproc_per_node)")  # fmt: skip
     return max(8 // world_size, 1)
 
 
@@ -854,8 +846,8 @@ def gptq_quantize(w, hessian, clip_sigmas: float, bits: int, high=(), high_bits=
     W, H = w.float().clone(), hessian.float().clone()
     dead = H.diagonal() == 0
     H[dead, dead] = 1.0
-    # damping: the mean of the diagonal as torch.diag's contiguous copy, as the record's (the
-    # strided view's mean sums in another order: one unit apart in fp32 on about half the matrices)
+    # damping: mean(diag H) over torch.diag's contiguous copy, as the record's (a strided mean sums
+    # in another order: one fp32 unit apart on about half the matrices)
     H.diagonal().add_(0.01 * torch.diag(H).mean())
     perm = torch.argsort(H.diagonal(), descending=True, stable=True)
     W, H = W[:, perm], H[perm][:, perm]
@@ -1208,24 +1200,29 @@ class DataError(ValueError):
     """Missing or malformed data; the message names the file and what was wrong."""
 
 
+GET_DATA = (  # the next step for missing or damaged data
+    "build the data (data/build_local_dataset.py) or download it (data/download_fineweb.py; "
+    "docs/data.md)"
+)
+
+
 def read_shard_header(path: str | Path) -> int:
     """Check a shard's header and file size (cheap: no tokens read); return its token count."""
     header = read_array(path, "<i4", HEADER_INTS)
     size = Path(path).stat().st_size
-    again = "build or download the data again (docs/data.md)"
     if header.size != HEADER_INTS:
         raise DataError(f"{path}: {size} bytes, shorter than a shard's {HEADER_BYTES}-byte header: "
-                        f"cut short? {again}")  # fmt: skip
+                        f"cut short? {GET_DATA}")  # fmt: skip
     magic, version, num_tokens = header[:3].tolist()
     if magic != SHARD_MAGIC:
         raise DataError(f"{path}: magic {magic}: expected {SHARD_MAGIC}, not a token shard "
                         f"(data/ writes them: docs/data.md)")  # fmt: skip
     if version != SHARD_VERSION:
-        raise DataError(f"{path}: shard version {version}: expected {SHARD_VERSION}; {again}")
+        raise DataError(f"{path}: shard version {version}: expected {SHARD_VERSION}; {GET_DATA}")
     expected = HEADER_BYTES + 2 * num_tokens
     if num_tokens < 0 or size != expected:
         raise DataError(f"{path}: {size} bytes, but its header's {num_tokens} tokens need "
-                        f"{expected}: cut short? {again}")  # fmt: skip
+                        f"{expected}: cut short? {GET_DATA}")  # fmt: skip
     return num_tokens
 
 
@@ -1248,17 +1245,15 @@ def load_data_shard(path: str | Path, vocab_size: int | None = None) -> np.ndarr
 def check_token_ids(tokens: np.ndarray, vocab_size: int | None, path, offset: int = 0) -> None:
     if vocab_size is not None and tokens.size and int(tokens.max()) >= vocab_size:
         bad = int(np.argmax(tokens >= vocab_size))
-        raise DataError(f"{path}: token {int(tokens[bad])} at position {offset + bad}: expected "
-                        f"< VOCAB_SIZE={vocab_size}: set VOCAB_SIZE to the vocabulary the data "
-                        f"was tokenized with (and TOKENIZER_PATH to its tokenizer)")  # fmt: skip
+        token, position = int(tokens[bad]), offset + bad
+        raise DataError(f"{path}: token {token} at position {position}: expected < VOCAB_SIZE="
+                        f"{vocab_size}: set it (and TOKENIZER_PATH) as the data's")  # fmt: skip
 
 
 def list_shards(pattern: str) -> list[Path]:
     files = sorted(Path(p) for p in glob.glob(pattern))
     if not files:
-        raise DataError(f"no files match {pattern}: set DATA_PATH to a dataset folder, or build "
-                        f"one (data/build_local_dataset.py) or download one "
-                        f"(data/download_fineweb.py): docs/data.md")  # fmt: skip
+        raise DataError(f"no files match {pattern}: set DATA_PATH, or {GET_DATA}")
     return files
 
 
@@ -1269,8 +1264,7 @@ class TrainShards:
         self.files = list_shards(pattern)
         self.sizes = [read_shard_header(f) for f in self.files]  # token counts
         if sum(self.sizes) == 0:
-            raise DataError(f"{pattern}: all {len(self.files)} shards are empty (build or "
-                            f"download the data again: docs/data.md)")  # fmt: skip
+            raise DataError(f"{pattern}: all {len(self.files)} shards are empty; {GET_DATA}")
         self.vocab_size = vocab_size
         self.load = self.read
         self.bos: list[int] | None = None  # each shard's first BOS position (docpack)
@@ -1308,9 +1302,8 @@ class TrainShards:
             hits = np.flatnonzero(tokens[start : start + chunk] == BOS_ID)
             if hits.size:
                 return start + int(hits[0])
-        raise DataError(f"{self.files[idx]}: no BOS token (id {BOS_ID}): TRAIN_LOADER=docpack "
-                        f"packs documents that start with one; use TRAIN_LOADER=stream, or data "
-                        f"with BOS (docs/data.md)")  # fmt: skip
+        raise DataError(f"{self.files[idx]}: no BOS token (id {BOS_ID}) to start documents at "
+                        f"(TRAIN_LOADER=docpack): use TRAIN_LOADER=stream")  # fmt: skip
 
 
 class Layout(NamedTuple):  # how an order stages a batch (its fill writes it, assemble reads it)
@@ -1794,10 +1787,11 @@ class ValidationSet:
         L = self.seq_len = cfg.window
         usable = min(self.split_tokens, cfg.max_val_tokens or self.split_tokens)
         if usable < L:
-            raise DataError(f"EVAL_SEQ_LEN={L}: expected <= {usable}, the validation targets "
-                            f"evaluated ({self.split_tokens} in {cfg.val_files}, MAX_VAL_TOKENS="
-                            f"{cfg.max_val_tokens}): a shorter EVAL_SEQ_LEN (0: TRAIN_SEQ_LEN) "
-                            f"or more validation data")  # fmt: skip
+            raise DataError(
+                f"EVAL_SEQ_LEN={L}: expected <= {usable}, the validation targets "
+                f"evaluated ({self.split_tokens} in {cfg.val_files}, MAX_VAL_TOKENS="
+                f"{cfg.max_val_tokens}): a shorter EVAL_SEQ_LEN or more data"
+            )
         # The split's targets evaluated: whole sequences of L, or all (EVAL_INCLUDE_TAIL)
         usable = self.scored_targets = usable if cfg.eval_include_tail else usable // L * L
         self.tokens = self.split[: usable + 1]
@@ -3429,18 +3423,13 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     """Tokenizer and shards checked, the validation split loaded, its bytes counted (or tables);
     the sliding windows if EVAL_STRIDE. An evaluation-only run needs no training shards."""
     if not Path(cfg.data_path).is_dir():
-        raise DataError(f"DATA_PATH={cfg.data_path}: no such folder; build the local dataset "
-                        f"(data/build_local_dataset.py) or download one (data/download_fineweb.py):"
-                        f" docs/data.md")  # fmt: skip
+        raise DataError(f"DATA_PATH={cfg.data_path}: no such folder; {GET_DATA}")
     if cfg.eval_only_path and not Path(cfg.eval_only_path).is_file():
         raise DataError(f"EVAL_ONLY_PATH={cfg.eval_only_path}: no such file (a run's "
                         f"final_model.pt or final_model.*.ptz)")  # fmt: skip
     tokenizer = f"TOKENIZER_PATH={cfg.tokenizer_path}"
     if not Path(cfg.tokenizer_path).is_file():
-        raise DataError(
-            f"{tokenizer}: no such file; the data tools write it beside the dataset "
-            f"(data/build_local_dataset.py, data/download_fineweb.py): docs/data.md"
-        )
+        raise DataError(f"{tokenizer}: no such file; {GET_DATA}: its tokenizer comes with it")
     try:
         sp = spm.SentencePieceProcessor(model_file=cfg.tokenizer_path)
     except RuntimeError:  # not a model: the .vocab beside it, say

@@ -239,7 +239,7 @@ def test_a_preset_without_lanes_is_refused_in_the_records_file_layout_only():
     with pytest.raises(tg.ConfigError) as info:
         cfg(PRESET="pr1855", PARALLEL_START_LAYER=0)
     assert str(info.value).startswith(
-        "PARALLEL_START_LAYER=0: expected >= 1 under PRESET=pr1855 with PARAMETER_BANKS=1: "
+        "PARALLEL_START_LAYER=0: expected >= 1 under PRESET=pr1855 with PARAMETER_BANKS=1 (its "
     ), info.value
     assert "(PARAMETER_BANKS: PRESET=pr1855's)" in str(info.value)
     plain = cfg(PRESET="pr1855", PARALLEL_START_LAYER=0, PARAMETER_BANKS=0)  # the baseline's layout
