@@ -1,5 +1,16 @@
-"""train_gpt.py: the Parameter Golf naive baseline (same model, optimizer, data order and logs)
-with an input pipeline that never keeps the GPU waiting. Every knob is an environment variable.
+"""train_gpt.py: the Parameter Golf baseline and the leaderboard records in one readable script.
+At its defaults it trains the naive baseline (same model, optimizer, data order and log lines);
+the records' networks, optimizers, quantizers and evaluations are toggles, with a preset per
+leaderboard row (PRESET=pr1855, pr2014, pr2135; frontier = the top row).
+
+Every setting is an environment variable (--help lists them, docs/environment.md explains them).
+Batches come from a prefetching input pipeline that never keeps the GPU waiting (docs/pipeline.md).
+The records' pieces: looped layers, parallel lanes, gated skips and attention, a SmearGate,
+Polar-Express Muon, an EMA and time-based schedules (docs/frontier.md); GPTQ with LQER and
+AWQ-lite and the records' per-group artifact files; sliding-window evaluation and score-first
+phased test-time training, with #2135's n-gram tilt (docs/evaluation.md). It runs on CPUs too
+(gloo, fp32, no compile). A record's submitted train_gpt.py is produced from this one by the
+record tools, specialised to its run (records/submission.py new, then pack).
 
   8xH100:   torchrun --standalone --nproc_per_node=8 train_gpt.py
   1 GPU:    torchrun --standalone --nproc_per_node=1 train_gpt.py   (grad accumulation: same math)
