@@ -1,5 +1,16 @@
-"""train_gpt.py: the Parameter Golf naive baseline (same model, optimizer, data order and logs)
-with an input pipeline that never keeps the GPU waiting. Every knob is an environment variable.
+"""train_gpt.py: the Parameter Golf baseline and the leaderboard records in one readable script.
+At its defaults it trains the naive baseline (same model, optimizer, data order and log lines);
+the records' networks, optimizers, quantizers and evaluations are toggles, with a preset per
+leaderboard row (PRESET=pr1855, pr2014, pr2135; frontier = the top row).
+
+Every setting is an environment variable (--help lists them, docs/environment.md explains them).
+Batches come from a prefetching input pipeline that never keeps the GPU waiting (docs/pipeline.md).
+The records' pieces: looped layers, parallel lanes, gated skips and attention, a SmearGate,
+Polar-Express Muon, an EMA and time-based schedules (docs/frontier.md); GPTQ with LQER and
+AWQ-lite and the records' per-group artifact files; sliding-window evaluation and score-first
+phased test-time training, with #2135's n-gram tilt (docs/evaluation.md). It runs on CPUs too
+(gloo, fp32, no compile). A record's submitted train_gpt.py is produced from this one by the
+record tools, specialised to its run (records/submission.py new, then pack).
 
   8xH100:   torchrun --standalone --nproc_per_node=8 train_gpt.py
   1 GPU:    torchrun --standalone --nproc_per_node=1 train_gpt.py   (grad accumulation: same math)
@@ -317,7 +328,7 @@ class Hyperparameters:
     global_ttt_momentum: float = knob(0.9, 0, 1)
     global_ttt_chunk_tokens: int = knob(32768, 1)  # a phase's SGD step (32 EVAL_SEQ_LEN at most)
     global_ttt_grad_clip: float = knob(1.0, 0)  # 0 = none
-    # #2135's token n-gram tilt of the TTT's score (docs/evaluation.md#the-n-gram-tilt)
+    # #2135's n-gram tilt of the TTT's score (docs/evaluation.md#the-n-gram-tilt-ngram_tilt_enabled)
     ngram_tilt_enabled: bool = False
     ngram_hint_precompute_outside: bool = True  # the hints before the eval's timer; 0: inside
     token_order: int = knob(16, 2, 16)  # a hint follows the TOKEN_ORDER - 1 targets before it
@@ -838,9 +849,9 @@ def sdclip_scales(w: Tensor, clip_sigmas: float, bits: int) -> Tensor:
 
 
 def gptq_quantize(w, hessian, clip_sigmas: float, bits: int, high=(), high_bits=8) -> tuple:
-    """GPTQ (FRONTIER.md 4.2): columns by decreasing Hessian diagonal, each rounded, its error
+    """GPTQ (docs/frontier.md#gptq): columns by decreasing Hessian diagonal, each rounded, its error
     spread over the columns not yet rounded through the upper Cholesky factor of H^-1. The
-    columns in `high` round at high_bits' own SDClip step (AWQ-lite, FRONTIER_MAY.md 1.10)."""
+    columns in `high` round at high_bits' own SDClip step (AWQ-lite)."""
     R, scale = 2 ** (bits - 1) - 1, sdclip_scales(w, clip_sigmas, bits)
     R_hi, s_hi = 2 ** (high_bits - 1) - 1, sdclip_scales(w, clip_sigmas, high_bits).float()[:, None]
     W, H = w.float().clone(), hessian.float().clone()
@@ -882,7 +893,7 @@ def lqer_factors(cfg: Hyperparameters, error: Tensor) -> tuple[dict, str]:
 
 
 def quant_route(cfg: Hyperparameters, name: str, t: Tensor) -> str:
-    """FRONTIER.md 4.3, first match wins: gate (int8 rows), passthrough (fp16) or gptq."""
+    """docs/frontier.md#routing, first match wins: gate (int8 rows), passthrough (fp16) or gptq."""
     gate = cfg.gated_attn_quant_gate and name.endswith(".attn_gate_w")  # (heads, GATE_WINDOW)
     if gate and 32 <= t.numel() <= 8192:
         return "gate"
@@ -957,7 +968,8 @@ def quantize_state_dict_gptq(cfg, state: dict, hessians: dict, act_rms=()) -> di
 
 
 def dequantize_state_dict_gptq(obj: dict, template: dict[str, Tensor]) -> dict[str, Tensor]:
-    """FRONTIER.md 4.5: each template name the artifact holds, in the template's dtype."""
+    """Each template name the artifact holds, in the template's dtype
+    (docs/frontier.md#the-object-and-loading)."""
     w, out = obj["w"], {}
     for name, like in template.items():
         if (how := obj["m"].get(name)) is None:
@@ -1160,7 +1172,8 @@ def read_pergroup(blob: bytes) -> dict:
 
 
 def counted_code_bytes(code: str, log0: Callable) -> int:
-    """FRONTIER.md 4.7: the wrapper's length around base85(brotli q11(minified source))."""
+    """The counted code bytes (docs/frontier.md#code-bytes): the length of the wrapper around
+    base85(brotli q11(minified source))."""
     try:  # the record's pyminify options; without python-minifier the source as it is
         code = importlib.import_module("python_minifier").minify(
             code, rename_locals=False, hoist_literals=False, remove_literal_statements=True,
@@ -3593,8 +3606,9 @@ def quantize_gptq(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callabl
 
 
 def collect_hessians(cfg: Hyperparameters, rt: Runtime, model: GPT, names: list) -> dict:
-    """FRONTIER.md 4.1: H = mean over batches of X^T X (fp32), X a matrix's input; looped layers
-    add a term per pass. Every rank draws what the record's rank 0 draws: all compute its file."""
+    """docs/frontier.md#hessians: H = mean over batches of X^T X (fp32), X a matrix's input;
+    looped layers add a term per pass. Every rank draws what the record's rank 0 draws: all
+    compute its file."""
     hessians, squares, rows, hooks = {}, {}, collections.Counter(), []
     modules = {f"{n}.weight": m for n, m in model.named_modules()}
     modules["tok_emb.weight"] = model.final_norm  # the tied head's input

@@ -18,7 +18,7 @@
          are the plain evaluation's. On CPU .tolist() is no device sync: upstream's GPU cost (a
          host sync per batch that drains the queue) is not what a CPU run measures.
   --order docpack|shuffled  train only, for the April records' orders: the upstream-style
-         synchronous loader (benchmarks/upstream_loaders.py), ours
+         synchronous loader (tests/reference/upstream_loaders.py), ours
          (PrefetchingDistributedTokenLoader(order=...)) and resident (the same batches prebuilt),
          side by side: main-thread wait per next_batch call, and the worst wait around a shard
          entry (docpack) or a reshuffle (shuffled).
@@ -193,9 +193,9 @@ with setup_hint():  # a missing package: one line naming the command that instal
     from tqdm import tqdm
 
     import train_gpt as tg
-    from benchmarks import upstream_loaders
-    from benchmarks.upstream_loaders import UpstreamDocPacking, UpstreamShuffled
     from data.shard_io import shard_name, write_shard
+    from tests.reference import upstream_loaders
+    from tests.reference.upstream_loaders import UpstreamDocPacking, UpstreamShuffled
 
 tqdm.monitor_interval = 0  # no tqdm monitor thread competing with the loaders
 

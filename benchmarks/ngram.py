@@ -1,7 +1,7 @@
 """Benchmark: the n-gram tilt's hints (NGRAM_TILT_ENABLED) for one token stream, train_gpt.py's
 sorts and scans (ngram_hints) beside the one-position-at-a-time reference walk
-(benchmarks/upstream_ngram.py), on the same stream, with a check that both give the same hint at
-every position. The stream is read as the targets (val_tokens[1:]).
+(tests/reference/upstream_ngram.py), on the same stream, with a check that both give the same hint
+at every position. The stream is read as the targets (val_tokens[1:]).
 
   python benchmarks/ngram.py                              # 10M tokens of real text (below)
   python benchmarks/ngram.py --stream tokens.npy --tokens 0   # a file's tokens, all of them
@@ -27,9 +27,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repo root
 import train_gpt as tg
-from benchmarks import upstream_ngram as un
+from tests.reference import upstream_ngram as un
 
-TOKENIZER = "/work/shared/data/fineweb_1024_bpe.model"
+TOKENIZER = "data/tokenizers/fineweb_1024_bpe.model"  # where data/download_fineweb.py puts it
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -50,7 +50,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.tokens < 0 or args.repeat < 1:
         ap.error("--tokens must be >= 0 and --repeat >= 1")
     if args.stream == "stdlib" and not Path(args.tokenizer).is_file():
-        ap.error(f"--tokenizer {args.tokenizer}: no such file (needed for --stream stdlib)")
+        ap.error(
+            f"--tokenizer {args.tokenizer}: no such file (needed for --stream stdlib; "
+            "data/download_fineweb.py fetches the challenge's)"
+        )
     if args.stream not in ("stdlib", "random") and not Path(args.stream).is_file():
         ap.error(f"--stream {args.stream}: no such file (expected stdlib, random or a file)")
     return args

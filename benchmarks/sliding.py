@@ -1,8 +1,8 @@
 """Sliding-window evaluation benchmark: the records' per-window loop vs ours vs every window already
 on the device, side by side in one run, over the same windows of the same synthetic split.
 
-  records   benchmarks/upstream_eval.py: per window a pageable slice copied with .to(device) into
-            zero-padded batch tensors, per window a scored slice and byte lookups (the April
+  records   tests/reference/upstream_eval.py: per window a pageable slice copied with .to(device)
+            into zero-padded batch tensors, per window a scored slice and byte lookups (the April
             records' function, written from the facts)
   ours      train_gpt.eval_sliding over train_gpt.SlidingWindows: the rank's tokens resident on
             the device, one strided copy per batch, one fixed scored slice, bytes counted once
@@ -113,8 +113,8 @@ def main(argv=None) -> int:
     import torch
 
     import train_gpt as tg
-    from benchmarks.upstream_eval import records_sliding_sums, records_split
     from data.shard_io import shard_name, write_shard
+    from tests.reference.upstream_eval import records_sliding_sums, records_split
 
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if cuda else "cpu")

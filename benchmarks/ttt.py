@@ -1,8 +1,8 @@
 """Score-first phased test-time-training (TTT) benchmark: upstream's way vs ours, side by side in
 one run, on the same tiny GPT and the same synthetic documents.
 
-  upstream  benchmarks/upstream_ttt.upstream_style_ttt: the records' evaluation written from the
-            facts: per chunk step a Python loop over the batch's documents filling padded CPU
+  upstream  tests/reference/upstream_ttt.upstream_style_ttt: the records' evaluation written from
+            the facts: per chunk step a Python loop over the batch's documents filling padded CPU
             tensors, pageable .to(device) copies, per-slot AdamW over every adapter tensor; per
             batch .item() reads
   ours      train_gpt.TTTPlan (built on the CPU before the clock, not timed) + train_gpt.eval_ttt:
@@ -175,7 +175,7 @@ def patched(clock: Clock):
     import torch
 
     import train_gpt as tg
-    from benchmarks import upstream_ttt as ut
+    from tests.reference import upstream_ttt as ut
 
     def timed(what, fn):
         def wrapper(*args, **kwargs):
@@ -218,8 +218,8 @@ def main(argv=None) -> int:
     import torch
 
     import train_gpt as tg
-    from benchmarks.upstream_ttt import upstream_style_ttt
     from data.shard_io import shard_name, write_shard
+    from tests.reference.upstream_ttt import upstream_style_ttt
 
     if args.threads:  # 1: a busy 2-core machine does not oversubscribe the tiny operations
         torch.set_num_threads(args.threads)

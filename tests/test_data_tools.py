@@ -1,6 +1,6 @@
 """The data tools: shard writer, offline stdlib dataset builder, FineWeb downloader.
 
-CPU only, no network, nothing from /work/shared. The tiny dataset is built once per module.
+CPU only, no network, nothing from outside the repo. The tiny dataset is built once per module.
 The downloader is exercised against a temp directory laid out like the hub repo (--mirror),
 and its hub path only with HF_HUB_OFFLINE=1, which must fail fast without touching the network.
 """

@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import train_gpt as tg  # noqa: E402
-from benchmarks.upstream_loaders import cu_seqlens_for  # noqa: E402
 from data.shard_io import shard_name, write_shard  # noqa: E402
+from tests.reference.upstream_loaders import cu_seqlens_for  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 

@@ -1,6 +1,6 @@
 """train_gpt.py's frontier network, optimizer and schedule (the 2026-04-27 record's, issue 30)
-held to the reference written from the facts, benchmarks/upstream_frontier.py: the same init for
-the same seed; the same forward loss and every gradient, with every component on and each one
+held to the reference written from the facts, tests/reference/upstream_frontier.py: the same init
+for the same seed; the same forward loss and every gradient, with every component on and each one
 alone (float64 on the CPU); the record's banked state dict in both directions; the same Muon steps
 on banks (bitwise), AdamW groups and step, EMA, schedule and loop switch."""
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import train_gpt as tg
-from benchmarks import upstream_frontier as ref
 from conftest import run_train
+from tests.reference import upstream_frontier as ref
 
 CPU = torch.device("cpu")
 OFF = dict(  # the baseline's network in the reference's terms
@@ -213,7 +213,7 @@ def test_ttt_adapters_attach_to_every_layer_pass():
     assert used == [*range(slots), None]
 
 
-# The optimizer and the schedule (FRONTIER.md §3), held to the reference --------------------------
+# The optimizer and the schedule (docs/frontier.md#the-records-optimizer-and-schedule) -----------
 
 OPTIMIZER = dict(
     muon_polar_express=True, muon_row_normalize=True, muon_momentum_bf16=True, muon_wd=0.095,

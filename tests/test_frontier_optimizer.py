@@ -1,5 +1,6 @@
-"""The frontier record's optimizer, schedule, EMA and loop schedule (FRONTIER.md §2.5, §3), each
-off by default: Muon's variants and banks, AdamW's weight decay, the fraction schedule, the loop
+"""The frontier record's optimizer, schedule, EMA and loop schedule
+(docs/frontier.md#the-records-optimizer-and-schedule, and its network's loop switch), each off by
+default: Muon's variants and banks, AdamW's weight decay, the fraction schedule, the loop
 switch and its priming, the EMA and its checkpoints."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import train_gpt as tg
 from conftest import OpCounter, run_train
 from data.shard_io import write_shard
 
-# FRONTIER.md §3.1, typed from there: what MUON_POLAR_EXPRESS must run
+# Muon's step 4 in docs/frontier.md#the-records-optimizer-and-schedule: what MUON_POLAR_EXPRESS runs
 RECORD_TUPLES = [
     (8.156554524902461, -22.48329292557795, 15.878769915207462),
     (4.042929935166739, -2.808917465908714, 0.5000178451051316),
@@ -35,8 +36,9 @@ def tiny_cfg(**kw):
 
 
 def reference_ns(G: torch.Tensor, tuples, square_first=True) -> torch.Tensor:
-    """One matrix, as §3.1 states it: bf16, transpose if tall, Frobenius-normalise, iterate
-    (the record's c * (A @ A); square_first=False: the baseline's (c * A) @ A)."""
+    """One matrix, as the record's Muon step 4 states it: bf16, transpose if tall,
+    Frobenius-normalise, iterate (the record's c * (A @ A); square_first=False: the baseline's
+    (c * A) @ A)."""
     X = G.bfloat16()
     tall = X.size(0) > X.size(1)
     X = X.T if tall else X
@@ -115,8 +117,8 @@ def matrices(shapes, seed=0):
 
 
 def test_muon_momentum_row_normalize_and_weight_decay_follow_the_record():
-    """One step by hand, §3.1 items 1-3 and 6: bf16 g and buffer, Nesterov, MuonEq-R, NS, then
-    p*(1 - lr*wd) - lr*k*O."""
+    """One step by hand, the record's Muon steps 1-3 and 5: bf16 g and buffer, Nesterov,
+    MuonEq-R, NS, then p*(1 - lr*wd) - lr*k*O."""
     (p0,), (g,) = matrices([(32, 16)]), matrices([(32, 16)], seed=5)
     variants = dict(row_normalize=True, momentum_dtype=torch.bfloat16, weight_decay=0.5)
     (got,), muon = muon_step([p0], [g], **variants)

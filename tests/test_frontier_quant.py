@@ -1,8 +1,9 @@
 """QUANTIZER=gptq, the frontier record's quantizer and artifact (issue 31), held to the reference
-written from the facts, benchmarks/upstream_quant.py: the same integers, scales and LQER factors for
-the same weights and Hessians (rounding ties aside), the record's layout both ways, its code bytes;
-GPTQ beats round-to-nearest, LQER lowers the error it targets; the int8+zlib default is unchanged;
-a bad file is refused in one line; end to end on 2 CPU ranks, re-scored from the artifact."""
+written from the facts, tests/reference/upstream_quant.py: the same integers, scales and LQER
+factors for the same weights and Hessians (rounding ties aside), the record's layout both ways, its
+code bytes; GPTQ beats round-to-nearest, LQER lowers the error it targets; the int8+zlib default is
+unchanged; a bad file is refused in one line; end to end on 2 CPU ranks, re-scored from the
+artifact."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ import pytest
 import torch
 
 import train_gpt as tg
-from benchmarks import upstream_quant as ref
 from conftest import run_train
 from records.golf.logs import parse_log
+from tests.reference import upstream_quant as ref
 
 brotli = pytest.importorskip("brotli")
 CPU = torch.device("cpu")

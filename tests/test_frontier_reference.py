@@ -1,8 +1,8 @@
-"""The frontier record's reference (benchmarks/upstream_frontier.py) against the facts of
-FRONTIER.md (§2-3): the state dict's names, order, shapes, dtypes and init (§2.1-2.2), the slot
-orders and skip pairing (§2.3), the forward's pieces (§2.3-2.5), Muon, AdamW, EMA and the schedule
-(§3). These test the reference itself, not train_gpt.py; all on a tiny shape on the CPU, except
-what can be checked at the record's shape without allocating it.
+"""The frontier record's reference (tests/reference/upstream_frontier.py) against the facts of
+docs/frontier.md#the-records-network and #the-records-optimizer-and-schedule: the state dict's
+names, order, shapes, dtypes and init, the slot orders and skip pairing, the forward's pieces,
+Muon, AdamW, EMA and the schedule. These test the reference itself, not train_gpt.py; all on a
+tiny shape on the CPU, except what can be checked at the record's shape without allocating it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks import upstream_frontier as uf
+from tests.reference import upstream_frontier as uf
 
 TINY = uf.RecordConfig()
 REC = uf.record_shape()
@@ -38,7 +38,7 @@ def tokens(B: int, T: int, seed: int = 0, vocab: int = TINY.vocab_size) -> torch
     return torch.randint(0, vocab, (B, T), generator=torch.Generator().manual_seed(seed))
 
 
-# §2.1 state dict ------------------------------------------------------------------------------
+# the state dict --------------------------------------------------------------------------------
 
 
 def test_record_state_dict_names_order_shapes():
@@ -77,7 +77,7 @@ def test_optional_keys_follow_their_features():
     assert off["parallel_resid_lambdas"].shape == (TINY.num_layers, 2)
 
 
-# §2.2 init ------------------------------------------------------------------------------------
+# the init --------------------------------------------------------------------------------------
 
 
 def test_init_matches_shapes_and_is_bf16_rounded():
@@ -116,7 +116,7 @@ def test_init_seed_and_rng_order():
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not torch.equal(a["tok_emb.weight"], c["tok_emb.weight"])
     assert not torch.equal(a["qo_bank"], c["qo_bank"])
-    # replay §2.2's order: V*d normals, 12 uniforms (SmearGate), tok_emb, per layer q,k,v, then up
+    # replay the init's draws: V*d normals, 12 uniforms (SmearGate), tok_emb, per layer q,k,v, up
     V, d, L = TINY.vocab_size, TINY.model_dim, TINY.num_layers
     torch.manual_seed(7)
     torch.empty(V, d).normal_()
@@ -135,7 +135,7 @@ def test_init_seed_and_rng_order():
     assert not torch.equal(off["tok_emb.weight"], a["tok_emb.weight"])
 
 
-# §2.3 orders and skips ------------------------------------------------------------------------
+# orders and skips --------------------------------------------------------------------------
 
 
 def test_record_layer_orders_and_skip_pairing():
@@ -145,7 +145,7 @@ def test_record_layer_orders_and_skip_pairing():
     assert uf.layer_order(no_loops, True) == uf.layer_order(REC, False)
     assert uf.num_skips(REC) == 8 and uf.num_skips(no_loops) == 5
     assert len(uf.virtual_slots(REC, True)) == 17 and len(uf.virtual_slots(REC, False)) == 11
-    # the table of §2.3: decoder slot j <- encoder slot (layer)
+    # the forward's step 3: decoder slot j <- encoder slot (layer)
     enc, _ = uf.layer_order(REC, True)
     looped = uf.skip_pairs(REC, True)
     assert looped == [7, 6, 5, 4, 3, 2, 1, 0, None]
@@ -155,7 +155,7 @@ def test_record_layer_orders_and_skip_pairing():
     assert uf.lanes_start(dataclasses.replace(REC, parallel_start_layer=0), True) is None
 
 
-# §2.4 RoPE, attention --------------------------------------------------------------------------
+# RoPE, attention ----------------------------------------------------------------------------
 
 
 def test_rope_inv_freq_is_bf16():
@@ -208,7 +208,7 @@ def test_sparse_gate_is_half_at_init_and_xsa_removes_v():
     assert uf.attention(no_xsa, st, 2, x, ctx)[0, 0].abs().max() > 0.1
 
 
-# §2.3 forward ---------------------------------------------------------------------------------
+# forward -----------------------------------------------------------------------------------
 
 
 def test_loss_at_init_is_near_log_vocab():
@@ -297,7 +297,7 @@ def test_blocks_follow_the_formulas():
 
 
 def test_tiny_looped_forward_spelled_out():
-    """§2.3 for the tiny looped shape written out by hand: encoder [0,1,2,3,2], decoder
+    """The forward for the tiny looped shape written out by hand: encoder [0,1,2,3,2], decoder
     [3,2,3,4,5], LIFO skips with gates, lanes from decoder slot 3 (layer 4) with the skip into
     lane 0 only, the lane mean, final RMS."""
     st = {k: v.detach() for k, v in perturbed(TINY).items()}
@@ -368,7 +368,7 @@ def test_final_lane_choice():
     assert len(set(losses.values())) == 3
 
 
-# §3.1 Muon ------------------------------------------------------------------------------------
+# Muon --------------------------------------------------------------------------------------
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -456,7 +456,7 @@ def test_muon_momentum_schedule():
     assert uf.muon_momentum_at(4000) == pytest.approx(0.97)
 
 
-# §3.2-3.3 AdamW, EMA --------------------------------------------------------------------------
+# AdamW, EMA ----------------------------------------------------------------------------
 
 
 def test_adamw_groups_at_record_shape():
@@ -495,7 +495,7 @@ def test_ema_update():
         assert ema[k].dtype == torch.float32
 
 
-# §3.4 schedule, §2.5 loop switch --------------------------------------------------------------
+# schedule, loop switch ----------------------------------------------------------------
 
 
 def test_training_frac():
@@ -524,7 +524,7 @@ def test_looping_on():
     assert not uf.looping_on(frac=0.9, already=False, enable_looping_at=0.35, num_loops=0)
 
 
-# §2.1 banks -----------------------------------------------------------------------------------
+# banks -------------------------------------------------------------------------------------
 
 
 def test_unbank_rebank_round_trip():

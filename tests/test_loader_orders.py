@@ -1,8 +1,9 @@
 """The `docpack` and `shuffled` train orders of train_gpt.py's loaders: specifications.
 
-The expected batches come from benchmarks/upstream_loaders.py, a synchronous statement of the April
-records' DocumentPackingLoader and ShuffledSequenceLoader, written from a description of their code.
-The first two sections pin that reference down with batches computed by hand, so every later
+The expected batches come from tests/reference/upstream_loaders.py, a synchronous statement of
+the April records' DocumentPackingLoader and ShuffledSequenceLoader, written from a description of
+their code. The first two sections pin that reference down with batches computed by hand, so every
+later
 comparison rests on numbers a reader can check.
 
 Token data: the token at stream position p (the shards laid end to end) is 2 + (FIRST + p) % 65534,
@@ -35,8 +36,8 @@ if str(REPO_ROOT) not in sys.path:
 from test_loader import wait_until_prefetched  # noqa: E402
 
 import train_gpt as tg  # noqa: E402
-from benchmarks.upstream_loaders import UpstreamDocPacking, UpstreamShuffled, cu_seqlens_for  # noqa: E402
 from data.shard_io import shard_name, write_shard  # noqa: E402
+from tests.reference.upstream_loaders import UpstreamDocPacking, UpstreamShuffled, cu_seqlens_for  # noqa: E402
 
 BOS = 1
 FIRST = 65533 - 300  # stream position 300 holds 65535, position 301 holds 2

@@ -1,6 +1,8 @@
-"""The May records' evaluation, TTT and quantizer levers (issue 37, FRONTIER_MAY.md §1.2-1.10,
-§1.13) as train_gpt.py runs them, held to the references written from the facts
-(benchmarks/upstream_ttt.py section 3, benchmarks/upstream_quant.py's AWQ-lite):
+"""The May records' evaluation, TTT and quantizer levers
+(docs/evaluation.md#the-may-records-ttt-levers,
+docs/frontier.md#their-evaluation-ttt-and-quantizer-levers) as train_gpt.py runs them, held to the
+references written from the facts (tests/reference/upstream_ttt.py section 3,
+tests/reference/upstream_quant.py's AWQ-lite):
 
 1. the adapters TTT_MASK / TTT_{Q,K,V,O,MLP}_LORA keep, and the A draws they shift;
 2. the per-document AdamW (TTT_LOCAL_LR_MULT, TTT_WEIGHT_DECAY, TTT_BETA2);
@@ -25,10 +27,10 @@ from test_ttt import ours, plan_for, runtime
 from test_ttt_reference import SMALL, SPLIT, config, luts, random_gpt
 
 import train_gpt as tg
-from benchmarks import upstream_eval as ue
-from benchmarks import upstream_quant as uq
-from benchmarks import upstream_ttt as ut
 from data.shard_io import shard_name, write_shard
+from tests.reference import upstream_eval as ue
+from tests.reference import upstream_quant as uq
+from tests.reference import upstream_ttt as ut
 
 model = pytest.fixture(random_gpt, scope="module", name="model")
 
@@ -219,8 +221,9 @@ def diagnostic(folder, split, world_size, **kw) -> list[tg.ValidationSet]:
 def test_with_the_tail_each_rank_scores_its_slice_of_every_target_in_batches(
     monkeypatch, tmp_path, world_size, doc
 ):
-    """§1.2: rank r scores targets [T r / W, T (r + 1) / W); batches of floor(B / L) L targets,
-    the last one shorter; nothing dropped. EVAL_SEQ_LEN (not TRAIN_SEQ_LEN) cuts it."""
+    """EVAL_INCLUDE_TAIL (docs/evaluation.md#which-targets-are-scored): rank r scores targets
+    [T r / W, T (r + 1) / W); batches of floor(B / L) L targets, the last one shorter; nothing
+    dropped. EVAL_SEQ_LEN (not TRAIN_SEQ_LEN) cuts it."""
     split = SPLIT[:203]  # 202 targets
     L, per_rank = 24, 1024 // (world_size * tg.grad_accum_steps_for(world_size))
     sets = diagnostic(tmp_path, split, world_size, eval_include_tail=True, eval_seq_len=L,

@@ -1,6 +1,7 @@
 """The May records' training side (issue 37): PR #2014's progressive context (TRAIN_SEQ_SCHEDULE),
 the softcap pair (ASYM_LOGIT_RESCALE) of #2014 and #2135, #2135's SMEAR_GATE_BOS_FIX=0, one preset
-per leaderboard row against FRONTIER_MAY.md §1.17, and the records' variables inert here."""
+per leaderboard row against docs/frontier.md#the-three-runs-settings, and the records' variables
+inert here."""
 
 import json
 import re
@@ -15,9 +16,9 @@ from test_frontier_optimizer import TINY, FakeClock, make_trainer
 from test_trainer import write_shards
 
 import train_gpt as tg
-from benchmarks import upstream_frontier as ref
-from benchmarks import upstream_runs
 from conftest import run_train
+from tests.reference import upstream_frontier as ref
+from tests.reference import upstream_runs
 
 CPU = torch.device("cpu")
 
@@ -31,11 +32,12 @@ def one_thread():  # the in-process trainers: two threads on a shared 2-core mac
 
 
 # -----------------------------
-# 1. the presets: one per leaderboard row, each its run's variables (FRONTIER_MAY.md §1.17)
+# 1. the presets: one per leaderboard row, each its run's variables
 # -----------------------------
 
-# §1.17's table, the rows whose values differ between the runs: (#1855, #2014, #2135); None: the
-# variable is absent from that run (so ours keeps its own default there)
+# docs/frontier.md#the-three-runs-settings, the rows whose values differ between the runs:
+# (#1855, #2014, #2135); None: the variable is absent from that run (so ours keeps its own default
+# there)
 TABLE = {
     "TRAIN_SEQ_LEN": ("2048", "3072", "2048"),
     "TRAIN_SEQ_SCHEDULE": (None, "1024@0.100,2048@0.700,3072@1.000", None),
@@ -452,8 +454,8 @@ def test_the_2135_preset_trains_and_scores_alike_on_one_and_two_ranks(tmp_path, 
 
 
 def test_each_preset_matches_the_references_table_of_the_runs():
-    """benchmarks/upstream_runs.py (FRONTIER_MAY §1.17 as data): every value that differs between
-    the runs is the preset's, except what the project leaves out on purpose."""
+    """tests/reference/upstream_runs.py (the runs' table as data): every value that differs
+    between the runs is the preset's, except what the project leaves out on purpose."""
     elsewhere = {
         "EVAL_STRIDE",  # read by nothing in the records; ours would add a sliding-window score
         "WITHIN_TAU",

@@ -1,9 +1,12 @@
-"""The references for the May records' levers (FRONTIER_MAY.md §1: PR #2014, 1.0576, and PR
-#2135, 1.0565) against the fact sheet's own numbers: the progressive training context (§1.1), the
-TTT adapter masks, optimizer, chunks and phases (§1.3-1.8), REC_Q-lite (§1.10, §1.13), AsymLogit and
-the SmearGate without its BOS fix (§1.11, §1.15), EVAL_INCLUDE_TAIL (§1.2) and the three runs'
-settings (§1.17). These test the references (benchmarks/upstream_*.py) themselves, on the CPU at
-tiny shapes.
+"""The references for the May records' levers (PR #2014, 1.0576, and PR #2135, 1.0565) against
+the records' own numbers, as docs/ states them: the progressive training context
+(docs/frontier.md#their-training-levers), the TTT adapter masks, optimizer, chunks and phases
+(docs/evaluation.md#the-may-records-ttt-levers), AWQ-lite and LQER_ASYM_GROUP
+(docs/frontier.md#their-evaluation-ttt-and-quantizer-levers), AsymLogit and the SmearGate without
+its BOS fix (docs/frontier.md#their-training-levers), EVAL_INCLUDE_TAIL
+(docs/evaluation.md#which-targets-are-scored) and the three runs' settings
+(docs/frontier.md#the-three-runs-settings). These test the references (tests/reference/) themselves,
+on the CPU at tiny shapes.
 """
 
 from __future__ import annotations
@@ -15,13 +18,13 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import upstream_eval as ue
-from benchmarks import upstream_frontier as uf
-from benchmarks import upstream_quant as uq
-from benchmarks import upstream_runs as ur
-from benchmarks import upstream_ttt as ut
+from tests.reference import upstream_eval as ue
+from tests.reference import upstream_frontier as uf
+from tests.reference import upstream_quant as uq
+from tests.reference import upstream_runs as ur
+from tests.reference import upstream_ttt as ut
 
-# §1.1 progressive training context ------------------------------------------------------------
+# progressive training context --------------------------------------------------------------
 
 RUN_SCHEDULE = "1024@0.100,2048@0.700,3072@1.000"
 
@@ -78,7 +81,7 @@ def test_stage_is_the_first_threshold_at_or_above_p():
 
 def run_progress(n: int) -> list[float]:
     """A progress per step crossing 0.1 between steps 645 and 646 and 0.7 between 3663 and 3664,
-    as the seed-42 run's did (§1.1 Re-warm)."""
+    as #2014's seed-42 run's did."""
     knots = [(0, 0.0), (645, 0.0999), (646, 0.1001), (3663, 0.6999), (3664, 0.7001), (n, 1.0)]
     out = []
     for k in range(n):
@@ -153,7 +156,7 @@ def test_compile_warmup_items_and_buckets_of_the_run():
     assert uf.warmup_cu_buckets(2048) == uf.warmup_cu_buckets(3072) == [64, 128, 192, 256]
 
 
-# §1.3-1.8 test-time training ------------------------------------------------------------------
+# test-time training --------------------------------------------------------------------
 
 R2014 = dict(ttt_mask="no_qv", ttt_q_lora=0, ttt_v_lora=0, ttt_local_lr_mult=0.75,
              ttt_batch_size=24, phased_ttt_num_phases=1, ttt_eval_seq_len=3072, eval_seq_len=3072,
@@ -315,7 +318,7 @@ def test_ttt_batches_and_the_single_phase():
     assert ut.pause_documents(50_000, 24, 2500) == 2504
 
 
-# §1.10 REC_Q-lite, §1.13 LQER_ASYM_GROUP ---------------------------------------------------------
+# AWQ-lite, LQER_ASYM_GROUP -----------------------------------------------------------
 
 REC_Q = uq.record_settings()  # the quantizer settings #1855 and #2014 share
 AWQ_RUN = uq.AwqLite(awq_lite_enabled=True, awq_lite_bits=8, awq_lite_group_top_k=1,
@@ -478,7 +481,7 @@ def test_lqer_asym_group_32_gives_64_group_scales():
         assert B.shape == (scales, group)
 
 
-# §1.11 AsymLogit, §1.15 SMEAR_GATE_BOS_FIX=0 --------------------------------------------------
+# AsymLogit, SMEAR_GATE_BOS_FIX=0 ----------------------------------------------------
 
 ASYM14 = uf.RecordConfig(asym_logit_rescale=True)  # #2014: z > 0, after smear_lambda
 ASYM35 = uf.RecordConfig(asym_logit_rescale=True, asym_logit_place="first",
@@ -552,7 +555,7 @@ def test_smear_without_the_bos_fix_crosses_into_bos():
     assert torch.equal(fixed[0, 3], leaky[0, 3]) and torch.equal(leaky[0, 0], e[0, 0])
 
 
-# §1.2 EVAL_INCLUDE_TAIL -----------------------------------------------------------------------
+# EVAL_INCLUDE_TAIL -------------------------------------------------------------------------
 
 N_VAL_TOKENS = 47_853_344
 
@@ -579,7 +582,7 @@ def test_diagnostic_partition_keeps_every_target():
     assert ue.diagnostic_batches(10, 4, 0, 1) == [(0, 10)]  # floor(65536/4)*4 = 65536 per batch
 
 
-# §1.17 the three runs' settings ---------------------------------------------------------------
+# the three runs' settings -----------------------------------------------------------------
 
 
 def test_run_table_values_as_the_sheet_gives_them():

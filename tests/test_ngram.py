@@ -1,6 +1,6 @@
 """NGRAM_TILT_ENABLED, #2135's token n-gram tilt, as train_gpt.py computes it (the hints by sorts
 and scans, the tilt in closed form, the tilted phased TTT score), against the one-position-at-a-
-time reference benchmarks/upstream_ngram.py:
+time reference tests/reference/upstream_ngram.py:
 
 1. the same hint (or none) at every position as the reference's table walk: heavy repetition,
    contexts seen once, ties for the top token, the stream's first 15 positions, other orders and
@@ -25,7 +25,7 @@ from test_ttt import plan_for, runtime
 from test_ttt_reference import SMALL, SPLIT, luts, random_gpt
 
 import train_gpt as tg
-from benchmarks import upstream_ngram as un
+from tests.reference import upstream_ngram as un
 
 model = pytest.fixture(random_gpt, scope="module", name="model")
 
@@ -149,7 +149,7 @@ def test_the_forward_with_hints_returns_the_nll_and_its_tilted_copy(model):
 
 
 def model_logits(model, x):
-    from benchmarks import upstream_ttt as ut
+    from tests.reference import upstream_ttt as ut
 
     return ut.lora_logits(model, x, None)[0]
 

@@ -1,5 +1,6 @@
-"""#2135's token n-gram tilt as a specification (benchmarks/upstream_ngram.py), checked against
-facts computed by hand (FRONTIER_MAY.md §1.12 and the record's native helper):
+"""#2135's token n-gram tilt as a specification (tests/reference/upstream_ngram.py), checked against
+facts computed by hand (docs/evaluation.md#the-n-gram-tilt-ngram_tilt_enabled and the record's
+native helper):
 
 (a) the first 15 positions never have a hint, and the seed token targets[0] is processed twice;
 (b) a context seen once has p = 1 and is gated; p is the f32 division top_count / total and the
@@ -19,13 +20,13 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import upstream_ngram as un
+from tests.reference import upstream_ngram as un
 
 K = 15  # context tokens at the run's order 16
 
 
 def test_the_constants_are_the_helpers():
-    assert un.ROLLING_COEFFS[15] == 1441801  # the fact sheet's C[15], the pair key's multiplier
+    assert un.ROLLING_COEFFS[15] == 1441801  # the record's C[15], the pair key's multiplier
     assert len(un.ROLLING_COEFFS) == 32 and un.PAIR_MIX == 1000003
     assert un.pair_key(5, 3, K) == ((5 * 1000003) ^ (3 * 1441801))
     window = list(range(10, 25))
@@ -225,8 +226,8 @@ def ce(logits, y):
 def ttt():
     """(upstream_ttt, the TTT tests' module, their tiny GPT, a split whose second half repeats
     its first (hints fire there), the keywords, the plain result)."""
-    from benchmarks import upstream_ttt as ut
     from tests import test_ttt_reference as tr
+    from tests.reference import upstream_ttt as ut
 
     model = tr.random_gpt()
     split = np.concatenate([tr.SPLIT[:70], tr.SPLIT[1:70]])

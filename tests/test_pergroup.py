@@ -1,5 +1,5 @@
 """COMPRESSOR=pergroup (#1855's file, = #2014's) and COMPRESSOR=pergroup_v2 (#2135's PGRP v2), held
-to the reference written from the facts (benchmarks/upstream_quant.py): for the same quantized
+to the reference written from the facts (tests/reference/upstream_quant.py): for the same quantized
 tensors, the same bytes, and each reads the other's file; the row order, the perms' dtype and
 byte order, empty groups, the v2 frame's arithmetic, the byte shuffle, the brotli fallback; a
 truncated or foreign file refused in one line; lrzip checked at start-up; the cap line; the
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import train_gpt as tg
-from benchmarks import upstream_quant as ref
+from tests.reference import upstream_quant as ref
 
 brotli = pytest.importorskip("brotli")
 needs_lrzip = pytest.mark.skipif(
@@ -151,7 +151,8 @@ def test_the_v2_frame_header_is_the_sum_of_its_fields_and_the_remainder_is_byte_
 
 
 def test_the_v2_header_at_the_records_shapes_is_108905_bytes():
-    """FRONTIER_MAY 2.2: 67 tensors, 106,496 B of perms; the logged frame adds up."""
+    """#2135's frame (docs/frontier.md#per-group-files): 67 tensors, 106,496 B of perms; the
+    logged frame adds up."""
     shapes = {
         "attn.c_q": 512,
         "attn.proj": 512,

@@ -52,8 +52,9 @@ SEPARATORS = {";", "&&", "||", "|", "&", "do", "done", "then", "fi"}
 # what the code has
 # ---------------------------------------------------------------------------------------------
 def code_files() -> list[Path]:
-    """Our .py and .sh files (and .ci/run), tests and the venv left out."""
-    found = [REPO / ".ci" / "run"]
+    """Our .py and .sh files (and .ci/run), tests and the venv left out; the references the tests
+    hold the script to (tests/reference/) are code the documents name."""
+    found = [REPO / ".ci" / "run", *sorted((REPO / "tests" / "reference").glob("*.py"))]
     for root, dirs, files in os.walk(REPO):
         skip = {"__pycache__", *(("tests", "logs") if Path(root) == REPO else ())}
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in skip]

@@ -3,7 +3,7 @@
 1. The rule, stated independently: every target of the split is scored exactly once; the first
    window scores all its targets, every later window its last EVAL_STRIDE; the ranks' contiguous
    parts of the windows cover the split. Checked target by target on consecutive-integer tokens.
-2. The numbers: equal to the April records' function (benchmarks/upstream_eval.py, written from
+2. The numbers: equal to the April records' function (tests/reference/upstream_eval.py, written from
    the facts, one window at a time) for the same weights and tokens, for world sizes 1, 2 and 4.
 3. The totals: the scored tokens and bytes of a sliding run equal the non-overlapping run's.
 4. The cost: one input shape for every batch (the last one padded) and the same operations per
@@ -24,10 +24,10 @@ import pytest
 import torch
 
 import train_gpt as tg
-from benchmarks.upstream_eval import records_sliding_sums, records_split
 from conftest import OpCounter, run_train
 from data.shard_io import shard_name, write_shard
 from records.golf.logs import parse_log
+from tests.reference.upstream_eval import records_sliding_sums, records_split
 
 CPU = torch.device("cpu")
 SEQ_LEN = 16  # TRAIN_SEQ_LEN of these splits

@@ -1,5 +1,5 @@
 """EVAL_TTT, the records' score-first phased test-time training, as train_gpt.py runs it (TTTPlan
-and eval_ttt), against the specification in benchmarks/upstream_ttt.py:
+and eval_ttt), against the specification in tests/reference/upstream_ttt.py:
 
 1. the same numbers as the one-document-at-a-time reference (same LoRA init, same phases), the
    same token and byte totals as the plain evaluation;
@@ -32,10 +32,10 @@ from test_ttt_reference import (
 )
 
 import train_gpt as tg
-from benchmarks import upstream_ttt as ut
 from conftest import OpCounter, run_train
 from data.shard_io import shard_name, write_shard
 from records.golf.logs import parse_log
+from tests.reference import upstream_ttt as ut
 
 CPU = torch.device("cpu")
 

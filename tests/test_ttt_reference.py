@@ -1,5 +1,5 @@
-"""The records' phased score-first TTT evaluation as a specification (benchmarks/upstream_ttt.py),
-checked on a tiny GPT on the CPU:
+"""The records' phased score-first TTT evaluation as a specification
+(tests/reference/upstream_ttt.py), checked on a tiny GPT on the CPU:
 
 (a) every target of the split is scored exactly once: the scored positions are 1..total and the
     token and byte totals equal the plain evaluation's (train_gpt.ValidationSet with
@@ -25,8 +25,8 @@ import pytest
 import torch
 
 import train_gpt as tg
-from benchmarks import upstream_ttt as ut
 from data.shard_io import shard_name, write_shard
+from tests.reference import upstream_ttt as ut
 
 CPU = torch.device("cpu")
 VOCAB = 64

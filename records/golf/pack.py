@@ -11,10 +11,11 @@ compressors on our train_gpt.py and on most large Python files (records/README.m
 figures), and it needs nothing the challenge machine lacks. `pack_source` is the one definition
 of the format; train_gpt.py computes the same bytes to log what it would pack to.
 
-`pack --record` writes the frontier record's form instead (FRONTIER.md 4.7), the one train_gpt.py
-counts with QUANTIZER=gptq: the source minified by python-minifier with the record's options,
-brotli quality 11, base85, in `import brotli,base64` / `exec(brotli.decompress(base64.b85decode(
-"...")))` and a final newline. It needs the python-minifier and brotli packages (requirements.txt).
+`pack --record` writes the frontier record's form instead (docs/frontier.md#code-bytes), the one
+train_gpt.py counts with QUANTIZER=gptq: the source minified by python-minifier with the record's
+options, brotli quality 11, base85, in `import brotli,base64` /
+`exec(brotli.decompress(base64.b85decode("...")))` and a final newline. It needs the
+python-minifier and brotli packages (requirements.txt).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The three runs' settings that differ (FRONTIER_MAY.md §1.17), as data: PR #1855 (1.0611), PR
-#2014 (1.0576) and PR #2135 (1.0565). Written from the fact sheet's table, one row per variable
-(the table's combined rows split), each cell in the table's own notation:
+"""The three runs' settings that differ, as data: PR #1855 (1.0611), PR #2014 (1.0576) and PR
+#2135 (1.0565). Written from the runs' commands and logs (docs/frontier.md#the-three-runs-settings
+gives the same values), one row per variable, each cell in this notation:
 
   "—"            absent from that script (RUNS gives None; a parenthesis says what that means)
   "<v> d"        the code default, not in the command (in DEFAULTED)
@@ -147,7 +147,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(
         description="Print the variables whose values differ between two records' runs "
-        "(FRONTIER_MAY.md 1.17), with each run's value as the table gives it."
+        "(docs/frontier.md#the-three-runs-settings), with each run's value as written here."
     )
     parser.add_argument("a", nargs="?", default="1855", choices=sorted(RUNS))
     parser.add_argument("b", nargs="?", default="2135", choices=sorted(RUNS))

@@ -1,7 +1,8 @@
-"""#2135's token n-gram tilt (FRONTIER_MAY.md §1.12) as a plain specification: the hints, one
-target position at a time through Python dicts, and the tilted per-token loss in closed form.
-Written from the fact sheet and from reading the record's native helper (online_ngram_state.c);
-no code taken from either. It is the reference a fast implementation is held to.
+"""#2135's token n-gram tilt (docs/evaluation.md#the-n-gram-tilt-ngram_tilt_enabled) as a plain
+specification: the hints, one target position at a time through Python dicts, and the tilted
+per-token loss in closed form. Written from a description of the record's code and from reading
+its native helper (online_ngram_state.c); no code taken from either. It is the reference a fast
+implementation is held to.
 
   hints(targets, order=16, threshold=0.8, boost=2.625)   per position: hint, gate, boost, gain, p
   walk(targets, order=16) -> Lookups                      [N1]-[N5] top_tok, top_count, total
@@ -53,13 +54,13 @@ index only decide where an entry lives, not what a lookup returns. Collisions ar
 tokens of stdlib source through the 1024-token tokenizer, 6,878,850 distinct 15-token windows
 have 6,867,804 distinct keys, so a fast version must key on the 64-bit hash, not the tokens.
 
-Constants C[0..31]: the helper's 32 rolling coefficients (C[15] = 1441801, as the fact sheet
-says; PAIR_MIX 1000003 and the slot multiplier agree with it too). The record's folder
-(openai/parameter-golf records/track_10min_16mb/2026-05-01_SP8192_PR2130Base_Calib32/, README at
-be7420d313586bef947ef2043d0d3065a9dec2f2) lists online_ngram_state.c, but the code index holds
-no copy of it there; the values were read from two identical copies of the lineage's helper the
-index holds without naming their repository: a standalone online_ngram_state.c (index id
-52091647012, 14,132 characters) and the same source inlined in a train_gpt.py (id 51859931810).
+Constants C[0..31]: the helper's 32 rolling coefficients (C[15] = 1441801, the pair key's
+multiplier; PAIR_MIX 1000003 and the slot multiplier agree with the record's tilt too). The
+record's folder in openai/parameter-golf
+(records/track_10min_16mb/2026-05-01_SP8192_PR2130Base_Calib32/, README at commit
+be7420d313586bef947ef2043d0d3065a9dec2f2) lists online_ngram_state.c; the values were read from
+two identical public copies of that lineage's helper, a standalone online_ngram_state.c and the
+same source inlined in a train_gpt.py.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ from pathlib import Path
 
 import numpy as np
 
-_REPO = Path(__file__).resolve().parents[1]
+_REPO = Path(__file__).resolve().parents[2]
 if str(_REPO) not in sys.path:  # run as a script: the repo root for `data`
     sys.path.insert(0, str(_REPO))
 
@@ -290,7 +291,7 @@ def tilted_nll(logits, y, hint, gate, boost):
 
 
 def ttt_tilt(h: Hints):
-    """[N8] The hook benchmarks/upstream_ttt.reference_ttt(tilt=...) takes: scored nll of a
+    """[N8] The hook tests/reference/upstream_ttt.reference_ttt(tilt=...) takes: scored nll of a
     chunk from its scored logits, targets and target positions (token indices of the split)."""
     import torch
 
@@ -304,9 +305,9 @@ def ttt_tilt(h: Hints):
 
 
 def tilted_reference_ttt(model, tokens, luts=None, counts=None, *, ngram=None, **kwargs):
-    """[N8] benchmarks/upstream_ttt.reference_ttt with the tilt on its score. ngram: a dict of
+    """[N8] tests/reference/upstream_ttt.reference_ttt with the tilt on its score. ngram: a dict of
     hints()'s keywords (order, threshold, boost); hints come from the split's targets."""
-    from benchmarks import upstream_ttt as ut
+    from tests.reference import upstream_ttt as ut
 
     h = hints(np.asarray(tokens)[1:], **(ngram or {}))
     return ut.reference_ttt(model, tokens, luts, counts, tilt=ttt_tilt(h), **kwargs)
@@ -447,11 +448,11 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        prog="benchmarks/upstream_ngram.py",
+        prog="tests/reference/upstream_ngram.py",
         description=__doc__.split("\n\n")[0],
         formatter_class=HelpFormatter,
-        epilog="Examples:\n  python benchmarks/upstream_ngram.py stream --kind stdlib "
-        "--tokens 10000000 --out /tmp/stdlib10m.npy\n  python benchmarks/upstream_ngram.py "
+        epilog="Examples:\n  python tests/reference/upstream_ngram.py stream --kind stdlib "
+        "--tokens 10000000 --out /tmp/stdlib10m.npy\n  python tests/reference/upstream_ngram.py "
         "hints /tmp/stdlib10m.npy --out /tmp/hints.npz",
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -459,7 +460,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                        formatter_class=HelpFormatter)  # fmt: skip
     g.add_argument("--kind", choices=KINDS, default="stdlib")
     g.add_argument("--tokens", type=int, default=10_000_000)
-    g.add_argument("--tokenizer", default="/work/shared/data/fineweb_1024_bpe.model",
+    g.add_argument("--tokenizer", default="data/tokenizers/fineweb_1024_bpe.model",
                    help="SentencePiece model for --kind stdlib")  # fmt: skip
     g.add_argument("--vocab", type=int, default=1024, help="random/repeated token range")
     g.add_argument("--period", type=int, default=1000, help="repeated: block length")

@@ -41,7 +41,7 @@ Facts are cited in the docstrings as [D1]..[D5] (docpack) and [S1]..[S5] (shuffl
 from __future__ import annotations
 
 if __name__ == "__main__":  # run on its own (any arguments, --help too): say what it is
-    print("benchmarks/upstream_loaders.py: a module, not a program (the tests import it).")
+    print("tests/reference/upstream_loaders.py: a module, not a program (the tests import it).")
     print("Its benchmark: python benchmarks/loader.py --help\n")
     print(__doc__.split("\n\n")[0])
     raise SystemExit(0)

@@ -1,23 +1,28 @@
 """The 2026-04-27 frontier record's quantizer and artifact (PR #1855, val_bpb 1.0611), written from
-the facts in FRONTIER.md (section 4, "Quantizer and artifact"), not from the record's code nor from
+the facts docs/frontier.md#the-artifact states, not from the record's code nor from
 train_gpt.py: a small CPU reference that the tests hold train_gpt.py's QUANTIZER=gptq to.
+Its comments cite that section's parts by their anchors: docs/frontier.md#hessians,
+docs/frontier.md#gptq, docs/frontier.md#routing, docs/frontier.md#lqer,
+docs/frontier.md#the-object-and-loading, docs/frontier.md#per-group-files,
+docs/frontier.md#code-bytes.
 
   Settings / record_settings()     the quantizer's environment variables in lower case; the
                                    defaults are its code defaults, record_settings() its run
-  sdclip_scale(w, k, bits)         SDClip's per-row fp16 scale (4.2)
-  gptq(w, h, k, bits)              GPTQ on one matrix: (int8 q, fp16 scale) (4.2)
-  gate_int8(w)                     the attention gates' int8 rows (4.3 item 1)
-  lqer(error, settings)            LQER factors, asymmetric or symmetric (4.4)
-  quantize(state, hessians, s)     the artifact object {"w": ..., "m": ...} (4.3, 4.4, 4.6)
-  dequantize(obj, template)        back to tensors (4.5)
-  serialize / deserialize          torch.save + brotli q11 / lzma preset 9 (4.6)
+  sdclip_scale(w, k, bits)         SDClip's per-row fp16 scale (#gptq)
+  gptq(w, h, k, bits)              GPTQ on one matrix: (int8 q, fp16 scale) (#gptq)
+  gate_int8(w)                     the attention gates' int8 rows (#routing, the gate)
+  lqer(error, settings)            LQER factors, asymmetric or symmetric (#lqer)
+  quantize(state, hessians, s)     the artifact object {"w": ..., "m": ...} (#routing, #lqer)
+  dequantize(obj, template)        back to tensors (#the-object-and-loading)
+  serialize / deserialize          torch.save + brotli q11 / lzma preset 9 (#the-object-and-loading)
   pergroup_v1 / read_pergroup_v1   COMPRESSOR=pergroup as #1855 (= #2014) writes and reads it: 7
-                                   lrzip groups, remainder, perms (4.6; FRONTIER_MAY.md 2.1)
-  pergroup_v2 / read_pergroup_v2   #2135's PGRP version 2: one lrzip stream (FRONTIER_MAY.md 2.2)
+                                   lrzip groups, remainder, perms (#per-group-files)
+  pergroup_v2 / read_pergroup_v2   #2135's PGRP version 2: one lrzip stream (#per-group-files)
   l1_chain(q, dtype)               the greedy L1 nearest-neighbour row order both formats use
-  counted_code_bytes(source)       the code bytes the record counts (4.7)
+  counted_code_bytes(source)       the code bytes the record counts (#code-bytes)
 
-PR #2014's AWQ-lite (FRONTIER_MAY.md §1.10) and #2135's LQER_ASYM_GROUP (§1.13) extend it: see the
+PR #2014's AWQ-lite and #2135's LQER_ASYM_GROUP
+(docs/frontier.md#their-evaluation-ttt-and-quantizer-levers) extend it: see the
 section "AWQ-lite" below for their API (AwqLite, quantize(..., act_rms=..., awq=...)).
 
 Everything is fp32 on the CPU, as the record's GPTQ. Where the facts leave a choice open, it says
@@ -40,10 +45,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-PASSTHROUGH_MAX_NUMEL = 65_536  # 4.3 item 2
-GATE_NUMEL = (32, 8192)  # 4.3 item 1
-BLOCK = 128  # 4.2 item 5
-WRAPPER = ('import brotli,base64\nexec(brotli.decompress(base64.b85decode("', '")))\n')  # 4.7: 67 B
+PASSTHROUGH_MAX_NUMEL = 65_536  # #routing: passthrough
+GATE_NUMEL = (32, 8192)  # #routing: the gate
+BLOCK = 128  # #gptq: blocks of 128 columns
+WRAPPER = ('import brotli,base64\nexec(brotli.decompress(base64.b85decode("', '")))\n')  # 67 B
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +70,7 @@ class Settings:
 
 @dataclasses.dataclass(frozen=True)
 class AwqLite:
-    """FRONTIER_MAY §1.10's AWQ_LITE_* variables (lower case; #2014 runs 1/8/1/64). Kept apart
+    """AWQ-lite's AWQ_LITE_* variables (lower case; #2014 runs 1/8/1/64). Kept apart
     from Settings, whose fields the tests map one to one onto train_gpt's variables."""
 
     awq_lite_enabled: bool = False
@@ -75,7 +80,7 @@ class AwqLite:
 
 
 def record_settings() -> Settings:
-    """The seed-42 run's values (§1.1)."""
+    """#1855's seed-42 run's values."""
     return Settings(
         embed_bits=7, embed_clip_sigmas=14.0, mlp_clip_sigmas=11.5, gated_attn_quant_gate=True
     )
@@ -93,7 +98,7 @@ def sdclip_scale(w: Tensor, k: float, bits: int) -> Tensor:
 
 
 def gptq(w: Tensor, h: Tensor, k: float, bits: int) -> tuple[Tensor, Tensor]:
-    """4.2, step by step. CHOICE (tie order of the permutation is unsure): a stable sort."""
+    """#gptq, step by step. CHOICE (tie order of the permutation is unsure): a stable sort."""
     q, scale, _ = gptq_protected(w, h, k, bits, None, bits)
     return q, scale
 
@@ -101,8 +106,9 @@ def gptq(w: Tensor, h: Tensor, k: float, bits: int) -> tuple[Tensor, Tensor]:
 def gptq_protected(
     w: Tensor, h: Tensor, k: float, bits: int, protected: Tensor | None, hi_bits: int
 ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """GPTQ (4.2) with AWQ-lite's protected columns (FRONTIER_MAY §1.10): `protected` (bool,
-    (cols,), in the weight's own column order; permuted with GPTQ's order here) get
+    """GPTQ (#gptq) with AWQ-lite's protected columns
+    (docs/frontier.md#their-evaluation-ttt-and-quantizer-levers): `protected` (bool, (cols,), in
+    the weight's own column order; permuted with GPTQ's order here) get
     q = clamp(round(w / s_hi), -R_hi, R_hi) with s_hi = SDClip's scale at R_hi = 2^(hi_bits-1) - 1
     (the same k sigma clip); the error fed forward is each column's own (w - q * its scale).
     Returns (q int8, scale fp16, s_hi fp16 or None when nothing is protected)."""
@@ -144,7 +150,8 @@ def gptq_protected(
 
 
 def rows_int8(w: Tensor) -> tuple[Tensor, Tensor]:
-    """4.3 item 1: s_r = fp16(max(max|w_r|, 1e-10) / 127), q = clamp(round(w / s), -127, 127)."""
+    """#routing, the gate: s_r = fp16(max(max|w_r|, 1e-10) / 127),
+    q = clamp(round(w / s), -127, 127)."""
     s = (torch.clamp(w.abs().max(dim=1).values, min=1e-10) / 127).to(torch.float16)
     q = torch.clamp(torch.round(w / s.to(torch.float32)[:, None]), -127, 127)
     return q.to(torch.int8), s
@@ -155,7 +162,7 @@ def gate_int8(w: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def lqer(error: Tensor, s: Settings) -> tuple[dict[str, Tensor], str]:
-    """4.4: thin SVD, A = U_r diag(S_r), B = V_r^T; the asymmetric factors when the groups fit.
+    """#lqer: thin SVD, A = U_r diag(S_r), B = V_r^T; the asymmetric factors when the groups fit.
     CHOICE: the fp16 scales are what q divides by (the fp16 value, in fp32)."""
     U, S, Vh = torch.linalg.svd(error.to(torch.float32), full_matrices=False)
     r = min(s.lqer_rank, S.shape[0])
@@ -180,14 +187,14 @@ def lqer(error: Tensor, s: Settings) -> tuple[dict[str, Tensor], str]:
 
 
 def per_row_symmetric(f: Tensor, R: int) -> tuple[Tensor, Tensor]:
-    """4.4 item 5: fp16 per-row scales max|row| / R, q in [-R, R]."""
+    """#lqer, symmetric: fp16 per-row scales max|row| / R, q in [-R, R]."""
     scale = (torch.clamp(f.abs().max(dim=1).values, min=1e-10) / R).to(torch.float16)
     q = torch.clamp(torch.round(f / scale.to(torch.float32)[:, None]), -R, R)
     return q.to(torch.int8), scale
 
 
 def route(name: str, t: Tensor, s: Settings) -> str:
-    """4.3, first match wins."""
+    """#routing: the first way that fits."""
     floating = t.is_floating_point()
     if (
         s.gated_attn_quant_gate
@@ -262,7 +269,7 @@ def quantize(
 
 
 def dequantize(obj: dict, template: dict[str, Tensor]) -> dict[str, Tensor]:
-    """4.5: for each template name with a meta entry, cast to the template's dtype."""
+    """#the-object-and-loading: each template name with a meta entry, in the template's dtype."""
     w, m, out = obj["w"], obj["m"], {}
     f32 = torch.float32
     for name, like in template.items():
@@ -288,7 +295,7 @@ def dequantize(obj: dict, template: dict[str, Tensor]) -> dict[str, Tensor]:
     return out
 
 
-# AWQ-lite (FRONTIER_MAY.md §1.10, PR #2014) ----------------------------------------------------
+# AWQ-lite (PR #2014) ------------------------------------------------------------------------------
 #
 # API:
 #   act_rms_of(inputs) -> (cols,) fp32: sqrt(sum x_c^2 / tokens) over a matrix's Hessian inputs
@@ -372,7 +379,8 @@ def gptq_weight(w: dict[str, Tensor], name: str) -> Tensor:
 
 
 def serialize(obj: dict, compressor: str = "brotli") -> bytes:
-    """4.6: brotli quality 11 (default lgwin and mode) or lzma preset 9 of torch.save(obj)."""
+    """#the-object-and-loading: brotli quality 11 (default lgwin and mode) or lzma preset 9 of
+    torch.save(obj)."""
     buf = io.BytesIO()
     torch.save(obj, buf)
     if compressor == "lzma":
@@ -396,7 +404,7 @@ def deserialize(blob: bytes) -> dict:
 # The open points below are marked CHOICE; the record's own code settles some of them (the
 # remainder's order, the shapes as tuples), as a public copy of its helpers shows.
 
-GROUPS = (  # 4.6: the 7 groups in stream order; "_" + a name for the embedding
+GROUPS = (  # #per-group-files: the 7 groups in stream order; "_" + a name for the embedding
     "_tok_emb.weight.q",
     "attn.c_k.weight.q",
     "attn.c_q.weight.q",
@@ -406,7 +414,7 @@ GROUPS = (  # 4.6: the 7 groups in stream order; "_" + a name for the embedding
     "mlp.proj.weight.q",
 )
 SORTED_GROUPS = {"_tok_emb.weight.q", "attn.c_q.weight.q", "mlp.fc.weight.q"}
-V2_SUFFIXES = (  # FRONTIER_MAY 2.2: the Q set
+V2_SUFFIXES = (  # #per-group-files, v2: the Q set
     ".mlp.fc.weight.q",
     ".mlp.proj.weight.q",
     ".attn.c_q.weight.q",
@@ -472,7 +480,7 @@ def write_file(folder: str, name: str, data: bytes) -> None:
 
 
 def group_of(name: str) -> str | None:
-    """4.6: `blocks.{i}.<key>` for a group key, or the embedding's `_` + name."""
+    """#per-group-files: `blocks.{i}.<key>` for a group key, or the embedding's `_` + name."""
     parts = name.split(".")
     if parts[0] == "blocks" and parts[1].isdigit():
         key = ".".join(parts[2:])
@@ -641,7 +649,7 @@ def read_pergroup_v2(blob: bytes) -> dict:
 
 
 def counted_code_bytes(source: str) -> int:
-    """4.7: pyminify with the record's options, brotli q11, base85, inside the wrapper."""
+    """#code-bytes: pyminify with the record's options, brotli q11, base85, inside the wrapper."""
     import brotli
     import python_minifier
 

@@ -4,8 +4,9 @@ window.
 
   records_split(tokens, seq_len, include_tail)   the split the function scores ([W1])
   records_sliding_sums(model, tokens, ...)        one rank's (loss, tokens, bytes) sums ([W2]-[W5])
-  kept_targets / diagnostic_batches               PR #2014's EVAL_INCLUDE_TAIL (FRONTIER_MAY §1.2;
-                                                  API at the end of the file)
+  kept_targets / diagnostic_batches               PR #2014's EVAL_INCLUDE_TAIL (API at the end of
+                                                  the file; docs/evaluation.md, "Which targets
+                                                  are scored")
 
 It serves as the expected numbers in tests/test_sliding_window.py and as the "records" row of
 benchmarks/sliding.py, so it keeps upstream's costs: per window a slice of a pageable CPU tensor
@@ -25,7 +26,7 @@ copied with .to(device), and per window a scored slice and byte lookups, each a 
 from __future__ import annotations
 
 if __name__ == "__main__":  # run on its own (any arguments, --help too): say what it is
-    print("benchmarks/upstream_eval.py: a module, not a program (the tests import it).")
+    print("tests/reference/upstream_eval.py: a module, not a program (the tests import it).")
     print("Its benchmark: python benchmarks/sliding.py --help\n")
     print(__doc__.split("\n\n")[0])
     raise SystemExit(0)
@@ -84,7 +85,7 @@ def records_sliding_sums(
     return loss, count, nbytes
 
 
-# EVAL_INCLUDE_TAIL (FRONTIER_MAY.md §1.2, PR #2014) -------------------------------------------
+# EVAL_INCLUDE_TAIL (PR #2014) -----------------------------------------------------------------
 #
 # API:
 #   kept_targets(n_tokens, eval_seq_len, include_tail) -> the targets scored (tokens kept - 1)

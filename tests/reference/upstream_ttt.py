@@ -87,15 +87,15 @@ values as defaults (TTTConfig). The numbers are those of ONE rank doing all the 
        p = tokens[i-1], also across a BOS). val_loss = nll / tokens; val_bpb = val_loss / ln 2 *
        tokens / bytes.
 
-The May records' TTT levers (FRONTIER_MAY.md §1.3-1.8; section "3." below has their API); all off
-by default, so the defaults are the conventions above:
-  [M1] Adapters (§1.4): head always; q and v unless TTT_MASK drops them (explicit TTT_Q_LORA /
+The May records' TTT levers (docs/evaluation.md#the-may-records-ttt-levers; section "3." below has
+their API); all off by default, so the defaults are the conventions above:
+  [M1] Adapters: head always; q and v unless TTT_MASK drops them (explicit TTT_Q_LORA /
        TTT_V_LORA win); k, o, mlp unless TTT_K_LORA / TTT_O_LORA / TTT_MLP_LORA = 0. A dropped
        site keeps the plain projection (lora returns None). ttt_adapter_order "lists" builds and
        draws them as the record does: head, then the q list (every slot), v, k, mlp, o; "slot"
-       is [T5]/[T6]'s order (CHOICE kept as the default so the earlier tests hold; see §1.4).
-  [M2] Optimizer (§1.5): [T7]'s AdamW at lr TTT_LORA_LR * TTT_LOCAL_LR_MULT; GLOBAL_TTT_LR as is.
-  [M3] Chunks (§1.7): with TTT_SHORT_SCORE_FIRST_ENABLED=1, a batch's chunk size comes from its
+       is [T5]/[T6]'s order (CHOICE kept as the default so the earlier tests hold).
+  [M2] Optimizer: [T7]'s AdamW at lr TTT_LORA_LR * TTT_LOCAL_LR_MULT; GLOBAL_TTT_LR as is.
+  [M3] Chunks: with TTT_SHORT_SCORE_FIRST_ENABLED=1, a batch's chunk size comes from its
        largest doc_len m = P + 1 (BOS through the next BOS, inclusive): the first
        TTT_SHORT_SCORE_FIRST_STEPS item with m <= its doc limit, else TTT_CHUNK_SIZE; with no
        steps, TTT_SHORT_CHUNK_SIZE if m <= TTT_SHORT_DOC_LEN. It replaces TTT_CHUNK_SIZE in [T4]
@@ -110,7 +110,7 @@ fp32; `device` other than the CPU is untested).
 from __future__ import annotations
 
 if __name__ == "__main__":  # run on its own (any arguments, --help too): say what it is
-    print("benchmarks/upstream_ttt.py: a module, not a program (the tests import it).")
+    print("tests/reference/upstream_ttt.py: a module, not a program (the tests import it).")
     print("Its benchmark: python benchmarks/ttt.py --help\n")
     print(__doc__.split("\n\n")[0])
     raise SystemExit(0)
@@ -127,7 +127,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import train_gpt as tg
-from benchmarks import upstream_frontier as uf
+from tests.reference import upstream_frontier as uf
 
 SEED_STRIDE = 1_000_003  # [T6]: the generator's seed is SEED * SEED_STRIDE + document index
 ADAM_EPS = 1e-10
@@ -162,7 +162,7 @@ class TTTConfig:
     ttt_k_lora: int = 1
     ttt_o_lora: int = 1
     ttt_mlp_lora: int = 1
-    ttt_adapter_order: str = "slot"  # "slot" ([T5]) or "lists" (§1.4: head, q, v, k, mlp, o)
+    ttt_adapter_order: str = "slot"  # "slot" ([T5]) or "lists" (head, q, v, k, mlp, o)
     ttt_local_lr_mult: float = 1.0
     ttt_short_score_first_enabled: bool = False
     ttt_short_score_first_steps: str = ""
@@ -293,7 +293,7 @@ def lora_logits(model: tg.GPT, x: torch.Tensor, lora: Lora | None) -> torch.Tens
     [T5] site's delta added: lora(key, h) -> delta or None. Causal attention, no documents."""
     no = lambda key, h: None  # noqa: E731
     lora = lora or no
-    if frontier_network(model.cfg):  # the record's network: its reference, looped (§5)
+    if frontier_network(model.cfg):  # the record's network: its reference, looped
         state = {
             k: v.detach()
             for k, v in tg.bank_state_dict(model.state_dict(), len(model.blocks)).items()
@@ -426,7 +426,7 @@ def prepare(model, tokens, kwargs):
 def reference_ttt(model, tokens, luts=None, counts=None, *, record=None, tilt=None, **kwargs):
     """[T1]-[T10], one document at a time on the CPU in fp32. record: a list that receives
     (document index, chunk, scored target positions, nll sum) for every chunk, in scoring order.
-    tilt: #2135's n-gram tilt on the SCORE only (benchmarks/upstream_ngram.ttt_tilt):
+    tilt: #2135's n-gram tilt on the SCORE only (tests/reference/upstream_ngram.ttt_tilt):
     tilt(scored logits, scored targets, their positions) -> the scored per-token nll; the LoRA
     steps still train on the untilted nll.
     """
@@ -582,7 +582,7 @@ def upstream_style_ttt(model, tokens, luts=None, counts=None, *, device="cpu", *
     return finish(loss_sum, count, nbytes)
 
 
-# 3. the May records' levers (FRONTIER_MAY.md §1.3-1.8) ----------------------------------------
+# 3. the May records' levers -------------------------------------------------------------------
 #
 # API (reference_ttt and upstream_style_ttt take them through TTTConfig's new fields):
 #   ttt_adapter_sites(ttt_mask, ttt_q_lora, ttt_v_lora, ttt_k_lora, ttt_o_lora, ttt_mlp_lora)
@@ -597,7 +597,7 @@ def upstream_style_ttt(model, tokens, luts=None, counts=None, *, device="cpu", *
 #   doc_len(predictions) -> P + 1 (the document's tokens, BOS through the next BOS)
 #   pause_documents(n_docs, batch_size, boundary, world_size) -> documents scored at the pause
 
-BUILD_ORDER = ("head", "q", "v", "k", "mlp", "o")  # §1.4 (14:1889-1934)
+BUILD_ORDER = ("head", "q", "v", "k", "mlp", "o")  # #2014's train_gpt.py l.1889-1934
 TTT_MASKS = {"": (), "all": (), "baseline_all": (), "no_q": ("q",), "no_v": ("v",),
              "no_qv": ("q", "v")}  # fmt: skip
 

@@ -1,19 +1,26 @@
 """The 2026-04-27 frontier record's network, optimizer and schedule (PR #1855, val_bpb 1.0611),
-written from the facts in FRONTIER.md (sections 2 and 3), not from the record's code nor from
-train_gpt.py: a small, eager, functional CPU reference that the tests hold train_gpt.py to.
+written from the facts docs/frontier.md states, not from the record's code nor from train_gpt.py:
+a small, eager, functional CPU reference that the tests hold train_gpt.py to. Its comments cite
+those facts as
+  [network]      docs/frontier.md#the-records-network
+  [optimizer]    docs/frontier.md#the-records-optimizer-and-schedule
+  [may]          docs/frontier.md#their-training-levers
+  [ttt]          docs/evaluation.md#test-time-training-eval_ttt
+  [differences]  docs/frontier.md#where-we-differ-from-the-record-on-purpose
+and "14:N" is line N of PR #2014's train_gpt.py.
 
   RecordConfig / record_shape()   the record's environment variables in lower case; the defaults
                                   are a TINY shape for tests, record_shape() is the record's own
-  init_state_dict(cfg, seed)      the state dict (names, order, shapes, dtypes, RNG order: §2.1-2.2)
-  forward_loss(cfg, state, ...)   the forward (§2.3-2.5) in float32 from the given tensors
-  muon_step / polar_express       Muon on the banks (§3.1), one GPU (the whole bank)
-  adamw_groups / make_adamw       AdamW's two groups (§3.2)
-  ema_update, training_frac, lr_multiplier, muon_momentum_at, looping_on   §3.3-3.4, §2.5
-  unbank / rebank                 the banks' per-layer names (§2.1 "Banks")
+  init_state_dict(cfg, seed)      the state dict ([network]: names, order, shapes, dtypes, RNG)
+  forward_loss(cfg, state, ...)   the forward ([network]) in float32 from the given tensors
+  muon_step / polar_express       Muon on the banks ([optimizer]), one GPU (the whole bank)
+  adamw_groups / make_adamw       AdamW's two groups ([optimizer])
+  ema_update, training_frac, lr_multiplier, muon_momentum_at, looping_on   [optimizer], [network]
+  unbank / rebank                 the banks' per-layer names ([network])
 
-The May records (FRONTIER_MAY.md) extend it: AsymLogit (RecordConfig.asym_logit_*, asym_softcap,
-head_logits; §1.11), SMEAR_GATE_BOS_FIX=0 (RecordConfig.smear_gate_bos_fix; §1.15) and the
-progressive training context (section "progressive training context", with its API; §1.1).
+The May records ([may]) extend it: AsymLogit (RecordConfig.asym_logit_*, asym_softcap,
+head_logits), SMEAR_GATE_BOS_FIX=0 (RecordConfig.smear_gate_bos_fix) and the progressive
+training context (section "progressive training context", with its API).
 
 Everything here computes in float32 (the record runs bf16 under autocast): it is the math, not the
 record's rounding, except where the facts fix a rounding (bf16-rounded init values, bf16 inv_freq,
@@ -31,13 +38,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 BANKS = ("qo_bank", "kv_bank", "mlp_up_bank", "mlp_down_bank")
-# §3.2 CONTROL_TENSOR_NAME_PATTERNS
+# [optimizer] CONTROL_TENSOR_NAME_PATTERNS
 CONTROL_PATTERNS = (
     "attn_scale", "attn_scales", "mlp_scale", "mlp_scales", "resid_mix", "resid_mixes", "q_gain",
     "skip_weight", "skip_weights", "skip_gates", "parallel_post_lambdas", "parallel_resid_lambdas",
     "attn_gate_proj", "attn_gate_w", "smear_gate", "smear_lambda",
 )  # fmt: skip
-# §3.1 item 4.5: Polar-Express (a, b, c) per Newton-Schulz step
+# [optimizer]: Polar-Express (a, b, c) per Newton-Schulz step
 POLAR_EXPRESS = (
     (8.156554524902461, -22.48329292557795, 15.878769915207462),
     (4.042929935166739, -2.808917465908714, 0.5000178451051316),
@@ -45,8 +52,8 @@ POLAR_EXPRESS = (
     (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
     (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
 )
-PARALLEL_RESID_INIT = 1.1  # §2.1: becomes 1.1015625 once bf16-rounded
-ASYM_LOGIT = ("softcap_pos", "softcap_neg")  # FRONTIER_MAY §1.11: fp32 0-dim, not trained
+PARALLEL_RESID_INIT = 1.1  # [network]: becomes 1.1015625 once bf16-rounded
+ASYM_LOGIT = ("softcap_pos", "softcap_neg")  # [may]: fp32 0-dim, not trained
 ASYM_LOGIT_INIT = 30.0
 
 
@@ -79,7 +86,7 @@ class RecordConfig:
     sparse_attn_gate_scale: float = 0.5
     leaky_relu_slope: float = 0.5  # the record hard-codes 0.5; 0.0 = relu (then square)
     bos_id: int = 1
-    # the May records (FRONTIER_MAY.md §1.11, §1.15)
+    # the May records ([may])
     smear_gate_bos_fix: bool = True  # #2135 runs SMEAR_GATE_BOS_FIX=0
     asym_logit_rescale: bool = False  # both May records run 1
     asym_logit_place: str = "after_smear"  # #2014: after smear_lambda; #2135: "first"
@@ -106,19 +113,19 @@ class RecordConfig:
         return self.num_kv_heads * self.head_dim
 
     @property
-    def hidden(self) -> int:  # §1.1: hidden = int(MLP_MULT * d)
+    def hidden(self) -> int:  # the record's int(MLP_MULT * d)
         return int(self.mlp_mult * self.model_dim)
 
 
 def record_shape() -> RecordConfig:
-    """The record's full shape and settings (§1.1)."""
+    """The record's full shape and settings (its run's values)."""
     return RecordConfig(
         vocab_size=8192, num_layers=11, model_dim=512, num_heads=8, num_kv_heads=4, rope_dims=16,
         xsa_last_n=11, num_loops=2, loop_start=3, loop_end=5, parallel_start_layer=8,
     )  # fmt: skip
 
 
-# layer order (§2.3 item 4, §2.1 notes) --------------------------------------------------------
+# layer order ([network]) --------------------------------------------------------
 
 
 def _virtual_order(cfg: RecordConfig) -> list[int]:
@@ -128,7 +135,7 @@ def _virtual_order(cfg: RecordConfig) -> list[int]:
 
 
 def layer_order(cfg: RecordConfig, looping: bool) -> tuple[list[int], list[int]]:
-    """(encoder, decoder) physical layers, one per slot (§2.3 item 4)."""
+    """(encoder, decoder) physical layers, one per slot ([network])."""
     if looping and cfg.num_loops > 0:
         order = _virtual_order(cfg)
         return order[: len(order) // 2], order[len(order) // 2 :]
@@ -137,7 +144,7 @@ def layer_order(cfg: RecordConfig, looping: bool) -> tuple[list[int], list[int]]
 
 
 def num_skips(cfg: RecordConfig) -> int:
-    """S, the rows of skip_weights / skip_gates (§2.1 notes)."""
+    """S, the rows of skip_weights / skip_gates ([network])."""
     enc, dec = layer_order(cfg, looping=cfg.num_loops > 0)
     return min(len(enc), len(dec))
 
@@ -149,7 +156,7 @@ def virtual_slots(cfg: RecordConfig, looping: bool) -> list[tuple[str, int]]:
 
 
 def skip_pairs(cfg: RecordConfig, looping: bool) -> list[int | None]:
-    """Per decoder slot j, the encoder slot whose output it pops (LIFO), or None (§2.3 item 6)."""
+    """Per decoder slot j, the encoder slot whose output it pops (LIFO), or None ([network])."""
     enc, dec = layer_order(cfg, looping)
     stack, pairs = list(range(len(enc))), []
     for j in range(len(dec)):
@@ -158,18 +165,18 @@ def skip_pairs(cfg: RecordConfig, looping: bool) -> list[int | None]:
 
 
 def lanes_start(cfg: RecordConfig, looping: bool) -> int | None:
-    """The first decoder slot that runs as a ParBlock, or None (§2.3 item 6)."""
+    """The first decoder slot that runs as a ParBlock, or None ([network])."""
     if cfg.parallel_start_layer <= 0:
         return None
     _, dec = layer_order(cfg, looping)
     return next((j for j, i in enumerate(dec) if i >= cfg.parallel_start_layer), None)
 
 
-# state dict (§2.1, §2.2) ----------------------------------------------------------------------
+# state dict ([network]) ----------------------------------------------------------------------
 
 
 def state_shapes(cfg: RecordConfig) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-    """Name -> (shape, dtype) in the state dict's order (§2.1), without allocating anything."""
+    """Name -> (shape, dtype) in the state dict's order ([network]), without allocating anything."""
     L, d, kvd, F_, S = cfg.num_layers, cfg.model_dim, cfg.kv_dim, cfg.hidden, num_skips(cfg)
     f32 = torch.float32
     out = {
@@ -202,20 +209,21 @@ def state_shapes(cfg: RecordConfig) -> dict[str, tuple[tuple[int, ...], torch.dt
 
 
 def init_state_dict(cfg: RecordConfig, seed: int) -> dict[str, Tensor]:
-    """The record's initial state dict (§2.2): draws from the global CPU generator, in order."""
+    """The record's initial state dict ([network]): draws from the global CPU generator, in
+    order."""
     L, d = cfg.num_layers, cfg.model_dim
     torch.manual_seed(seed)
-    emb = torch.empty(cfg.vocab_size, d).normal_()  # 2.1: nn.Embedding's default init
-    if cfg.smear_gate_enabled:  # 2.2: Linear(12->1, bias=False)'s default init, zeroed later
+    emb = torch.empty(cfg.vocab_size, d).normal_()  # first: nn.Embedding's default init
+    if cfg.smear_gate_enabled:  # then: Linear(12->1, bias=False)'s default init, zeroed later
         torch.nn.init.kaiming_uniform_(torch.empty(1, cfg.gate_window), a=math.sqrt(5))
     emb.normal_(0.0, cfg.tied_embed_init_std)  # 2.3
     values = {name: torch.zeros(shape) for name, (shape, _) in state_shapes(cfg).items()}
     values["tok_emb.weight"] = emb
-    for i in range(L):  # 2.4: Q, K, V slices; out slices stay zero
+    for i in range(L):  # then: Q, K, V slices; out slices stay zero
         torch.nn.init.orthogonal_(values["qo_bank"][i])
         torch.nn.init.orthogonal_(values["kv_bank"][i])
         torch.nn.init.orthogonal_(values["kv_bank"][L + i])
-    for i in range(L):  # 2.5: up slices; down stays zero
+    for i in range(L):  # last: up slices; down stays zero
         torch.nn.init.orthogonal_(values["mlp_up_bank"][i])
     values["skip_weights"].fill_(1.0)
     values["parallel_post_lambdas"].fill_(1.0)
@@ -228,7 +236,7 @@ def init_state_dict(cfg: RecordConfig, seed: int) -> dict[str, Tensor]:
         values[f"blocks.{i}.resid_mix"][0].fill_(1.0)
         values[f"blocks.{i}.attn.q_gain"].fill_(cfg.qk_gain_init)
         # CHOICE: SPARSE_ATTN_GATE_INIT_STD = 0 -> zeros with no draw ("nothing else draws")
-    # §2.2 items 4-5: everything goes through bf16; all but tok_emb back to fp32
+    # [network]: everything goes through bf16; all but tok_emb back to fp32
     shapes = state_shapes(cfg)
     return {
         k: v.bfloat16() if shapes[k][1] == torch.bfloat16 else v.bfloat16().float()
@@ -236,7 +244,7 @@ def init_state_dict(cfg: RecordConfig, seed: int) -> dict[str, Tensor]:
     }
 
 
-# forward (§2.3-2.5) ---------------------------------------------------------------------------
+# forward ([network]) ---------------------------------------------------------------------------
 
 
 def rms(x: Tensor) -> Tensor:
@@ -250,7 +258,7 @@ def _up(t: Tensor) -> Tensor:
 
 
 def rope_inv_freq(cfg: RecordConfig) -> Tensor:
-    """§2.4 item 3: 1 / base^(2k/dims), stored bf16 (returned as the fp32 of those bf16 values)."""
+    """[network]: 1 / base^(2k/dims), stored bf16 (returned as the fp32 of those bf16 values)."""
     dims = cfg.rope_dims or cfg.head_dim
     exps = torch.arange(0, dims, 2, dtype=torch.float32) / dims
     return (1.0 / cfg.rope_base**exps).bfloat16().float()
@@ -276,7 +284,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
 
 
 def attention(cfg: RecordConfig, st: dict[str, Tensor], i: int, x: Tensor, ctx: dict) -> Tensor:
-    """Attention_i (§2.4); x is the normed input RMS(.)*s_i; returns the out-projection's output."""
+    """Attention_i ([network]); x is the normed input RMS(.)*s_i; returns the out-projection's
+    output."""
     B, T, _ = x.shape
     L, H, Hkv, D = cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     qo, kv = _up(st["qo_bank"]), _up(st["kv_bank"])
@@ -284,20 +293,20 @@ def attention(cfg: RecordConfig, st: dict[str, Tensor], i: int, x: Tensor, ctx: 
     k = rms(_adapt(ctx, "k", x, x @ kv[i].T).view(B, T, Hkv, D))
     v = _adapt(ctx, "v", x, x @ kv[L + i].T).view(B, T, Hkv, D)
     q, k = apply_rope(q, ctx["pos"], ctx["inv_freq"]), apply_rope(k, ctx["pos"], ctx["inv_freq"])
-    q = q * _up(st[f"blocks.{i}.attn.q_gain"])[:, None]  # item 4: the gain after RoPE
+    q = q * _up(st[f"blocks.{i}.attn.q_gain"])[:, None]  # the gain after RoPE
     y = attend(q, k, v, ctx["mask"])
-    if i >= L - cfg.xsa_last_n:  # item 6: XSA, remove y's component along its kv head's v
+    if i >= L - cfg.xsa_last_n:  # XSA, remove y's component along its kv head's v
         vh = F.normalize(v, dim=-1, eps=1e-12).repeat_interleave(H // Hkv, dim=2)
         y = y - (y * vh).sum(dim=-1, keepdim=True) * vh
-    if cfg.sparse_attn_gate_enabled:  # item 7: per-head gate from the input's first dims
+    if cfg.sparse_attn_gate_enabled:  # per-head gate from the input's first dims
         w = _up(st[f"blocks.{i}.attn.attn_gate_w"])
         gate = torch.sigmoid(cfg.sparse_attn_gate_scale * (x[..., : cfg.gate_window] @ w.T))
         y = y * gate[..., None]
-    return _adapt(ctx, "o", x, y.reshape(B, T, H * D) @ qo[L + i].T)  # item 8: then W_o
+    return _adapt(ctx, "o", x, y.reshape(B, T, H * D) @ qo[L + i].T)  # then W_o
 
 
 def _adapt(ctx: dict, site: str, h: Tensor, out: Tensor) -> Tensor:
-    """out plus a test-time-training adapter's delta of input h (§5: per virtual slot, at the
+    """out plus a test-time-training adapter's delta of input h ([ttt]: per virtual slot, at the
     Q, K, V, O and MLP sites of every block pass; the head's in forward_logits)."""
     lora = ctx.get("lora")
     delta = None if lora is None else lora((ctx["slot"], site), h)
@@ -305,7 +314,7 @@ def _adapt(ctx: dict, site: str, h: Tensor, out: Tensor) -> Tensor:
 
 
 def mlp(cfg: RecordConfig, st: dict[str, Tensor], i: int, x: Tensor) -> Tensor:
-    """MLP_i (§2.5): leaky_relu(x W_up^T, slope)^2 W_down^T."""
+    """MLP_i ([network]): leaky_relu(x W_up^T, slope)^2 W_down^T."""
     h = F.leaky_relu(x @ _up(st["mlp_up_bank"])[i].T, cfg.leaky_relu_slope)
     return h.square() @ _up(st["mlp_down_bank"])[i].T
 
@@ -315,7 +324,7 @@ def _ln(cfg: RecordConfig, i: int) -> float:
 
 
 def block(cfg, st, i: int, x: Tensor, x0: Tensor, ctx: dict) -> Tensor:
-    """Block_i (§2.3)."""
+    """Block_i ([network])."""
     m, s = _up(st[f"blocks.{i}.resid_mix"]), _ln(cfg, i)
     u = m[0] * x + m[1] * x0
     v = u + _up(st[f"blocks.{i}.attn_scale"]) * attention(cfg, st, i, rms(u) * s, ctx)
@@ -324,7 +333,7 @@ def block(cfg, st, i: int, x: Tensor, x0: Tensor, ctx: dict) -> Tensor:
 
 
 def par_block(cfg, st, i: int, l0: Tensor, l1: Tensor, x0: Tensor, ctx: dict):
-    """ParBlock_i (§2.3): the attention reads lane 0 (mixed with x0), the MLP lane 1."""
+    """ParBlock_i ([network]): the attention reads lane 0 (mixed with x0), the MLP lane 1."""
     m, s = _up(st[f"blocks.{i}.resid_mix"]), _ln(cfg, i)
     r, P = _up(st["parallel_resid_lambdas"])[i], _up(st["parallel_post_lambdas"])[i]
     a = _up(st[f"blocks.{i}.attn_scale"]) * attention(
@@ -336,9 +345,9 @@ def par_block(cfg, st, i: int, l0: Tensor, l1: Tensor, x0: Tensor, ctx: dict):
 
 
 def smear(cfg: RecordConfig, st: dict[str, Tensor], e: Tensor, ids: Tensor) -> Tensor:
-    """SmearGate, BOS-fixed (§2.3 item 2): e'_t = e_t + lam*sig(w.e_t[:W])*e_{t-1}*[id_t != BOS].
-    CHOICE: over the row, ignoring cu_seqlens (a document's first token is a BOS; §6 item 4).
-    SMEAR_GATE_BOS_FIX=0 (#2135, FRONTIER_MAY §1.15): no mask, every t >= 1 (BOS included)."""
+    """SmearGate, BOS-fixed ([network]): e'_t = e_t + lam*sig(w.e_t[:W])*e_{t-1}*[id_t != BOS].
+    CHOICE: over the row, ignoring cu_seqlens (a document's first token is a BOS; [differences]).
+    SMEAR_GATE_BOS_FIX=0 (#2135, [may]): no mask, every t >= 1 (BOS included)."""
     if not cfg.smear_gate_enabled:
         return e
     lam, w = _up(st["smear_lambda"]), _up(st["smear_gate.weight"])
@@ -350,7 +359,7 @@ def smear(cfg: RecordConfig, st: dict[str, Tensor], e: Tensor, ids: Tensor) -> T
 
 
 def _context(cfg: RecordConfig, B: int, T: int, cu_seqlens: Tensor | None, positions: str):
-    """The attention mask (B,T,T) and the RoPE positions (B,T) fp32 (§2.4 items 3 and 5)."""
+    """The attention mask (B,T,T) and the RoPE positions (B,T) fp32 ([network])."""
     t = torch.arange(T)
     mask = (t[None, :] <= t[:, None]).expand(B, T, T)
     pos = t.float().expand(B, T)
@@ -370,8 +379,8 @@ def _context(cfg: RecordConfig, B: int, T: int, cu_seqlens: Tensor | None, posit
 def hidden_states(
     cfg, st, input_ids: Tensor, *, looping: bool, cu_seqlens=None, positions="row", lora=None
 ):
-    """The final-normed h (B, T, d) of §2.3 items 1-7. lora(key, h) -> delta or None, key =
-    (virtual slot, site): the TTT adapters (§5)."""
+    """The final-normed h (B, T, d) of [network]. lora(key, h) -> delta or None, key =
+    (virtual slot, site): the TTT adapters ([ttt])."""
     B, T = input_ids.shape
     ctx = _context(cfg, B, T, cu_seqlens, positions) | {"lora": lora}
     e = F.embedding(input_ids, _up(st["tok_emb.weight"]))
@@ -415,7 +424,7 @@ def hidden_states(
 
 def head_logits(cfg, state, input_ids: Tensor, *, looping: bool, cu_seqlens=None,
                 positions: str = "row", lora=None) -> Tensor:  # fmt: skip
-    """z (B, T, V) of §2.3 item 8 before any softcap; lora as in hidden_states (the head's
+    """z (B, T, V) of [network] before any softcap; lora as in hidden_states (the head's
     adapter: key (None, "head"), added to z)."""
     h = hidden_states(cfg, state, input_ids, looping=looping, cu_seqlens=cu_seqlens,
                       positions=positions, lora=lora)  # fmt: skip
@@ -427,7 +436,7 @@ def softcap(z: Tensor, c: float) -> Tensor:
 
 
 def asym_softcap(z: Tensor, pos: Tensor, neg: Tensor, *, positive_at_zero: bool = False):
-    """AsymLogit (FRONTIER_MAY §1.11): z' = s_p tanh(z / s_p) where z > 0 (#2014; z >= 0 with
+    """AsymLogit ([may]): z' = s_p tanh(z / s_p) where z > 0 (#2014; z >= 0 with
     positive_at_zero, #2135), else s_n tanh(z / s_n); the scalars are cast to z's dtype (the
     record's bf16 logits). At z = 0 both branches give 0: the two conditions give equal values."""
     p, n = pos.to(z.dtype), neg.to(z.dtype)
@@ -437,7 +446,7 @@ def asym_softcap(z: Tensor, pos: Tensor, neg: Tensor, *, positive_at_zero: bool 
 
 def forward_logits(cfg, state, input_ids: Tensor, *, looping: bool, cu_seqlens=None,
                    positions: str = "row", lora=None) -> Tensor:  # fmt: skip
-    """The softcapped tied-head logits (B, T, V) of §2.3 item 8 (the eval and TTT logits): with
+    """The softcapped tied-head logits (B, T, V) of [network] (the eval and TTT logits): with
     ASYM_LOGIT_RESCALE, asym_softcap with the state's softcap_pos / softcap_neg (after the head
     adapter), else the LOGIT_SOFTCAP tanh."""
     z = head_logits(cfg, state, input_ids, looping=looping, cu_seqlens=cu_seqlens,
@@ -459,11 +468,11 @@ def forward_loss(
     positions: str = "row",
     reduction: str = "mean",
 ) -> Tensor:
-    """Cross-entropy of the softcapped tied-head logits (§2.3 item 8), in fp32: "mean" or "none"
+    """Cross-entropy of the softcapped tied-head logits ([network]), in fp32: "mean" or "none"
     (per token, flattened). cu_seqlens (B = 1) keeps attention within each segment; positions
     "row" (the record) or "document" (RoPE counted from each segment's start). The training loss
     (and the global TTT phases') is the fused CE with the scalar LOGIT_SOFTCAP even under
-    ASYM_LOGIT_RESCALE (FRONTIER_MAY §1.11): softcap_pos / softcap_neg get no gradient."""
+    ASYM_LOGIT_RESCALE ([may]): softcap_pos / softcap_neg get no gradient."""
     z = head_logits(cfg, state, input_ids, looping=looping, cu_seqlens=cu_seqlens,
                     positions=positions)  # fmt: skip
     logits = softcap(z, cfg.logit_softcap)
@@ -471,12 +480,12 @@ def forward_loss(
     return F.cross_entropy(flat, target_ids.reshape(-1), reduction=reduction)
 
 
-# optimizer (§3.1-3.3) -------------------------------------------------------------------------
+# optimizer ([optimizer]) -------------------------------------------------------------------------
 
 
 def polar_express(G: Tensor, steps: int) -> Tensor:
-    """§3.1 item 4: orthogonalise each matrix of G (n, rows, cols) in bf16; at most 5 steps.
-    A@A is formed first, then scaled by c: the record writes c * (A @ A) (FRONTIER.md §3.1 4.3;
+    """[optimizer]: orthogonalise each matrix of G (n, rows, cols) in bf16; at most 5 steps.
+    A@A is formed first, then scaled by c: the record writes c * (A @ A) ([optimizer], Muon step 4;
     bf16 rounds it differently from the baseline's (c*A)@A)."""
     X = G.bfloat16()
     tall = X.size(-2) > X.size(-1)
@@ -500,10 +509,11 @@ def muon_step(
     row_normalize: bool,
     backend_steps: int = 5,
 ) -> None:
-    """One Muon step on whole banks (1 GPU, §3.1), in place on banks (fp32) and buffers (bf16).
+    """One Muon step on whole banks (1 GPU, [optimizer]), in place on banks (fp32) and buffers
+    (bf16).
     CHOICE: the bf16 buffer update is buf.mul_(mu).add_(g) (two roundings) and u = g + mu*buf one
     bf16 op; the row normalisation takes the norm in fp32, casts it to bf16 and divides in bf16
-    (item 3: "the row norm is over the last dim, in fp32, then cast to bf16")."""
+    (MuonEq-R: each row's norm taken in fp32, the result cast to bf16)."""
     for name, p in banks.items():
         g, buf = grads[name].bfloat16(), buffers[name]
         buf.mul_(momentum).add_(g)
@@ -517,12 +527,12 @@ def muon_step(
 
 
 def adamw_groups(state: dict[str, Tensor]) -> dict[str, list[str]]:
-    """§3.2: the names of the tok group, the scalar group and Muon's banks, in state order
+    """[optimizer]: the names of the tok group, the scalar group and Muon's banks, in state order
     (softcap_pos / softcap_neg are in none)."""
     groups = {"tok": [], "scalar": [], "muon": []}
     for name, t in state.items():
         if name in ASYM_LOGIT:
-            continue  # FRONTIER_MAY §1.11: in no optimizer group (14:2137-2180)
+            continue  # [may]: in no optimizer group (14:2137-2180)
         if name in BANKS:
             groups["muon"].append(name)
         elif name == "tok_emb.weight":
@@ -545,7 +555,7 @@ def make_adamw(
     beta2: float = 0.99,
     eps: float = 1e-8,
 ) -> torch.optim.AdamW:
-    """§3.2: AdamW over the tok group then the scalar group (each group keeps its "base_lr")."""
+    """[optimizer]: AdamW over the tok group then the scalar group (each keeps its "base_lr")."""
     g = adamw_groups(params_by_name)
     spec = [("tok", tied_embed_lr, embed_wd), ("scalar", scalar_lr, adam_wd)]
     param_groups = [
@@ -556,13 +566,13 @@ def make_adamw(
 
 
 def ema_update(ema: dict[str, Tensor], state: dict[str, Tensor], decay: float) -> None:
-    """§3.3 item 6: e <- decay*e + (1-decay)*fp32(p), in place, no bias correction."""
+    """[optimizer]: e <- decay*e + (1-decay)*fp32(p), in place, no bias correction."""
     with torch.no_grad():
         for name, e in ema.items():
             e.mul_(decay).add_(state[name].detach().float(), alpha=1.0 - decay)
 
 
-# schedule (§3.4, §3.1 item 7, §2.5) -----------------------------------------------------------
+# schedule ([optimizer]; the loop switch: [network]) ----------------------------------------------
 
 
 def training_frac(
@@ -573,14 +583,15 @@ def training_frac(
     max_wallclock_seconds: float,
     gptq_reserve_seconds: float,
 ) -> float:
-    """§3.4: the elapsed share of the (reserve-shortened) budget, or step/ITERATIONS without one."""
+    """[optimizer]: the elapsed share of the (reserve-shortened) budget, or step/ITERATIONS
+    without one."""
     if max_wallclock_seconds <= 0:
         return step / iterations
     return elapsed_ms / (1000.0 * (max_wallclock_seconds - gptq_reserve_seconds))
 
 
 def lr_multiplier(frac: float, warmdown_frac: float, min_lr: float) -> float:
-    """§3.4: 1, then a linear warm-down over the last WARMDOWN_FRAC, floored at MIN_LR."""
+    """[optimizer]: 1, then a linear warm-down over the last WARMDOWN_FRAC, floored at MIN_LR."""
     if warmdown_frac <= 0 or frac < 1.0 - warmdown_frac:
         return 1.0
     return max((1.0 - frac) / warmdown_frac, min_lr)
@@ -589,17 +600,17 @@ def lr_multiplier(frac: float, warmdown_frac: float, min_lr: float) -> float:
 def muon_momentum_at(
     step: int, start: float = 0.92, end: float = 0.97, warmup_steps: int = 1500
 ) -> float:
-    """§3.1 item 7: linear from start to end over warmup_steps, then end."""
+    """[optimizer]: linear from start to end over warmup_steps, then end."""
     f = min(step / warmup_steps, 1.0) if warmup_steps > 0 else 1.0
     return (1.0 - f) * start + f * end
 
 
 def looping_on(*, frac: float, enable_looping_at: float, num_loops: int, already: bool) -> bool:
-    """§2.5: looping turns on for good once frac >= ENABLE_LOOPING_AT (with NUM_LOOPS > 0)."""
+    """[network]: looping turns on for good once frac >= ENABLE_LOOPING_AT (with NUM_LOOPS > 0)."""
     return already or (num_loops > 0 and frac >= enable_looping_at)
 
 
-# banks (§2.1 "Banks") -------------------------------------------------------------------------
+# banks ([network]) -------------------------------------------------------------------------
 
 _UNBANKED = {  # bank -> the (first half, second half) names of layer i's slices
     "qo_bank": ("attn.c_q.weight", "attn.proj.weight"),
@@ -645,7 +656,7 @@ def rebank(unbanked: dict[str, Tensor], cfg: RecordConfig) -> dict[str, Tensor]:
     return out
 
 
-# progressive training context (FRONTIER_MAY.md §1.1, PR #2014) ---------------------------------
+# progressive training context ([may], PR #2014) ---------------------------------------------
 #
 # API (all pure; p is the training progress in [0, 1]):
 #   parse_seq_schedule(text, train_seq_len, row_tokens=98_304) -> [(len, p), ...]
@@ -665,7 +676,7 @@ def rebank(unbanked: dict[str, Tensor], cfg: RecordConfig) -> dict[str, Tensor]:
 #   warmup_cu_buckets(seq_len, row_tokens) -> the cu bucket lengths warmed up for that len
 
 ROW_TOKENS = 98_304  # local micro-batch tokens per rank (786,432 / 8)
-SKIPPED_PER_SWITCH = 2  # the loader's prefetch depth (§1.1 Loader, by reading)
+SKIPPED_PER_SWITCH = 2  # the loader's prefetch depth ([may]: the 2 prefetched batches, by reading)
 CU_BUCKETS = (64, 128, 192, 256)
 
 
