@@ -20,8 +20,6 @@ SKIP_FILES = {
     "tests/test_docs_links.py",
 }
 SKIP_FOLDERS = (
-    # the presets become data inside train_gpt.py; until then their comments are theirs
-    "presets/",
     "data/datasets/",
     "data/tokenizers/",
 )
