@@ -59,10 +59,12 @@ def masked(stdout: str) -> list[str]:
 
 
 def specialised_script(folder: Path, env: dict, world_size: int) -> Path:
-    """The record's packed form of train_gpt.py specialised to `env`, in `folder` (no presets/
-    beside it: as in a record folder)."""
+    """The record's packed form of train_gpt.py specialised to `env` over TINY_ENV (what
+    run_train sets), in `folder` (no presets/ beside it: as in a record folder)."""
     folder.mkdir(parents=True, exist_ok=True)
-    settings = {k: v for k, v in env.items() if k not in ("DATA_PATH", "TOKENIZER_PATH")}
+    settings = {
+        k: v for k, v in (TINY_ENV | env).items() if k not in ("DATA_PATH", "TOKENIZER_PATH")
+    }
     source = sp.specialize_script(REPO / "train_gpt.py", settings, world_size=world_size)
     script = folder / "train_gpt.py"
     script.write_bytes(sp.counted(source))
@@ -91,7 +93,10 @@ def preset_pair(request, tmp_path_factory, tiny_dataset):
     env = dict(TINY_PRESET, PRESET=preset, VOCAB_SIZE=str(tiny_dataset.vocab_size))
     script = specialised_script(root / "record", env, world_size=2)
     readable = run_train(root / "readable", tiny_dataset, timeout=600, RUN_ID="r", **env)
-    ours = run_train(root / "ours", tiny_dataset, timeout=600, script=script, RUN_ID="r")
+    built_in = {k: v for k, v in env.items() if k != "PRESET"}  # (over run_train's TINY_ENV)
+    ours = run_train(
+        root / "ours", tiny_dataset, timeout=600, script=script, RUN_ID="r", **built_in
+    )
     return env, readable, ours
 
 
@@ -102,7 +107,8 @@ def test_each_preset_specialised_runs_as_the_readable_on_2_ranks(preset_pair):
 
 
 def test_the_specialised_script_takes_no_preset_and_ships_none(preset_pair, tmp_path):
-    """The run above set only the free variables (paths, RUN_ID): the preset is built in."""
+    """The run above did not set PRESET (its values, as run_train's TINY_ENV is under them, only
+    at the values built in): the preset is built in, and the settings line is the readable's."""
     env, readable, ours = preset_pair
     settings = [line for line in ours.stdout.splitlines() if line.startswith("settings:")]
     assert settings == [
@@ -115,5 +121,8 @@ def test_one_rank_specialised_runs_as_the_readable(tmp_path, tiny_dataset):
     env = dict(TINY_PRESET, PRESET="pr2135", VOCAB_SIZE=str(tiny_dataset.vocab_size))
     script = specialised_script(tmp_path / "record", env, world_size=1)
     readable = run_train(tmp_path / "readable", tiny_dataset, nproc=1, RUN_ID="r", **env)
-    ours = run_train(tmp_path / "ours", tiny_dataset, nproc=1, script=script, RUN_ID="r")
+    built_in = {k: v for k, v in env.items() if k != "PRESET"}  # (over run_train's TINY_ENV)
+    ours = run_train(
+        tmp_path / "ours", tiny_dataset, nproc=1, script=script, RUN_ID="r", **built_in
+    )
     assert_same_run(ours, readable)

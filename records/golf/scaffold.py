@@ -1,8 +1,12 @@
 """`new`: build a record folder from train logs, written all at once.
 
-The folder gets the exact script that ran (recovered from a log that embeds it, or `--script`;
-with `--pack`, its packed form plus the readable copy), one `train_seed{SEED}.log` per run, a
-`submission.json` whose every number comes from the logs, and a README with the results.
+The folder gets, from logs of our train_gpt.py (they dump their settings), train_gpt.py
+specialised to the runs' settings in the record's packed form (records/golf/specialize.py: the
+code the artifact counts) and the script that ran as train_gpt_readable.py; from other logs,
+or with --no-specialize, the exact script that ran (recovered from a log that embeds it, or
+`--script`; with `--pack`, its bz2-packed form plus the readable copy). Then one
+`train_seed{SEED}.log` per run, a `submission.json` whose every number comes from the logs,
+and a README with the results.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ environment. A record runs one configuration, so its counted code need not carry
 
 1. Settings. The run's values come from the script itself: `Hyperparameters.from_env(env)` (a
    preset: `{"PRESET": name}`) or a log's `hyperparameters:{json}` dump. Every field is frozen at
-   its value except FREE (the paths, RUN_ID, SEED: what a reproduction legitimately varies).
+   its value except FREE: DATA_PATH and TOKENIZER_PATH (where another machine keeps the data),
+   RUN_ID (the log's name) and SEED (a record's runs differ in it). Everything else, checkpoints
+   and evaluation-only runs included, is the record's run and nothing else.
 2. Config reads. `cfg.x`, `self.cfg.x`, `model.cfg.x`, ... (any `cfg` name or `.cfg` attribute)
    and `self.x` inside the settings class become constants for frozen fields, and so do the
    class's properties whose value does not depend on the free fields (`cfg.window`). Module
@@ -20,8 +22,11 @@ environment. A record runs one configuration, so its counted code need not carry
 4. Folding, to a fixpoint: constant expressions (not/and/or, comparisons, `in` on literal
    tuples, ternaries, arithmetic, f-strings, a few pure builtins and str methods, subscripts of
    module-level literal dicts), `if`/`while` on constants, statements after return/raise,
-   single-assignment constant locals, validation checks of the form `(broken, NAME, want)` whose
-   `broken` folded to False.
+   single-assignment constant locals (and the constant parts of what a function always
+   returns: `val, windows, plan = load_data(...)`), calls of functions that only return a
+   constant, validation checks of the form `(broken, NAME, want)` whose `broken` folded to
+   False. Functions that read files beside the script (presets/) are evaluated on constant
+   arguments, as the record folder has no such files.
 5. Reachability, to a fixpoint: from the module's statements that are not definitions (the
    `if __name__ == "__main__"` block), every function, class, constant and import referenced by
    name; a method is kept when its name is used as an attribute or a string anywhere live (getattr),
@@ -29,7 +34,7 @@ environment. A record runs one configuration, so its counted code need not carry
 6. The result is unparsed (`ast.unparse`), minified with the record's options and packed as the
    record's form (records/golf/pack.py: `record_pack_source`): its bytes are the counted code.
 
-`python -m records.golf.specialize --table` prints the table of benchmarks/RESULTS.md.
+`python benchmarks/specialized_size.py` prints the table of benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -617,9 +622,79 @@ def _scopes(tree):
     yield from (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
+def constant_returns(tree: ast.Module) -> dict[str, dict[int, ast.expr]]:
+    """Module functions that always return a tuple with a constant at some positions (it
+    ends with such a return, and every return is one): {name: {position: constant}}."""
+    out = {}
+    for fn in tree.body:
+        if not isinstance(fn, ast.FunctionDef) or not fn.body:
+            continue
+        last = fn.body[-1]
+        if not (isinstance(last, ast.Return) and isinstance(last.value, ast.Tuple)):
+            continue
+        returns, yields = [], False
+        stack = list(fn.body)
+        while stack:  # (not into nested functions, lambdas or classes)
+            node = stack.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            yields |= isinstance(node, (ast.Yield, ast.YieldFrom))
+            if isinstance(node, ast.Return):
+                returns.append(node.value)
+            stack.extend(ast.iter_child_nodes(node))
+        size = len(last.value.elts)
+        if yields or not all(isinstance(r, ast.Tuple) and len(r.elts) == size for r in returns):
+            continue
+        fixed = {}
+        for i in range(size):
+            values = [const_value(r.elts[i]) for r in returns]
+            if (
+                all(ok and _immutable(v) for ok, v in values)
+                and len({repr(v) for _, v in values}) == 1
+            ):
+                fixed[i] = returns[0].elts[i]
+        if fixed:
+            out[fn.name] = fixed
+    return out
+
+
+def constant_functions(tree: ast.Module) -> dict[str, ast.expr]:
+    """Module functions whose whole body (a docstring aside) is `return <constant>`."""
+    out = {}
+    for fn in tree.body:
+        if isinstance(fn, ast.FunctionDef) and not fn.decorator_list:
+            body = [s for s in fn.body if not (isinstance(s, ast.Expr) and is_const(s.value))]
+            if len(body) == 1 and isinstance(body[0], ast.Return):
+                value = body[0].value or ast.Constant(None)
+                ok, v = const_value(value)
+                if ok and _immutable(v):
+                    out[fn.name] = value
+    return out
+
+
+class InlineConstantCalls(ast.NodeTransformer):
+    """`f(a, b)` of a constant function, its arguments plain names or constants: the constant."""
+
+    def __init__(self, constants: dict):
+        self.constants = constants
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        plain = all(
+            isinstance(a, (ast.Name, ast.Constant))
+            for a in [*node.args, *(k.value for k in node.keywords)]
+        )
+        if isinstance(f, ast.Name) and f.id in self.constants and plain:
+            return ast.copy_location(copy.deepcopy(self.constants[f.id]), node)
+        return node
+
+
 def propagate_locals(tree) -> None:
-    """A local assigned once, at the top of its function's body, to a constant: its reads
-    become the constant and the assignment goes."""
+    """A local assigned once, at the top of its function's body, to a constant (or to the
+    constant part of what a function always returns): its reads become the constant, and
+    the assignment goes when it was a constant."""
+    returned = constant_returns(tree) if isinstance(tree, ast.Module) else {}
     for fn in _scopes(tree):
         stores: dict[str, int] = {}
         declared = set()
@@ -648,6 +723,17 @@ def propagate_locals(tree) -> None:
                 pairs = list(
                     zip(target.elts, stmt.value.elts, range(len(target.elts)), strict=True)
                 )
+            call = stmt.value
+            if (
+                isinstance(target, ast.Tuple)
+                and isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Name)
+                and call.func.id in returned
+            ):
+                for i, t in enumerate(target.elts):
+                    fixed = returned[call.func.id].get(i)
+                    if fixed is not None and isinstance(t, ast.Name) and stores.get(t.id) == 1:
+                        found[t.id] = fixed  # (the assignment stays: the call returns a tuple)
             drop = []
             for t, v, i in pairs:
                 if (
@@ -721,7 +807,7 @@ class Uses:
 
     def scan(self, node) -> None:
         for n in ast.walk(node):
-            if isinstance(n, ast.Name):
+            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store):
                 self.names.add(n.id)
             elif isinstance(n, ast.Attribute):
                 self.attrs.add(n.attr)
@@ -887,6 +973,7 @@ def specialize_tree(source: str, settings: Settings) -> ast.Module:
         before = ast.dump(tree)
         tree = Fold(_literal_dicts(tree), shadowed, settings.file_calls).visit(tree)
         FoldBodies().visit(tree)
+        tree = InlineConstantCalls(constant_functions(tree)).visit(tree)
         prune_checks(tree)
         propagate_locals(tree)
         prune_unreachable(tree)
@@ -905,15 +992,16 @@ def specialize_source(source: str, settings: Settings) -> str:
 # -----------------------------
 
 
+@contextlib.contextmanager
 def _module_for_source(source: bytes, beside: Path | None):
     """Import `source` (the script that ran, from a log), with `beside`'s presets/ next to it
-    when it reads files beside itself."""
+    when it reads files beside itself; they stay there while the module is in use."""
     tmp = Path(tempfile.mkdtemp(prefix="specialize-"))
     try:
         (tmp / "train_gpt.py").write_bytes(source)
         if beside is not None and (beside / "presets").is_dir():
             shutil.copytree(beside / "presets", tmp / "presets")
-        return load_module(tmp / "train_gpt.py")
+        yield load_module(tmp / "train_gpt.py")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -954,8 +1042,8 @@ def specialized_for_logs(source: bytes, log_texts: list[str]) -> bytes:
     key = (hashlib.sha256(source).hexdigest(), json.dumps(frozen, sort_keys=True))
     if key not in _SPECIALISED:
         repo = Path(__file__).resolve().parents[2]
-        module = _module_for_source(source, repo)
-        text = specialize_source(source.decode("utf-8"), settings_for(module, values))
+        with _module_for_source(source, repo) as module:
+            text = specialize_source(source.decode("utf-8"), settings_for(module, values))
         _SPECIALISED[key] = counted(text)
     return _SPECIALISED[key]
 
@@ -1008,7 +1096,8 @@ def counted(source: str) -> bytes:
 # -----------------------------
 
 
-def table(script: Path, presets=("", "pr1855", "pr2014", "pr2135")) -> str:
+def table(script: Path, presets=("", "pr1855", "pr2014", "pr2135"), say=None) -> str:
+    """benchmarks/RESULTS.md's table: each preset's specialised counted code; `say`: progress."""
     from .pack import record_pack_source
 
     readable = record_pack_source(script.read_bytes())
@@ -1016,7 +1105,9 @@ def table(script: Path, presets=("", "pr1855", "pr2014", "pr2135")) -> str:
         "| run | specialised counted code (B) | record's own (B) | % of the record's |",
         "|---|---:|---:|---:|",
     ]
-    for preset in presets:
+    for i, preset in enumerate(presets):
+        if say is not None:
+            say(f"[{i + 1}/{len(presets)}] specialising to PRESET={preset} ...")
         env = {"PRESET": preset} if preset else {}
         size = len(counted(specialize_script(script, env)))
         own = RECORDS_OWN.get(preset)
@@ -1025,6 +1116,26 @@ def table(script: Path, presets=("", "pr1855", "pr2014", "pr2135")) -> str:
         lines.append(f"| {label} | {size:,} | {f'{own:,}' if own else '-'} | {share} |")
     lines.append(f"| readable script, unspecialised | {len(readable):,} | | |")
     return "\n".join(lines)
+
+
+def regions(source: str, top: int = 12) -> list[tuple[int, str]]:
+    """The module-level definitions of a specialised source that cost the most counted bytes:
+    (the counted bytes its removal saves, its name), the largest first; the candidates are the
+    2 * `top` largest by their own minified size."""
+    from .pack import minify_source
+
+    tree = ast.parse(source)
+    whole = len(counted(source))
+
+    def name(stmt) -> str:
+        return ", ".join(_bound_names(stmt)) or ast.unparse(stmt).split("\n")[0][:40]
+
+    sizes = [(len(minify_source(ast.unparse(s).encode())), i) for i, s in enumerate(tree.body)]
+    out = []
+    for _, i in sorted(sizes, reverse=True)[: 2 * top]:
+        rest = ast.Module([s for j, s in enumerate(tree.body) if j != i], [])
+        out.append((whole - len(counted(ast.unparse(rest))), name(tree.body[i])))
+    return sorted(out, reverse=True)[:top]
 
 
 def main(argv=None) -> int:
@@ -1039,6 +1150,11 @@ def main(argv=None) -> int:
     p.add_argument("--world-size", type=int, default=8, help="default %(default)s")
     p.add_argument("-o", "--out", help="write the specialised source here (readable, unpacked)")
     p.add_argument("--table", action="store_true", help="print the counted-code table")
+    p.add_argument(
+        "--regions",
+        action="store_true",
+        help="print the definitions of the specialised script that cost the most counted bytes",
+    )
     args = p.parse_args(argv)
     script = Path(args.script)
     try:
@@ -1049,6 +1165,9 @@ def main(argv=None) -> int:
         if args.preset:
             env["PRESET"] = args.preset
         source = specialize_script(script, env, world_size=args.world_size)
+        if args.regions:
+            for saved, what in regions(source):
+                print(f"{saved:7,} B  {what}")
         if args.out:
             Path(args.out).write_text(source, encoding="utf-8")
         print(f"specialised {script}: {len(source.encode()):,} bytes of source, "
