@@ -93,6 +93,7 @@ def cmd_new(args) -> int:
         out=args.out,
         force=args.force,
         pack=args.pack,
+        specialize=args.specialize,
     )
     print(f"created {dest}")
     print(code_counting(dest, args.pack))
@@ -110,6 +111,13 @@ def code_counting(dest: Path, packed: bool) -> str:
     logs = [read_log(p) for p in sorted(dest.glob("train_seed*.log"))]
     compressed = sorted({lg.compressed_code_bytes for lg in logs} - {None})
     form = "packed (pack: bz2 + base85; train_gpt_readable.py beside it)" if packed else "readable"
+    if not packed and (dest / "train_gpt_readable.py").is_file():
+        return (
+            f"code: train_gpt.py ships the script that ran (train_gpt_readable.py beside it) "
+            f"specialised to the logs' settings, minified and packed (brotli, base85): "
+            f"{shipped:,} bytes, which the artifact counts (bytes_code {sub['bytes_code']:,}); "
+            "--no-specialize ships the script that ran instead"
+        )
     line = f"code: train_gpt.py ships {form}, {shipped:,} bytes; bytes_code {sub['bytes_code']:,}"
     if compressed and not packed:  # the record's rule: what the artifact counts is not the file
         return (
@@ -182,7 +190,27 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+def cmd_pack_specialized(args) -> int:
+    from .specialize import write_specialized
+
+    script, out = Path(args.script), Path(args.out)
+    if args.verify_run is not None:
+        raise SubmissionError(
+            "--verify-run runs a tiny config, which a specialised script refuses: its runs are "
+            "proved by tests/test_specialize_runs.py"
+        )
+    settings = _parse_env(args.set) | ({"PRESET": args.preset} if args.preset else {})
+    size, counted = write_specialized(script, out, settings, args.log, args.world_size)
+    print(
+        f"specialised {script} -> {out}: {size:,} bytes -> {counted:,} bytes (the record's "
+        "packed form: minified, brotli, base85), the code the artifact counts"
+    )
+    return 0
+
+
 def cmd_pack(args) -> int:
+    if args.preset is not None or args.set or args.log is not None:
+        return cmd_pack_specialized(args)
     script, out = Path(args.script), Path(args.out)
     res = write_packed(script, out, record=args.record)
     print(
@@ -250,6 +278,15 @@ def _add_new(sub) -> None:
     )
     p.add_argument("--out", help="exact folder to create (overrides --records-dir/track/name)")
     p.add_argument("--force", action="store_true", help="replace the folder if it exists")
+    p.add_argument(
+        "--specialize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ship train_gpt.py specialised to the logs' settings in the record's packed form "
+        "(records/golf/specialize.py), the script that ran beside it as train_gpt_readable.py: "
+        "the artifact counts its bytes (default: when the logs dump their settings, as "
+        "our train_gpt.py's do, and without --pack); --no-specialize ships the script that ran",
+    )
     p.add_argument(
         "--pack",
         action="store_true",
@@ -320,8 +357,12 @@ def _add_pack(sub) -> None:
     p = sub.add_parser(
         "pack",
         help="write the self-extracting (packed) form of a script",
-        description="Write OUT = `import bz2,base64` + `exec(bz2.decompress(base64.b85decode("
-        '"...")))` of SCRIPT, the form merged records shipped to save code bytes. Checks that '
+        description="With --preset NAME (and --set KEY=VALUE) or --log LOG: write OUT = "
+        "SCRIPT specialised to those settings (records/golf/specialize.py: the other settings' "
+        "code removed) in the record's packed form (minified, brotli, base85), the code a "
+        "record counts; `new` does the same from the logs. Otherwise write OUT = `import "
+        "bz2,base64` + `exec(bz2.decompress(base64.b85decode("
+        '"...")))` of SCRIPT (--record: the record\'s form of the whole script). Checks that '
         "OUT decompresses to SCRIPT byte for byte and prints the bytes saved. With "
         "--verify-run DATA_PATH --tokenizer MODEL, also runs SCRIPT and OUT under torchrun "
         "(--nproc CPU processes, a tiny model) and checks both reach the same final score "
@@ -333,6 +374,27 @@ def _add_pack(sub) -> None:
         "--record",
         action="store_true",
         help="the frontier record's form: minified (python-minifier), brotli q11, base85",
+    )
+    p.add_argument(
+        "--preset",
+        metavar="NAME",
+        help="specialise the script to PRESET=NAME's settings (with --set's) and write the "
+        "record's packed form: the code a record counts",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="specialise to this setting too (repeat); its other settings: their defaults",
+    )
+    p.add_argument(
+        "--log",
+        metavar="LOG",
+        help="specialise to a train log's settings (its hyperparameters: line)",
+    )
+    p.add_argument(
+        "--world-size", type=int, default=8, help="for --preset/--set: the ranks (default 8)"
     )
     p.add_argument("--verify-run", metavar="DATA_PATH", help="dataset folder for the run check")
     p.add_argument("--tokenizer", metavar="MODEL", help="SentencePiece model of that dataset")

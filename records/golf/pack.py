@@ -1,21 +1,20 @@
-"""Pack a script into the self-extracting form merged records shipped, and check the result.
+"""Pack a script into a self-extracting form, and check the result.
 
-Every byte of train_gpt.py counts in the 16,000,000-byte artifact. The packed form is a
-two-line script that decompresses and `exec`s the original:
+Every byte of the shipped train_gpt.py counts in the 16,000,000-byte artifact. Two forms:
 
-    import bz2,base64
-    exec(bz2.decompress(base64.b85decode("<base85 of bz2.compress(source, 9)>")))
+- The record's form (`record_pack_source`): the source minified by python-minifier with the
+  frontier record's options (RECORD_MINIFY), brotli quality 11, base85, in
+  `import brotli,base64` / `exec(brotli.decompress(base64.b85decode("...")))` and a newline.
+  The accepted records count their code this way (docs/frontier.md#code-bytes); a record
+  folder made by `new` ships train_gpt.py specialised to its run's settings
+  (records/golf/specialize.py) in this form, and `pack --preset/--set/--log` writes it.
+  `pack --record` packs a whole script so. It needs the python-minifier and brotli packages
+  (requirements.txt); it unpacks to the minified source.
+- The standard-library form (`pack_source`, `pack`, `new --pack`): the script byte for byte,
+  bz2 level 9, base85, in `import bz2,base64` / `exec(bz2.decompress(base64.b85decode("...")))`
+  (no final newline), for a script shipped whole where brotli may be missing.
 
-(no newline after the last line). bz2 level 9 gave the fewest bytes of the standard library's
-compressors on our train_gpt.py and on most large Python files (records/README.md has the
-figures), and it needs nothing the challenge machine lacks. `pack_source` is the one definition
-of the format; train_gpt.py computes the same bytes to log what it would pack to.
-
-`pack --record` writes the frontier record's form instead (docs/frontier.md#code-bytes), the one
-train_gpt.py counts with QUANTIZER=gptq: the source minified by python-minifier with the record's
-options, brotli quality 11, base85, in `import brotli,base64` /
-`exec(brotli.decompress(base64.b85decode("...")))` and a final newline. It needs the
-python-minifier and brotli packages (requirements.txt).
+`unpack` reads both (and the lzma/zlib variants merged records used) without running them.
 """
 
 from __future__ import annotations

@@ -1,8 +1,12 @@
 """`new`: build a record folder from train logs, written all at once.
 
-The folder gets the exact script that ran (recovered from a log that embeds it, or `--script`;
-with `--pack`, its packed form plus the readable copy), one `train_seed{SEED}.log` per run, a
-`submission.json` whose every number comes from the logs, and a README with the results.
+The folder gets, from logs of our train_gpt.py (they dump their settings), train_gpt.py
+specialised to the runs' settings in the record's packed form (records/golf/specialize.py: the
+code the artifact counts) and the script that ran as train_gpt_readable.py; from other logs,
+or with --no-specialize, the exact script that ran (recovered from a log that embeds it, or
+`--script`; with `--pack`, its bz2-packed form plus the readable copy). Then one
+`train_seed{SEED}.log` per run, a `submission.json` whose every number comes from the logs,
+and a README with the results.
 """
 
 from __future__ import annotations
@@ -282,7 +286,7 @@ def reproduce_environment(lg: TrainLog) -> list[str]:
     return [f"{k}={shlex.quote(v)}" for k, _, v in (w.partition("=") for w in words)]
 
 
-def _readme_reproduce(logs: list[TrainLog], packed: bool) -> list[str]:
+def _readme_reproduce(logs: list[TrainLog], form: str) -> list[str]:
     ws = next((lg.world_size for lg in logs if lg.world_size), None) or 8
     lines = ["## Reproduce", "", "```bash"]
     lines += [
@@ -293,7 +297,16 @@ def _readme_reproduce(logs: list[TrainLog], packed: bool) -> list[str]:
     lines += ["```", ""]
     if any(lg.settings is None for lg in logs):
         lines += ["The logs print no `settings:` line: add the variables the runs set.", ""]
-    if packed:
+    if form == "specialised":
+        lines += [
+            f"`{SCRIPT_NAME}` is `{READABLE_NAME}`, byte-for-byte the script that produced the "
+            "logs, specialised to their settings (`python records/submission.py pack "
+            f"{READABLE_NAME} --log train_seed{logs[0].seed}.log -o {SCRIPT_NAME}` in the "
+            "training repository): the same runs, its other settings' code removed, minified "
+            "and packed (brotli, base85). Its settings are built in: it refuses another value "
+            "for any of them, and takes SEED, RUN_ID, DATA_PATH and TOKENIZER_PATH."
+        ]
+    elif form == "packed":
         lines += [
             f"`{SCRIPT_NAME}` is the packed form (`python records/submission.py pack`) of "
             f"`{READABLE_NAME}`, byte-for-byte the script that produced the logs."
@@ -304,10 +317,11 @@ def _readme_reproduce(logs: list[TrainLog], packed: bool) -> list[str]:
     return lines
 
 
-def render_readme(sub: dict, logs: list[TrainLog], packed: bool = False) -> str:
-    """README.md with a results table for a new record folder."""
+def render_readme(sub: dict, logs: list[TrainLog], form: str = "readable") -> str:
+    """README.md with a results table for a new record folder; `form`: how train_gpt.py
+    ships (readable, packed, specialised)."""
     parts = _readme_head(sub, logs) + _readme_results(sub, logs)
-    return "\n".join(parts + _readme_compliance(sub) + _readme_reproduce(logs, packed))
+    return "\n".join(parts + _readme_compliance(sub) + _readme_reproduce(logs, form))
 
 
 # -----------------------------
@@ -367,8 +381,25 @@ def _destination(out, records_dir, track: str, date: str, name: str) -> Path:
     return base / TRACKS[track] / f"{date}_{slugify(name)}"
 
 
-def _scripts(code: bytes, pack: bool) -> dict[str, bytes]:
-    """The script files of the folder: the script, or its packed form and a readable copy."""
+def can_specialize(logs: list[TrainLog], code: bytes) -> bool:
+    """Logs of our train_gpt.py: each dumps its settings (`hyperparameters:{json}`)."""
+    texts = [lg.path.read_text(encoding="utf-8", errors="replace") for lg in logs]
+    return b"def from_env" in code and all("\nhyperparameters:{" in t for t in texts)
+
+
+def _scripts(
+    code: bytes, pack: bool, logs: list[TrainLog], specialize: bool | None = None
+) -> dict[str, bytes]:
+    """The script files of the folder: the script specialised to the logs' settings in the
+    record's packed form (records/golf/specialize.py), or the script, or its bz2-packed form;
+    with a readable copy of the script that ran beside a packed one."""
+    if specialize is None:
+        specialize = not pack and can_specialize(logs, code)
+    if specialize:
+        from .specialize import specialized_for_logs
+
+        texts = [lg.path.read_text(encoding="utf-8", errors="replace") for lg in logs]
+        return {SCRIPT_NAME: specialized_for_logs(code, texts), READABLE_NAME: code}
     if not pack:
         return {SCRIPT_NAME: code}
     if unpack(code) is not None:
@@ -393,12 +424,16 @@ def create_record(
     out: str | Path | None = None,
     force: bool = False,
     pack: bool = False,
+    specialize: bool | None = None,
 ) -> Path:
     """Scaffold a record folder from train logs; returns its path (see `new --help`)."""
     date = _check_inputs(track, date)
     logs = collect_runs(log_paths, seeds)
     code = resolve_script(logs, script)
-    files = _scripts(code, pack)
+    if pack and specialize:
+        raise SubmissionError("--pack ships the script that ran: leave out --specialize")
+    files = _scripts(code, pack, logs, specialize)
+    specialised = READABLE_NAME in files and not pack
     sub = build_submission(
         logs,
         files[SCRIPT_NAME],
@@ -411,7 +446,8 @@ def create_record(
         hardware=hardware,
         pytorch_version=pytorch_version,
     )
-    files["README.md"] = render_readme(sub, logs, packed=pack).encode("utf-8")
+    form = "specialised" if specialised else "packed" if pack else "readable"
+    files["README.md"] = render_readme(sub, logs, form).encode("utf-8")
     files["submission.json"] = (json.dumps(sub, indent=2) + "\n").encode("utf-8")
     files.update({f"train_seed{lg.seed}.log": lg.path.read_bytes() for lg in logs})
     dest = _destination(out, records_dir, track, date, name)

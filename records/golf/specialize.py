@@ -1,0 +1,1182 @@
+"""Specialise train_gpt.py to one run's settings: the script a record ships and counts.
+
+The readable train_gpt.py holds the baseline and every preset, and reads every setting from the
+environment. A record runs one configuration, so its counted code need not carry the others.
+`specialize` writes that script from the readable one, on its syntax tree, generic over the source:
+
+1. Settings. The run's values come from the script itself: `Hyperparameters.from_env(env)` (a
+   preset: `{"PRESET": name}`) or a log's `hyperparameters:{json}` dump. Every field is frozen at
+   its value except FREE: DATA_PATH and TOKENIZER_PATH (where another machine keeps the data),
+   RUN_ID (the log's name) and SEED (a record's runs differ in it). Everything else, checkpoints
+   and evaluation-only runs included, is the record's run and nothing else.
+2. Config reads. `cfg.x`, `self.cfg.x`, `model.cfg.x`, ... (any `cfg` name or `.cfg` attribute)
+   and `self.x` inside the settings class become constants for frozen fields, and so do the
+   class's properties whose value does not depend on the free fields (`cfg.window`). Module
+   constants computed from files beside the script at import (FIXED_VARIABLES) become literals.
+3. The settings class. Frozen fields keep their readable default (so the `hyperparameters:` dump
+   and the `settings:` line are the same) without their bounds (they cannot fail); `from_env` is
+   replaced by one that parses the environment as the readable one does, refuses a frozen
+   variable set to another value in one line (`NAME=value: this script is specialised to
+   NAME=frozen; the readable train_gpt.py takes others`), keeps the fixed-variable refusals, and
+   builds the frozen configuration.
+4. Folding, to a fixpoint: constant expressions (not/and/or, comparisons, `in` on literal
+   tuples, ternaries, arithmetic, f-strings, a few pure builtins and str methods, subscripts of
+   module-level literal dicts), `if`/`while` on constants, statements after return/raise,
+   single-assignment constant locals (and the constant parts of what a function always
+   returns: `val, windows, plan = load_data(...)`), calls of functions that only return a
+   constant, validation checks of the form `(broken, NAME, want)` whose `broken` folded to
+   False. Functions that read files beside the script (presets/) are evaluated on constant
+   arguments, as the record folder has no such files.
+5. Reachability, to a fixpoint: from the module's statements that are not definitions (the
+   `if __name__ == "__main__"` block), every function, class, constant and import referenced by
+   name; a method is kept when its name is used as an attribute or a string anywhere live (getattr),
+   is a dunder, or is one a framework calls (forward, step, ...).
+6. The result is unparsed (`ast.unparse`), minified with the record's options and packed as the
+   record's form (records/golf/pack.py: `record_pack_source`): its bytes are the counted code.
+
+`python benchmarks/specialized_size.py` prints the table of benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import builtins
+import contextlib
+import copy
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import math
+import operator
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from .errors import SubmissionError
+
+# What a reproduction of a run may set to other values: where the data is, the log's name, the seed.
+FREE = ("data_path", "tokenizer_path", "run_id", "seed")
+SETTINGS_CLASS_METHOD = "from_env"  # the settings class is the one defining it
+# Methods that frameworks call by protocol (nn.Module, optimizers, threads, context managers).
+PROTOCOL_METHODS = frozenset(
+    {"forward", "step", "zero_grad", "close", "run", "state_dict", "load_state_dict",
+     "extra_repr", "reset_parameters", "train", "eval"}
+)  # fmt: skip
+PURE_BUILTINS = {"int", "float", "bool", "str", "len", "max", "min", "abs", "round", "repr"}
+STR_METHODS = {"startswith", "endswith", "upper", "lower", "strip", "replace", "split"}
+# The records' own counted code (their logs' `Code size (compressed)`), for the table.
+RECORDS_OWN = {"pr1855": 31_999, "pr2014": 38_134, "pr2135": 37_155}
+
+
+# -----------------------------
+# SETTINGS
+# -----------------------------
+
+
+def load_module(path: Path):
+    """The script at `path` as a fresh module (its import has no side effects, by its rules)."""
+    name = f"_specialize_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # (dataclasses look their module up)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(name, None)
+    return module
+
+
+def settings_class(module):
+    found = [v for v in vars(module).values() if isinstance(v, type) and SETTINGS_CLASS_METHOD in
+             vars(v) and dataclasses.is_dataclass(v)]  # fmt: skip
+    if len(found) != 1:
+        raise SubmissionError(
+            f"cannot specialise: expected one dataclass with {SETTINGS_CLASS_METHOD}"
+        )
+    return found[0]
+
+
+@dataclasses.dataclass
+class Settings:
+    """What the transform needs to know about a run: every field's frozen value and default."""
+
+    cls_name: str
+    values: dict  # field -> the run's value (every field)
+    defaults: dict  # field -> the readable default (dataclasses.MISSING for a factory)
+    types: dict  # field -> its annotation as written
+    properties: dict  # property -> value, for those that only depend on frozen fields
+    file_constants: dict  # module constant -> literal value (read from files at import)
+    file_calls: dict  # module function reading files beside the script -> the function
+    free: tuple = FREE
+
+    @property
+    def frozen(self) -> dict:
+        return {k: v for k, v in self.values.items() if k not in self.free}
+
+
+def resolve_values(module, env: dict, world_size: int = 8) -> dict:
+    """Every field's value for `env`, as the script resolves it (its own from_env)."""
+    cls = settings_class(module)
+    cfg = cls.from_env({"RUN_ID": "specialize", **env}, world_size)
+    return dataclasses.asdict(cfg)
+
+
+def values_from_log(text: str) -> dict:
+    """The `hyperparameters:{json}` dump of a train log: every field's value in the run."""
+    for line in text.splitlines():
+        head, sep, rest = line.partition("hyperparameters:")
+        if sep and rest.startswith("{") and not head.strip(" :[]0123456789.-T"):
+            return json.loads(rest)
+    raise SubmissionError("the log has no `hyperparameters:{json}` line to specialise to")
+
+
+def literal(value) -> bool:
+    """Whether `value` can be written as a Python literal that evaluates back to it."""
+    if value is None or isinstance(value, (bool, int, str, bytes)):
+        return True
+    if isinstance(value, float):
+        return not math.isnan(value)
+    if isinstance(value, (list, tuple)):
+        return all(map(literal, value))
+    if isinstance(value, dict):
+        return all(literal(k) and literal(v) for k, v in value.items())
+    return False
+
+
+def settings_for(module, values: dict, free=FREE) -> Settings:
+    """The Settings of a run of `module` whose fields have `values` (missing ones: defaults)."""
+    cls = settings_class(module)
+    fields = dataclasses.fields(cls)
+    unknown = set(values) - {f.name for f in fields}
+    if unknown:
+        raise SubmissionError(f"cannot specialise: no such setting(s) {', '.join(sorted(unknown))}")
+    cfg = cls(**values)
+    values = dataclasses.asdict(cfg)
+    other = dataclasses.replace(cfg, **_other_free_values(cfg, free))
+    properties = {}
+    for name, attr in vars(cls).items():
+        if isinstance(attr, property):
+            with contextlib.suppress(Exception):
+                value = getattr(cfg, name)
+                if literal(value) and value == getattr(other, name):
+                    properties[name] = value
+    return Settings(
+        cls.__name__,
+        values,
+        {f.name: f.default for f in fields},
+        {f.name: f.type for f in fields},
+        properties,
+        file_constants(module),
+        file_calls(module),
+        tuple(free),
+    )
+
+
+def _other_free_values(cfg, free) -> dict:
+    """Other values for the free fields, to tell which properties depend on them."""
+    out = {}
+    for name in free:
+        value = getattr(cfg, name)
+        if isinstance(value, bool):
+            out[name] = not value
+        elif isinstance(value, (int, float)):
+            out[name] = value + 1
+        elif isinstance(value, str):
+            out[name] = value + "/other"
+    return out
+
+
+def file_derived(tree: ast.Module) -> set[str]:
+    """Module names computed from files beside the script: constants whose expression uses
+    `__file__` (or such a name), and small readers of them (presets/): functions with
+    parameters that use such a constant and call nothing but builtins, methods and each other."""
+    derived = {"__file__"}
+    functions = [s for s in tree.body if isinstance(s, ast.FunctionDef)]
+    helpers = {f.name for f in functions if _a_reader(f, set())}  # (builtins and methods only)
+    while True:
+        size = len(derived)
+        for stmt in tree.body:
+            names = _bound_names(stmt)
+            if isinstance(stmt, ast.FunctionDef):
+                uses_files = _names_in(stmt) & (derived - {"__file__"})
+                if uses_files and _a_reader(stmt, derived, helpers):
+                    derived.add(stmt.name)
+            elif names and _names_in(getattr(stmt, "value", None) or ast.Pass()) & derived:
+                derived.update(names)
+        if len(derived) == size:
+            return derived
+
+
+def _a_reader(fn: ast.FunctionDef, derived: set, helpers=frozenset()) -> bool:
+    """A function of parameters calling only builtins, methods, `derived` and `helpers`."""
+    if not fn.args.args:
+        return False
+    for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
+        if isinstance(call.func, ast.Name):
+            name = call.func.id
+            if name not in derived and name not in helpers and not hasattr(builtins, name):
+                return False
+    return True
+
+
+def _names_in(node) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def file_constants(module) -> dict:
+    """The values of the file-derived module constants (`file_derived`) that are literals:
+    a record folder has no presets/ beside its script, so they become literals."""
+    tree = ast.parse(Path(module.__file__).read_text())
+    out = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and not isinstance(stmt.value, ast.Constant):
+            for name in set(_bound_names(stmt)) & file_derived(tree):
+                if literal(value := getattr(module, name, None)):
+                    out[name] = value
+    return out
+
+
+def file_calls(module) -> dict:
+    """The file-derived functions (`file_derived`), to evaluate on constant arguments."""
+    tree = ast.parse(Path(module.__file__).read_text())
+    return {
+        s.name: getattr(module, s.name)
+        for s in tree.body
+        if isinstance(s, ast.FunctionDef) and s.name in file_derived(tree)
+    }
+
+
+# -----------------------------
+# CONSTANTS AS NODES
+# -----------------------------
+
+
+def node_of(value) -> ast.expr:
+    if isinstance(value, tuple):
+        return ast.Tuple([node_of(v) for v in value], ast.Load())
+    if isinstance(value, list):
+        return ast.List([node_of(v) for v in value], ast.Load())
+    if isinstance(value, dict):
+        return ast.Dict([node_of(k) for k in value], [node_of(v) for v in value.values()])
+    if isinstance(value, float) and value < 0:  # (a negative constant is not a literal)
+        return ast.UnaryOp(ast.USub(), ast.Constant(-value))
+    return ast.Constant(value)
+
+
+def is_const(node) -> bool:
+    return isinstance(node, ast.Constant)
+
+
+def const_value(node):
+    """(True, value) for a constant or a tuple/list/set of constants; (False, None) otherwise."""
+    if isinstance(node, ast.Constant):
+        return True, node.value
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        items = [const_value(e) for e in node.elts]
+        if all(ok for ok, _ in items):
+            kind = {ast.Tuple: tuple, ast.List: list, ast.Set: frozenset}[type(node)]
+            return True, kind(v for _, v in items)
+    if isinstance(node, ast.Dict) and None not in node.keys:
+        keys, values = [const_value(k) for k in node.keys], [const_value(v) for v in node.values]
+        if all(ok for ok, _ in keys + values):
+            return True, {k: v for (_, k), (_, v) in zip(keys, values, strict=True)}
+    negative = isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
+    if negative and is_const(node.operand) and type(node.operand.value) in (int, float):
+        return True, -node.operand.value
+    return False, None
+
+
+# -----------------------------
+# 2. CONFIG READS
+# -----------------------------
+
+
+class ConfigReads(ast.NodeTransformer):
+    """`<cfg>.field` and `<cfg>.property` to constants; `self.` inside the settings class."""
+
+    def __init__(self, settings: Settings):
+        self.settings, self.constants = settings, {**settings.frozen, **settings.properties}
+        self.in_class = False
+
+    def visit_ClassDef(self, node):
+        outer, self.in_class = self.in_class, node.name == self.settings.cls_name or self.in_class
+        self.generic_visit(node)
+        self.in_class = outer
+        return node
+
+    def is_cfg(self, node) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id == "cfg" or (self.in_class and node.id == "self")
+        return isinstance(node, ast.Attribute) and node.attr == "cfg"
+
+    def visit_Attribute(self, node):
+        self.generic_visit(node)
+        if (
+            isinstance(node.ctx, ast.Load)
+            and node.attr in self.constants
+            and self.is_cfg(node.value)
+        ):
+            return node_of(self.constants[node.attr])
+        return node
+
+
+# -----------------------------
+# 3. THE SETTINGS CLASS
+# -----------------------------
+
+FROM_ENV = """
+@classmethod
+def from_env(cls, env=os.environ, world_size=1):
+    fields = {{f.name.upper(): f for f in dataclasses.fields(cls)}}
+    values = {{n: parse_value(n, env[n], f.type) for n, f in fields.items() if n in env}}
+    frozen = {{n: f.default for n, f in fields.items() if n.lower() not in {free!r}}} | {changed!r}
+    refused = [{refusal} for n, v in frozen.items() if n in values and values[n] != v]
+    refused += [f"{{n}}={{env[n]!r}}: not read here: {{why}}; unset it" for n, (accepted, why)
+                in {fixed}.items() if env.get(n, accepted[0]) not in accepted]
+    if refused:
+        raise ConfigError("; ".join(refused))
+    cfg = cls(**{{n.lower(): v for n, v in (frozen | values).items()}})
+    cfg.validate(world_size)
+    return cfg
+"""
+REFUSAL_EXPR = (
+    'f"{n}={env[n]}: this script is specialised to {n}={int(v) if type(v) is bool else v}; '
+    'the readable train_gpt.py takes others"'
+)
+
+
+def rewrite_settings_class(tree: ast.Module, settings: Settings) -> None:
+    cls = next(
+        (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == settings.cls_name), None
+    )
+    if cls is None:
+        raise SubmissionError(f"cannot specialise: no class {settings.cls_name} at module level")
+    frozen = settings.frozen
+    for i, stmt in enumerate(cls.body):
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            name = stmt.target.id
+            default = settings.defaults.get(name, dataclasses.MISSING)
+            if name in frozen and default is not dataclasses.MISSING and literal(default):
+                stmt.value = node_of(default)  # its bounds and notes go: the value is fixed
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == SETTINGS_CLASS_METHOD:
+            changed = {
+                k.upper(): v for k, v in frozen.items() if not _same(v, settings.defaults.get(k))
+            }
+            fixed = "FIXED_VARIABLES" if "FIXED_VARIABLES" in settings.file_constants else "{}"
+            code = FROM_ENV.format(
+                free=tuple(settings.free), changed=changed, refusal=REFUSAL_EXPR, fixed=fixed
+            )
+            cls.body[i] = ast.parse(code).body[0]
+
+
+def _same(a, b) -> bool:
+    return type(a) is type(b) and a == b
+
+
+# -----------------------------
+# 4. FOLDING
+# -----------------------------
+
+_BINOPS = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+    ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+}  # fmt: skip
+_CMPOPS = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+    ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+}  # fmt: skip
+_UNOPS = {ast.Not: operator.not_, ast.USub: operator.neg, ast.UAdd: operator.pos,
+          ast.Invert: operator.invert}  # fmt: skip
+
+
+def _small(value) -> bool:
+    """A folded value worth writing as a literal (no huge strings or numbers)."""
+    if isinstance(value, (str, bytes)):
+        return len(value) <= 4096
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) < 1 << 64
+    return literal(value)
+
+
+class Fold(ast.NodeTransformer):
+    """Constant expressions to constants, branches on constants to the branch taken."""
+
+    def __init__(self, literal_dicts: dict, shadowed: set, file_calls: dict):
+        self.literal_dicts, self.shadowed, self.file_calls = literal_dicts, shadowed, file_calls
+
+    def _result(self, node, fn):
+        try:
+            value = fn()
+        except Exception:
+            return node
+        if isinstance(value, (frozenset, set)) or not _small(value):
+            return node
+        return ast.copy_location(node_of(value), node)
+
+    def visit_UnaryOp(self, node):
+        self.generic_visit(node)
+        if is_const(node.operand):
+            return self._result(node, lambda: _UNOPS[type(node.op)](node.operand.value))
+        return node
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        (ok_l, left), (ok_r, right) = const_value(node.left), const_value(node.right)
+        if ok_l and ok_r and not isinstance(left, list) and not isinstance(right, list):
+            return self._result(node, lambda: _BINOPS[type(node.op)](left, right))
+        return node
+
+    def visit_BoolOp(self, node):
+        self.generic_visit(node)
+        keep_on = isinstance(node.op, ast.And)  # And goes on past truthy constants
+        values = []
+        for i, v in enumerate(node.values):
+            last = i == len(node.values) - 1
+            if is_const(v) and bool(v.value) == keep_on and not last:
+                continue  # `True and x` is x
+            values.append(v)
+            if is_const(v) and bool(v.value) != keep_on:
+                break  # `False and x` is False
+        if len(values) == 1:
+            return values[0]
+        node.values = values
+        return node
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        items = [const_value(node.left), *map(const_value, node.comparators)]
+        if not all(ok for ok, _ in items):
+            return node
+        values = [v for _, v in items]
+
+        def compare():
+            return all(
+                _CMPOPS[type(op)](a, b)
+                for op, a, b in zip(node.ops, values, values[1:], strict=False)
+            )
+
+        return self._result(node, compare)
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        if is_const(node.test):
+            return node.body if node.test.value else node.orelse
+        return node
+
+    def visit_JoinedStr(self, node):
+        self.generic_visit(node)
+        parts = []
+        for v in node.values:
+            if isinstance(v, ast.FormattedValue) and is_const(v.value):
+                spec = v.format_spec
+                spec_ok = spec is None or (
+                    isinstance(spec, ast.JoinedStr) and all(map(is_const, spec.values))
+                )
+                if spec_ok:
+                    value = v.value.value
+                    conv = {-1: lambda x: x, 115: str, 114: repr, 97: ascii}[v.conversion]
+                    text = "".join(c.value for c in spec.values) if spec else ""
+                    with contextlib.suppress(Exception):
+                        v = ast.Constant(format(conv(value), text))
+            if is_const(v) and parts and is_const(parts[-1]):
+                parts[-1] = ast.Constant(parts[-1].value + v.value)
+            else:
+                parts.append(v)
+        if all(map(is_const, parts)):
+            return ast.copy_location(ast.Constant("".join(p.value for p in parts)), node)
+        node.values = parts
+        return node
+
+    def visit_Subscript(self, node):
+        self.generic_visit(node)
+        if not isinstance(node.ctx, ast.Load):
+            return node
+        ok_v, value = const_value(node.value)
+        ok_k, key = const_value(node.slice)
+        if ok_v and ok_k and isinstance(value, (str, tuple, dict)):
+            return self._result(node, lambda: value[key])
+        if ok_k and isinstance(node.value, ast.Name) and node.value.id in self.literal_dicts:
+            entries = self.literal_dicts[node.value.id]
+            for k, v in zip(entries.keys, entries.values, strict=True):
+                if is_const(k) and k.value == key and isinstance(v, (ast.Constant, ast.Name)):
+                    return copy.deepcopy(v)
+        return node
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        args = [const_value(a) for a in node.args]
+        if node.keywords or not all(ok for ok, _ in args):
+            return node
+        values = [v for _, v in args]
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in self.file_calls:  # what presets/ would say
+            return self._result(node, lambda: self.file_calls[f.id](*values))
+        if isinstance(f, ast.Name) and f.id in PURE_BUILTINS and f.id not in self.shadowed:
+            return self._result(node, lambda: getattr(builtins, f.id)(*values))
+        if (
+            isinstance(f, ast.Attribute)
+            and is_const(f.value)
+            and isinstance(f.value.value, str)
+            and f.attr in STR_METHODS
+        ):
+            return self._result(node, lambda: getattr(f.value.value, f.attr)(*values))
+        return node
+
+
+def _ends_block(stmt) -> bool:
+    return isinstance(stmt, (ast.Return, ast.Raise, ast.Continue, ast.Break))
+
+
+def fold_body(stmts: list) -> list:
+    """Branches on constants to the branch taken; statements after a return or raise dropped."""
+    out = []
+    for stmt in stmts:
+        if isinstance(stmt, ast.If) and is_const(stmt.test):
+            out += fold_body(stmt.body if stmt.test.value else stmt.orelse)
+        elif isinstance(stmt, ast.While) and is_const(stmt.test) and not stmt.test.value:
+            out += fold_body(stmt.orelse)
+        elif isinstance(stmt, ast.Assert) and is_const(stmt.test) and stmt.test.value:
+            continue
+        elif isinstance(stmt, ast.Expr) and is_const(stmt.value) and out:
+            continue  # a literal statement that is not a docstring
+        else:
+            out.append(stmt)
+        if out and _ends_block(out[-1]):
+            break
+    return out
+
+
+class FoldBodies(ast.NodeVisitor):
+    def generic_visit(self, node):
+        for field in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, field, None)
+            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
+                folded = fold_body(stmts)
+                needed = field == "body" or (field == "finalbody" and False)
+                setattr(node, field, folded or ([ast.Pass()] if needed else []))
+        if isinstance(node, ast.If) and not node.body:
+            node.body = [ast.Pass()]
+        if isinstance(node, ast.Try) and not node.body:
+            node.body = [ast.Pass()]
+        super().generic_visit(node)
+
+
+def prune_checks(tree) -> None:
+    """`checks = [(broken, NAME, want), ...]` read only as `for broken, ... in checks if broken`:
+    the items whose `broken` is a false constant can no longer fail, and go."""
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for stmt in fn.body:
+            if not (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+                and isinstance(stmt.value, ast.List)
+                and stmt.value.elts
+                and all(isinstance(e, ast.Tuple) and e.elts for e in stmt.value.elts)
+            ):
+                continue
+            name = stmt.targets[0].id
+            if _only_filtered_reads(fn, name, stmt):
+                stmt.value.elts = [
+                    e for e in stmt.value.elts if not (is_const(e.elts[0]) and not e.elts[0].value)
+                ]
+
+
+def _only_filtered_reads(fn, name: str, assign) -> bool:
+    comps = [n for n in ast.walk(fn) if isinstance(n, ast.comprehension)]
+    reads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name]
+    stores = [n for n in reads if not isinstance(n.ctx, ast.Load)]
+    loads = [n for n in reads if isinstance(n.ctx, ast.Load)]
+    if len(stores) != 1 or stores[0] is not assign.targets[0] or not loads:
+        return False
+    for load in loads:
+        comp = next((c for c in comps if c.iter is load), None)
+        if comp is None or not isinstance(comp.target, ast.Tuple) or not comp.target.elts:
+            return False
+        first = comp.target.elts[0]
+        if not (
+            isinstance(first, ast.Name)
+            and len(comp.ifs) == 1
+            and isinstance(comp.ifs[0], ast.Name)
+            and comp.ifs[0].id == first.id
+        ):
+            return False
+    return True
+
+
+def _immutable(value) -> bool:
+    if isinstance(value, tuple):
+        return all(map(_immutable, value))
+    return not isinstance(value, (list, dict, set, frozenset))
+
+
+def _scopes(tree):
+    yield from (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def constant_returns(tree: ast.Module) -> dict[str, dict[int, ast.expr]]:
+    """Module functions that always return a tuple with a constant at some positions (it
+    ends with such a return, and every return is one): {name: {position: constant}}."""
+    out = {}
+    for fn in tree.body:
+        if not isinstance(fn, ast.FunctionDef) or not fn.body:
+            continue
+        last = fn.body[-1]
+        if not (isinstance(last, ast.Return) and isinstance(last.value, ast.Tuple)):
+            continue
+        returns, yields = [], False
+        stack = list(fn.body)
+        while stack:  # (not into nested functions, lambdas or classes)
+            node = stack.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            yields |= isinstance(node, (ast.Yield, ast.YieldFrom))
+            if isinstance(node, ast.Return):
+                returns.append(node.value)
+            stack.extend(ast.iter_child_nodes(node))
+        size = len(last.value.elts)
+        if yields or not all(isinstance(r, ast.Tuple) and len(r.elts) == size for r in returns):
+            continue
+        fixed = {}
+        for i in range(size):
+            values = [const_value(r.elts[i]) for r in returns]
+            if (
+                all(ok and _immutable(v) for ok, v in values)
+                and len({repr(v) for _, v in values}) == 1
+            ):
+                fixed[i] = returns[0].elts[i]
+        if fixed:
+            out[fn.name] = fixed
+    return out
+
+
+def constant_functions(tree: ast.Module) -> dict[str, ast.expr]:
+    """Module functions whose whole body (a docstring aside) is `return <constant>`."""
+    out = {}
+    for fn in tree.body:
+        if isinstance(fn, ast.FunctionDef) and not fn.decorator_list:
+            body = [s for s in fn.body if not (isinstance(s, ast.Expr) and is_const(s.value))]
+            if len(body) == 1 and isinstance(body[0], ast.Return):
+                value = body[0].value or ast.Constant(None)
+                ok, v = const_value(value)
+                if ok and _immutable(v):
+                    out[fn.name] = value
+    return out
+
+
+class InlineConstantCalls(ast.NodeTransformer):
+    """`f(a, b)` of a constant function, its arguments plain names or constants: the constant."""
+
+    def __init__(self, constants: dict):
+        self.constants = constants
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        plain = all(
+            isinstance(a, (ast.Name, ast.Constant))
+            for a in [*node.args, *(k.value for k in node.keywords)]
+        )
+        if isinstance(f, ast.Name) and f.id in self.constants and plain:
+            return ast.copy_location(copy.deepcopy(self.constants[f.id]), node)
+        return node
+
+
+def propagate_locals(tree) -> None:
+    """A local assigned once, at the top of its function's body, to a constant (or to the
+    constant part of what a function always returns): its reads become the constant, and
+    the assignment goes when it was a constant."""
+    returned = constant_returns(tree) if isinstance(tree, ast.Module) else {}
+    for fn in _scopes(tree):
+        stores: dict[str, int] = {}
+        declared = set()
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+                stores[n.id] = stores.get(n.id, 0) + 1
+            elif isinstance(n, ast.arg):
+                stores[n.arg] = stores.get(n.arg, 0) + 2
+            elif isinstance(n, (ast.Global, ast.Nonlocal)):
+                declared.update(n.names)
+            elif isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n is not fn:
+                stores[n.name] = stores.get(n.name, 0) + 2
+        found = {}
+        for stmt in fn.body:
+            if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+                continue
+            target = stmt.targets[0]
+            pairs = []
+            if isinstance(target, ast.Name):
+                pairs = [(target, stmt.value, None)]
+            elif (
+                isinstance(target, ast.Tuple)
+                and isinstance(stmt.value, ast.Tuple)
+                and len(target.elts) == len(stmt.value.elts)
+            ):
+                pairs = list(
+                    zip(target.elts, stmt.value.elts, range(len(target.elts)), strict=True)
+                )
+            call = stmt.value
+            if (
+                isinstance(target, ast.Tuple)
+                and isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Name)
+                and call.func.id in returned
+            ):
+                for i, t in enumerate(target.elts):
+                    fixed = returned[call.func.id].get(i)
+                    if fixed is not None and isinstance(t, ast.Name) and stores.get(t.id) == 1:
+                        found[t.id] = fixed  # (the assignment stays: the call returns a tuple)
+            drop = []
+            for t, v, i in pairs:
+                if (
+                    isinstance(t, ast.Name)
+                    and stores.get(t.id) == 1
+                    and t.id not in declared
+                    and isinstance(v, (ast.Constant, ast.Tuple, ast.UnaryOp))
+                    and const_value(v)[0]
+                    and _immutable(const_value(v)[1])
+                ):
+                    found[t.id] = v
+                    drop.append(i)
+            if drop == [None]:
+                stmt.targets, stmt.value = [], None
+            elif drop:
+                target.elts = [e for i, e in enumerate(target.elts) if i not in drop]
+                stmt.value.elts = [e for i, e in enumerate(stmt.value.elts) if i not in drop]
+                if len(target.elts) == 1:
+                    stmt.targets, stmt.value = [target.elts[0]], stmt.value.elts[0]
+                elif not target.elts:
+                    stmt.targets, stmt.value = [], None
+        if not found:
+            continue
+        fn.body = [s for s in fn.body if not (isinstance(s, ast.Assign) and s.value is None)]
+        fn.body = fn.body or [ast.Pass()]
+
+        _Inline(found).visit(fn)
+
+
+class _Inline(ast.NodeTransformer):
+    def __init__(self, found: dict):
+        self.found = found
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load) and node.id in self.found:
+            return copy.deepcopy(self.found[node.id])
+        return node
+
+
+# -----------------------------
+# 5. REACHABILITY
+# -----------------------------
+
+
+def _bound_names(stmt) -> list[str]:
+    """The module-level names a definition binds ([] for other statements)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [stmt.name]
+    if isinstance(stmt, ast.Assign):
+        names = []
+        for t in stmt.targets:
+            elts = t.elts if isinstance(t, ast.Tuple) else [t]
+            if not all(isinstance(e, ast.Name) for e in elts):
+                return []
+            names += [e.id for e in elts]
+        return names
+    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value:
+        return [stmt.target.id]
+    return []
+
+
+def _import_name(alias) -> str:
+    return alias.asname or alias.name.split(".")[0]
+
+
+class Uses:
+    """Names, attribute names and strings used by live code."""
+
+    def __init__(self):
+        self.names, self.attrs = set(), set()
+
+    def scan(self, node) -> None:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store):
+                self.names.add(n.id)
+            elif isinstance(n, ast.Attribute):
+                self.attrs.add(n.attr)
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str) and len(n.value) < 80:
+                self.attrs.add(n.value)
+                self.names.add(n.value)  # (a name looked up by its string)
+
+
+def _method_live(fn, uses: Uses) -> bool:
+    name = fn.name
+    return (
+        (name.startswith("__") and name.endswith("__"))
+        or name in PROTOCOL_METHODS
+        or (name in uses.attrs)
+    )
+
+
+def _scan_class_shell(cls, uses: Uses) -> list:
+    """Scan what a live class always keeps; return its methods, to be kept when used."""
+    for part in (*cls.bases, *cls.keywords, *cls.decorator_list):
+        uses.scan(part)
+    methods = []
+    for stmt in cls.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            methods.append(stmt)
+        else:
+            uses.scan(stmt)
+    return methods
+
+
+def _is_import_block(stmt) -> bool:
+    return isinstance(stmt, ast.Try) and all(
+        isinstance(s, (ast.Import, ast.ImportFrom)) for s in stmt.body
+    )
+
+
+def prune_unreachable(tree: ast.Module) -> None:
+    """Definitions, methods and imports no live code uses go (to a fixpoint)."""
+    uses = Uses()
+    defs: dict[str, list] = {}
+    for stmt in tree.body:
+        names = _bound_names(stmt)
+        if names:
+            for name in names:
+                defs.setdefault(name, []).append(stmt)
+        elif not isinstance(stmt, (ast.Import, ast.ImportFrom)) and not _is_import_block(stmt):
+            uses.scan(stmt)  # a root: the __main__ block, ...
+        elif _is_import_block(stmt):
+            for handler in stmt.handlers:
+                uses.scan(handler)
+    done, pending, live_methods = set(), [], set()
+    while True:
+        progress = False
+        for name in list(uses.names):
+            for stmt in defs.get(name, ()):
+                if id(stmt) in done:
+                    continue
+                done.add(id(stmt))
+                progress = True
+                if isinstance(stmt, ast.ClassDef):
+                    pending += _scan_class_shell(stmt, uses)
+                else:
+                    uses.scan(stmt)
+        for fn in pending:
+            if id(fn) not in live_methods and _method_live(fn, uses):
+                live_methods.add(id(fn))
+                uses.scan(fn)
+                progress = True
+        if not progress:
+            break
+    body = []
+    for stmt in tree.body:
+        names = _bound_names(stmt)
+        if names and id(stmt) not in done:
+            continue
+        if isinstance(stmt, ast.ClassDef):
+            stmt.body = [
+                s for s in stmt.body
+                if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+                or id(s) in live_methods
+            ] or [ast.Pass()]  # fmt: skip
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)) and not _prune_import(stmt, uses):
+            continue
+        if _is_import_block(stmt):
+            stmt.body = [s for s in stmt.body if _prune_import(s, uses)]
+            if not stmt.body:
+                continue
+        body.append(stmt)
+    tree.body = body
+
+
+def _prune_import(stmt, uses: Uses) -> bool:
+    if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
+        return True
+    stmt.names = [a for a in stmt.names if _import_name(a) in uses.names]
+    return bool(stmt.names)
+
+
+# -----------------------------
+# THE PIPELINE
+# -----------------------------
+
+
+def _literal_dicts(tree: ast.Module) -> dict:
+    """Module names bound once to a dict literal and never stored into: foldable lookups."""
+    bound = {}
+    for stmt in tree.body:
+        for name in _bound_names(stmt):
+            bound[name] = bound.get(name, 0) + 1
+    out = {}
+    for stmt in tree.body:
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.Dict)
+            and bound[stmt.targets[0].id] == 1
+        ):
+            out[stmt.targets[0].id] = stmt.value
+    for n in ast.walk(tree):  # d[k] = ..., del d[k], d.update(...): not a constant
+        stored = isinstance(n, ast.Subscript) and not isinstance(n.ctx, ast.Load)
+        if stored and isinstance(n.value, ast.Name):
+            out.pop(n.value.id, None)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.attr in (
+            "update", "pop", "setdefault", "clear", "popitem", "__setitem__", "__delitem__"
+        ):  # fmt: skip
+            out.pop(n.value.id, None)
+    return out
+
+
+def _inline_file_constants(tree: ast.Module, constants: dict) -> None:
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target = stmt.targets[0]
+            if isinstance(target, ast.Name) and target.id in constants:
+                stmt.value = node_of(constants[target.id])
+
+
+def _strip_annotations(tree) -> None:
+    """Function annotations are never evaluated (`from __future__ import annotations`)."""
+    for fn in _scopes(tree):
+        fn.returns = None
+        for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs):
+            a.annotation = None
+        for a in (fn.args.vararg, fn.args.kwarg):
+            if a is not None:
+                a.annotation = None
+
+
+def specialize_tree(source: str, settings: Settings) -> ast.Module:
+    tree = ast.parse(source)
+    futures = any(
+        isinstance(s, ast.ImportFrom) and s.module == "__future__" and
+        any(a.name == "annotations" for a in s.names) for s in tree.body
+    )  # fmt: skip
+    if futures:
+        _strip_annotations(tree)
+    _inline_file_constants(tree, settings.file_constants)
+    rewrite_settings_class(tree, settings)
+    tree = ConfigReads(settings).visit(tree)
+    shadowed = {n for s in tree.body for n in _bound_names(s)}
+    for _ in range(20):
+        before = ast.dump(tree)
+        tree = Fold(_literal_dicts(tree), shadowed, settings.file_calls).visit(tree)
+        FoldBodies().visit(tree)
+        tree = InlineConstantCalls(constant_functions(tree)).visit(tree)
+        prune_checks(tree)
+        propagate_locals(tree)
+        prune_unreachable(tree)
+        if ast.dump(tree) == before:
+            break
+    return ast.fix_missing_locations(tree)
+
+
+def specialize_source(source: str, settings: Settings) -> str:
+    """The specialised script's source (readable Python, before minifying)."""
+    return ast.unparse(specialize_tree(source, settings)) + "\n"
+
+
+# -----------------------------
+# ENTRY POINTS
+# -----------------------------
+
+
+@contextlib.contextmanager
+def _module_for_source(source: bytes, beside: Path | None):
+    """Import `source` (the script that ran, from a log), with `beside`'s presets/ next to it
+    when it reads files beside itself; they stay there while the module is in use."""
+    tmp = Path(tempfile.mkdtemp(prefix="specialize-"))
+    try:
+        (tmp / "train_gpt.py").write_bytes(source)
+        if beside is not None and (beside / "presets").is_dir():
+            shutil.copytree(beside / "presets", tmp / "presets")
+        yield load_module(tmp / "train_gpt.py")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def specialize_script(script: Path, env: dict | None = None, values: dict | None = None,
+                      world_size: int = 8) -> str:  # fmt: skip
+    """The specialised source of `script` for `env` (resolved by its from_env) or for a log's
+    `values` (every field)."""
+    module = load_module(script)
+    if values is None:
+        values = resolve_values(module, env or {}, world_size)
+    return specialize_source(script.read_text(encoding="utf-8"), settings_for(module, values))
+
+
+def frozen_of_logs(log_texts: list[str]) -> dict:
+    """The settings the logs ran, every field's value; refused when they differ beyond FREE."""
+    values = [values_from_log(text) for text in log_texts]
+    frozen = [{k: v for k, v in d.items() if k not in FREE} for d in values]
+    for other in frozen[1:]:
+        differ = sorted(k.upper() for k in frozen[0].keys() | other.keys()
+                        if frozen[0].get(k) != other.get(k))  # fmt: skip
+        if differ:
+            raise SubmissionError(
+                f"the logs ran different settings ({', '.join(differ)}): one record is one "
+                "configuration, its seeds aside"
+            )
+    return values[0]
+
+
+_SPECIALISED: dict = {}  # (source sha256, frozen settings) -> the packed specialised script
+
+
+def specialized_for_logs(source: bytes, log_texts: list[str]) -> bytes:
+    """The record's packed form of `source` (the script the logs embed) specialised to the
+    settings the logs ran (the same for every log, its seed and paths aside)."""
+    values = frozen_of_logs(log_texts)
+    frozen = {k: v for k, v in values.items() if k not in FREE}
+    key = (hashlib.sha256(source).hexdigest(), json.dumps(frozen, sort_keys=True))
+    if key not in _SPECIALISED:
+        repo = Path(__file__).resolve().parents[2]
+        with _module_for_source(source, repo) as module:
+            text = specialize_source(source.decode("utf-8"), settings_for(module, values))
+        _SPECIALISED[key] = counted(text)
+    return _SPECIALISED[key]
+
+
+def is_specialization(script: bytes, source: bytes | None, log_text: str) -> bool:
+    """Whether `script` is exactly what `specialized_for_logs` makes of `source` for the log:
+    the same tools (this Python's ast.unparse, python-minifier, brotli) recompute it. False when
+    they cannot (no `hyperparameters:` dump, not our script, a missing package)."""
+    if not source or b"def from_env" not in source or "hyperparameters:{" not in log_text:
+        return False
+    try:
+        return specialized_for_logs(source, [log_text]) == script
+    except Exception:  # (another version's script, a package missing: not confirmed)
+        return False
+
+
+def write_specialized(script: Path, out: Path, settings: dict, log: str | None = None,
+                      world_size: int = 8) -> tuple[int, int]:  # fmt: skip
+    """`pack --preset/--set/--log`: write `script` specialised, in the record's packed form, to
+    `out` (atomically); (the script's bytes, the packed file's bytes)."""
+    from .folders import write_bytes_atomic
+
+    try:
+        source = script.read_bytes()
+        values = None if log is None else frozen_of_logs([Path(log).read_text(errors="replace")])
+    except OSError as exc:
+        raise SubmissionError(f"cannot read {exc.filename}: {exc.strerror}") from None
+    if out.resolve() == script.resolve():
+        raise SubmissionError("-o must name a new file, not the script itself")
+    try:
+        text = specialize_script(script, settings, values, world_size)
+    except (ValueError, TypeError) as exc:  # the script's own refusal of the settings
+        raise SubmissionError(f"{script} refuses these settings: {exc}") from None
+    packed = counted(text)
+    compile(text, str(out), "exec")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(out, packed)
+    return len(source), len(packed)
+
+
+def counted(source: str) -> bytes:
+    """The record's packed file of a specialised source: what the artifact counts."""
+    from .pack import record_pack_source
+
+    return record_pack_source(source.encode("utf-8"))
+
+
+# -----------------------------
+# THE TABLE (benchmarks/RESULTS.md)
+# -----------------------------
+
+
+def table(script: Path, presets=("", "pr1855", "pr2014", "pr2135"), say=None) -> str:
+    """benchmarks/RESULTS.md's table: each preset's specialised counted code; `say`: progress."""
+    from .pack import record_pack_source
+
+    readable = record_pack_source(script.read_bytes())
+    lines = [
+        "| run | specialised counted code (B) | record's own (B) | % of the record's |",
+        "|---|---:|---:|---:|",
+    ]
+    for i, preset in enumerate(presets):
+        if say is not None:
+            say(f"[{i + 1}/{len(presets)}] specialising to PRESET={preset} ...")
+        env = {"PRESET": preset} if preset else {}
+        size = len(counted(specialize_script(script, env)))
+        own = RECORDS_OWN.get(preset)
+        share = f"{100 * size / own:.1f}%" if own else "-"
+        label = f"`PRESET={preset}`" if preset else "baseline (no preset)"
+        lines.append(f"| {label} | {size:,} | {f'{own:,}' if own else '-'} | {share} |")
+    lines.append(f"| readable script, unspecialised | {len(readable):,} | | |")
+    return "\n".join(lines)
+
+
+def regions(source: str, top: int = 12) -> list[tuple[int, str]]:
+    """The module-level definitions of a specialised source that cost the most counted bytes:
+    (the counted bytes its removal saves, its name), the largest first; the candidates are the
+    2 * `top` largest by their own minified size."""
+    from .pack import minify_source
+
+    tree = ast.parse(source)
+    whole = len(counted(source))
+
+    def name(stmt) -> str:
+        return ", ".join(_bound_names(stmt)) or ast.unparse(stmt).split("\n")[0][:40]
+
+    sizes = [(len(minify_source(ast.unparse(s).encode())), i) for i, s in enumerate(tree.body)]
+    out = []
+    for _, i in sorted(sizes, reverse=True)[: 2 * top]:
+        rest = ast.Module([s for j, s in enumerate(tree.body) if j != i], [])
+        out.append((whole - len(counted(ast.unparse(rest))), name(tree.body[i])))
+    return sorted(out, reverse=True)[:top]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m records.golf.specialize",
+        description="Write train_gpt.py specialised to one run's settings (module docstring), "
+        "or print the counted-code table of benchmarks/RESULTS.md (--table).",
+    )
+    p.add_argument("script", nargs="?", default="train_gpt.py", help="default %(default)s")
+    p.add_argument("--preset", default="", help="a preset's settings (PRESET=NAME)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="a setting")
+    p.add_argument("--world-size", type=int, default=8, help="default %(default)s")
+    p.add_argument("-o", "--out", help="write the specialised source here (readable, unpacked)")
+    p.add_argument("--table", action="store_true", help="print the counted-code table")
+    p.add_argument(
+        "--regions",
+        action="store_true",
+        help="print the definitions of the specialised script that cost the most counted bytes",
+    )
+    args = p.parse_args(argv)
+    script = Path(args.script)
+    try:
+        if args.table:
+            print(table(script))
+            return 0
+        env = dict(kv.split("=", 1) for kv in args.env)
+        if args.preset:
+            env["PRESET"] = args.preset
+        source = specialize_script(script, env, world_size=args.world_size)
+        if args.regions:
+            for saved, what in regions(source):
+                print(f"{saved:7,} B  {what}")
+        if args.out:
+            Path(args.out).write_text(source, encoding="utf-8")
+        print(f"specialised {script}: {len(source.encode()):,} bytes of source, "
+              f"{len(counted(source)):,} counted (the record's packed form)")  # fmt: skip
+    except SubmissionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+"""records/golf/specialize.py: each transform on a small script written here (so that a broken
+transform fails its own test), then the specialised train_gpt.py: it imports without side
+effects, refuses what the readable script refuses for its settings, and refuses a frozen
+variable set to another value in one line."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from records.golf import specialize as sp  # noqa: E402
+from records.golf.errors import SubmissionError  # noqa: E402
+
+# A small script with the readable script's shape: a frozen settings dataclass with from_env,
+# config reads through `cfg`, `self.cfg` and `trainer.cfg`, a preset file read beside it.
+TOY = """
+from __future__ import annotations
+import dataclasses, os, json, zlib
+from pathlib import Path
+
+FIXED_FILE = Path(__file__).with_name("fixed.json")
+FIXED_VARIABLES = json.loads(FIXED_FILE.read_text()) if FIXED_FILE.is_file() else {}
+
+class ConfigError(ValueError):
+    pass
+
+def parse_value(name, raw, kind):
+    try:
+        return {"int": int, "str": str, "bool": lambda r: {"0": False, "1": True}[r]}[kind](raw)
+    except (KeyError, ValueError):
+        raise ConfigError(f"{name}={raw!r}: expected {kind}") from None
+
+@dataclasses.dataclass(frozen=True)
+class Hyperparameters:
+    seed: int = 1
+    run_id: str = "r"
+    data_path: str = "."
+    tokenizer_path: str = "t"
+    layers: int = dataclasses.field(default=2, metadata={"low": 1})
+    mode: str = "plain"
+    fancy: bool = False
+    width = property(lambda self: self.layers * 8)
+
+    @classmethod
+    def from_env(cls, env=os.environ, world_size=1):
+        values = {f.name: parse_value(f.name.upper(), env[f.name.upper()], f.type)
+                  for f in dataclasses.fields(cls) if f.name.upper() in env}
+        cfg = cls(**values)
+        cfg.validate(world_size)
+        return cfg
+
+    def validate(self, world_size):
+        checks = [(self.layers > 4, "LAYERS", "<= 4"), (self.seed < 0, "SEED", ">= 0")]
+        bad = [f"{name}: expected {want}" for broken, name, want in checks if broken]
+        if bad:
+            raise ConfigError("; ".join(bad))
+
+ORDERS = {"plain": "P", "fancy": "F"}
+
+def unused_helper():
+    return zlib.crc32(b"x")
+
+class Model:
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def forward(self):
+        return self.cfg.layers
+
+    def never_called(self):
+        return 0
+
+    def by_name(self):
+        return 1
+
+class Trainer:
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+def describe(cfg, trainer):
+    kind = "fancy" if cfg.fancy else "plain"
+    label = ORDERS[cfg.mode]
+    if cfg.mode == "fancy":
+        out = "branch-fancy"
+    elif cfg.mode in ("plain", "other"):
+        out = "branch-plain"
+    else:
+        out = "branch-else"
+    flag = cfg.fancy and cfg.seed > 0
+    return f"{kind}:{label}:{out}:{trainer.cfg.layers}:{cfg.width}:{flag}:{cfg.seed}"
+
+def main():
+    cfg = Hyperparameters.from_env()
+    model = Model(cfg)
+    print(describe(cfg, Trainer(cfg)), model.forward(), getattr(model, "by_name")())
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.fixture
+def toy(tmp_path):
+    path = tmp_path / "toy.py"
+    path.write_text(TOY)
+    (tmp_path / "fixed.json").write_text('{"OLD_KNOB": [["0"], "gone"]}')
+    return path
+
+
+def specialised(toy: Path, **values) -> str:
+    module = sp.load_module(toy)
+    return sp.specialize_source(toy.read_text(), sp.settings_for(module, values))
+
+
+def run(script: Path, env=None) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if k.isupper() is False or k == "PATH"}
+    full.update(env or {})
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env=full, cwd=script.parent, timeout=60)  # fmt: skip
+
+
+def write(tmp_path: Path, source: str) -> Path:
+    folder = tmp_path / "record"  # no fixed.json beside it, as a record folder
+    folder.mkdir(exist_ok=True)
+    (folder / "toy.py").write_text(source)
+    return folder / "toy.py"
+
+
+# -----------------------------
+# the transforms, one by one
+# -----------------------------
+
+
+def test_config_reads_become_the_frozen_values_and_free_fields_stay(toy):
+    out = specialised(toy, layers=3)
+    assert "trainer.cfg.layers" not in out and "self.cfg.layers" not in out
+    assert "cfg.seed" in out  # SEED is free: still read
+    assert "return 3" in out  # Model.forward's self.cfg.layers
+
+
+def test_a_branch_on_a_frozen_value_keeps_the_branch_that_value_takes(toy, tmp_path):
+    for mode, kept in (("fancy", "branch-fancy"), ("plain", "branch-plain")):
+        out = specialised(toy, mode=mode)
+        assert kept in out  # (folded into describe's f-string)
+        assert not [
+            b for b in ("branch-fancy", "branch-plain", "branch-else") if b != kept and b in out
+        ]
+    out = specialised(toy, mode="other")  # `in ("plain", "other")`
+    assert "branch-plain" in out and "branch-fancy" not in out
+
+
+def test_and_or_ternaries_fstrings_and_literal_dict_lookups_fold(toy, tmp_path):
+    out = specialised(toy, mode="fancy", fancy=True, layers=2)
+    assert "ORDERS" not in out  # ORDERS["fancy"] -> "F", then ORDERS is unused
+    assert "'fancy' if" not in out  # the ternary
+    assert "cfg.seed > 0" in out and "cfg.fancy" not in out  # `True and x` is x
+    script = write(tmp_path, out)
+    assert run(script).stdout.split() == ["fancy:F:branch-fancy:2:16:True:1", "2", "1"]
+    off = specialised(toy, fancy=False)
+    assert "flag = False" in off or "{False}" in off or "False" in off
+
+
+def test_the_specialised_toy_prints_what_the_readable_prints(toy, tmp_path):
+    for values, env in (({}, {}), ({"layers": 4, "mode": "fancy", "fancy": True}, {})):
+        script = write(tmp_path, specialised(toy, **values))
+        readable_env = {k.upper(): str(int(v) if isinstance(v, bool) else v)
+                        for k, v in values.items()}  # fmt: skip
+        assert run(script, env).stdout == run(toy, readable_env).stdout
+
+
+def test_unreachable_functions_methods_and_imports_go_but_names_used_as_strings_stay(toy):
+    out = specialised(toy)
+    assert "unused_helper" not in out and "zlib" not in out
+    assert "never_called" not in out
+    assert "def by_name" in out  # getattr(model, "by_name")
+    assert "def forward" in out and "def __init__" in out
+
+
+def test_validation_checks_that_cannot_fail_go_and_the_others_stay(toy):
+    out = specialised(toy, layers=3)
+    assert "'<= 4'" not in out  # layers=3 > 4 is False: LAYERS' check can no longer fail
+    assert "'SEED'" in out  # SEED is free: its check stays
+
+
+def test_a_frozen_field_keeps_its_readable_default_without_its_bounds(toy):
+    out = specialised(toy, layers=3)
+    assert "layers: int = 2" in out and "metadata" not in out
+
+
+def test_constants_read_from_files_beside_the_script_become_literals(toy, tmp_path):
+    out = specialised(toy)
+    assert "'OLD_KNOB': [['0'], 'gone']" in out and "fixed.json" not in out
+
+
+def test_a_local_bound_once_to_a_constant_is_inlined_but_a_mutable_one_is_not():
+    tree = ast.parse(
+        textwrap.dedent("""
+        def f(xs):
+            n = 3
+            seen = {}
+            for x in xs:
+                seen.setdefault(x, []).append(n)
+            return seen
+    """)
+    )
+    sp.propagate_locals(tree)
+    out = ast.unparse(tree)
+    assert "n = 3" not in out and "append(3)" in out
+    assert "seen = {}" in out and "{}.setdefault" not in out
+
+
+def test_fold_keeps_the_branch_taken_and_drops_code_after_a_return():
+    tree = ast.parse(
+        textwrap.dedent("""
+        def f():
+            if 2 > 1:
+                return "yes"
+            else:
+                return "no"
+            print("never")
+    """)
+    )
+    tree = sp.Fold({}, set(), {}).visit(tree)
+    sp.FoldBodies().visit(tree)
+    assert ast.unparse(tree).split() == ["def", "f():", "return", "'yes'"]
+
+
+# -----------------------------
+# refusals of the generated from_env
+# -----------------------------
+
+
+def test_a_frozen_variable_set_to_another_value_is_refused_in_one_line(toy, tmp_path):
+    script = write(tmp_path, specialised(toy, layers=3))
+    out = run(script, {"LAYERS": "4"})
+    assert out.returncode != 0
+    assert (
+        "LAYERS=4: this script is specialised to LAYERS=3; the readable train_gpt.py takes others"
+        in out.stderr
+    )
+    assert run(script, {"LAYERS": "3"}).returncode == 0  # its own value: accepted
+    assert run(script, {"SEED": "7"}).stdout.split()[0].endswith(":7")  # free
+    assert "OLD_KNOB='1': not read here: gone; unset it" in run(script, {"OLD_KNOB": "1"}).stderr
+
+
+def test_a_bool_is_shown_as_the_environment_writes_it(toy, tmp_path):
+    script = write(tmp_path, specialised(toy, fancy=True))
+    assert "FANCY=0: this script is specialised to FANCY=1;" in run(script, {"FANCY": "0"}).stderr
+
+
+def test_unknown_settings_are_refused(toy):
+    with pytest.raises(SubmissionError, match="no_such_setting"):
+        sp.settings_for(sp.load_module(toy), {"no_such_setting": 1})
+
+
+def test_values_from_a_log_are_its_hyperparameter_dump():
+    log = 'x\nhyperparameters:{"seed": 7, "layers": 3}\nsettings: ...\n'
+    assert sp.values_from_log(log) == {"seed": 7, "layers": 3}
+    with pytest.raises(SubmissionError):
+        sp.values_from_log("no dump here")
+
+
+# -----------------------------
+# the specialised train_gpt.py
+# -----------------------------
+
+
+@pytest.fixture(scope="module")
+def pr2135_script(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("pr2135")
+    source = sp.specialize_script(REPO / "train_gpt.py", {"PRESET": "pr2135"})
+    (folder / "train_gpt.py").write_text(source)
+    return folder / "train_gpt.py"
+
+
+def test_the_specialised_script_imports_without_side_effects(pr2135_script, tmp_path):
+    code = f"import sys; sys.path.insert(0, {str(pr2135_script.parent)!r}); import train_gpt as m"
+    code += "; print(repr(m.Hyperparameters().preset))"
+    out = subprocess.run([sys.executable, "-B", "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "''\n"  # the defaults are the readable ones; from_env freezes the preset
+    assert list(tmp_path.iterdir()) == []
+
+
+def refusal(script: Path, env: dict, tmp_path: Path) -> str:
+    """The one error line of `python script` (no torchrun) with `env`, which must exit 2."""
+    full = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    full |= {"DATA_PATH": str(tmp_path / "no_data"), **env}
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=full,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    return out.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SEED": "-1"},
+        {"RUN_ID": "a/b"},
+        {"SEED": "x"},
+        {"TTT_GRAD_STEPS": "2"},  # a fixed variable
+        {"WORLD_SIZE": "3", "RANK": "0"},
+        {},  # no data at DATA_PATH
+    ],
+    ids=["seed_bounds", "run_id", "seed_parse", "fixed", "world_size", "no_data"],
+)
+def test_the_specialised_script_refuses_what_the_readable_refuses(pr2135_script, tmp_path, env):
+    ours = refusal(pr2135_script, env, tmp_path)
+    readable = refusal(REPO / "train_gpt.py", {"PRESET": "pr2135", **env}, tmp_path)
+    assert ours == readable
+
+
+def test_the_specialised_script_refuses_a_frozen_variable_set_otherwise(pr2135_script, tmp_path):
+    line = refusal(pr2135_script, {"MATRIX_LR": "0.03", "EVAL_TTT": "0"}, tmp_path)
+    assert line == (
+        "error: MATRIX_LR=0.03: this script is specialised to MATRIX_LR=0.028; the readable "
+        "train_gpt.py takes others; EVAL_TTT=0: this script is specialised to EVAL_TTT=1; the "
+        "readable train_gpt.py takes others"
+    )
+    assert refusal(pr2135_script, {"MATRIX_LR": "0.028", "PRESET": "pr2135"}, tmp_path) == (
+        refusal(pr2135_script, {}, tmp_path)  # its own values are accepted (then: no data)
+    )

@@ -1,0 +1,127 @@
+"""The specialised script (records/golf/specialize.py), in the packed form a record ships, runs
+exactly as the readable train_gpt.py does for the settings it was specialised to: the same log
+lines and scores, on 1 and 2 ranks, for the baseline and each leaderboard preset (training,
+quantization and every evaluation the preset uses, TTT included). Only what must differ is
+masked: timings, the `Code size` lines and the total that adds them, the log's path."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY_ENV, run_train
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from records.golf import specialize as sp  # noqa: E402
+
+pytest.importorskip("python_minifier")
+pytest.importorskip("brotli")
+
+# A preset at the tests' tiny width: its network, schedule, quantizer and TTT evaluation in a few
+# seconds (test_may_records' TINY_MAY, with the TTT evaluation on and sized down).
+TINY_PRESET = dict(
+    NUM_LAYERS="4", MODEL_DIM="32", NUM_HEADS="4", NUM_KV_HEADS="2", XSA_LAST_N="4",
+    ROPE_DIMS="4", LOOP_START="1", LOOP_END="2", PARALLEL_START_LAYER="2", TRAIN_SEQ_LEN="64",
+    TRAIN_BATCH_TOKENS="1024", VAL_BATCH_SIZE="4096", ENABLE_LOOPING_AT="0.5",
+    TRAIN_LOG_EVERY="1", EVAL_SEQ_LEN="64", TTT_EVAL_SEQ_LEN="64", GPTQ_CALIBRATION_BATCHES="2",
+    MAX_WALLCLOCK_SECONDS="0", VAL_LOSS_EVERY="0", ITERATIONS="3", WARMUP_STEPS="1",
+    TTT_BATCH_SIZE="4", PHASED_TTT_PREFIX_DOCS="4", GLOBAL_TTT_CHUNK_TOKENS="64",
+)  # fmt: skip
+if shutil.which("lrzip") is None:  # the presets' per-group file needs it: brotli without
+    TINY_PRESET["COMPRESSOR"] = "brotli"
+PRESETS = ("pr1855", "pr2014", "pr2135")
+# Lines, or the parts of lines, that differ between two runs of the same math
+MASKS = (
+    (re.compile(r"(train_time|step_avg|eval_time|total_eval_time|time):[0-9.]+m?s"), r"\1:T"),
+    (re.compile(r"^Code size.*$"), "Code size: masked"),
+    (re.compile(r"^(Total submission size[^:]*): \d+ bytes"), r"\1: N bytes"),
+    (re.compile(r"^Submission margin: .*$"), "Submission margin: masked"),
+    (re.compile(r"^peak memory .*$"), "peak memory: masked"),  # the process's, on the CPU
+    (re.compile(r"(busy_s|wait_s):[0-9.,]+"), r"\1:T"),
+    (re.compile(r"\(all of them: logs/[^)]*\)"), "(all of them: LOG)"),
+    (re.compile(r"\d+(\.\d+)?s\b"), "Ts"),  # progress and warm-up times
+)
+
+
+def masked(stdout: str) -> list[str]:
+    out = []
+    for line in stdout.splitlines():
+        for pattern, repl in MASKS:
+            line = pattern.sub(repl, line)
+        out.append(line)
+    return out
+
+
+def specialised_script(folder: Path, env: dict, world_size: int) -> Path:
+    """The record's packed form of train_gpt.py specialised to `env` over TINY_ENV (what
+    run_train sets), in `folder` (no presets/ beside it: as in a record folder)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = {
+        k: v for k, v in (TINY_ENV | env).items() if k not in ("DATA_PATH", "TOKENIZER_PATH")
+    }
+    source = sp.specialize_script(REPO / "train_gpt.py", settings, world_size=world_size)
+    script = folder / "train_gpt.py"
+    script.write_bytes(sp.counted(source))
+    return script
+
+
+def assert_same_run(ours, readable) -> None:
+    assert ours.returncode == 0, ours.why()
+    assert readable.returncode == 0, readable.why()
+    assert masked(ours.stdout) == masked(readable.stdout)
+    scored = [line for line in ours.stdout.splitlines() if "val_bpb:" in line]
+    assert scored, ours.why()  # (something was compared)
+
+
+def test_the_baseline_specialised_runs_as_the_readable_on_2_ranks(tmp_path, tiny_dataset, tiny_run):
+    env = dict(TINY_ENV, VOCAB_SIZE=str(tiny_dataset.vocab_size))
+    script = specialised_script(tmp_path / "record", env, world_size=2)
+    ours = run_train(tmp_path / "run", tiny_dataset, script=script, RUN_ID=tiny_run.run_id)
+    assert_same_run(ours, tiny_run)
+
+
+@pytest.fixture(scope="module", params=PRESETS)
+def preset_pair(request, tmp_path_factory, tiny_dataset):
+    """(env, the readable run, the specialised run) of a preset at the tiny width, 2 ranks."""
+    preset, root = request.param, tmp_path_factory.mktemp(request.param)
+    env = dict(TINY_PRESET, PRESET=preset, VOCAB_SIZE=str(tiny_dataset.vocab_size))
+    script = specialised_script(root / "record", env, world_size=2)
+    readable = run_train(root / "readable", tiny_dataset, timeout=600, RUN_ID="r", **env)
+    built_in = {k: v for k, v in env.items() if k != "PRESET"}  # (over run_train's TINY_ENV)
+    ours = run_train(
+        root / "ours", tiny_dataset, timeout=600, script=script, RUN_ID="r", **built_in
+    )
+    return env, readable, ours
+
+
+def test_each_preset_specialised_runs_as_the_readable_on_2_ranks(preset_pair):
+    _, readable, ours = preset_pair
+    assert_same_run(ours, readable)
+    assert any(line.startswith("quantized_ttt_phased ") for line in ours.stdout.splitlines())
+
+
+def test_the_specialised_script_takes_no_preset_and_ships_none(preset_pair, tmp_path):
+    """The run above did not set PRESET (its values, as run_train's TINY_ENV is under them, only
+    at the values built in): the preset is built in, and the settings line is the readable's."""
+    env, readable, ours = preset_pair
+    settings = [line for line in ours.stdout.splitlines() if line.startswith("settings:")]
+    assert settings == [
+        line for line in readable.stdout.splitlines() if line.startswith("settings:")
+    ]
+    assert f"PRESET={env['PRESET']}" in settings[0]
+
+
+def test_one_rank_specialised_runs_as_the_readable(tmp_path, tiny_dataset):
+    """The baseline at 1 rank (8 micro-steps): the cheapest run; the presets ran on 2 above."""
+    env = dict(TINY_ENV, VOCAB_SIZE=str(tiny_dataset.vocab_size))
+    script = specialised_script(tmp_path / "record", env, world_size=1)
+    readable = run_train(tmp_path / "readable", tiny_dataset, nproc=1, RUN_ID="r")
+    ours = run_train(tmp_path / "ours", tiny_dataset, nproc=1, script=script, RUN_ID="r")
+    assert_same_run(ours, readable)
+    assert "world_size:1 grad_accum_steps:8" in ours.stdout
