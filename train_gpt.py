@@ -3695,6 +3695,22 @@ def stop_on_signal(wake: int) -> None:
     os._exit(128 + signum)
 
 
+def report_to_launcher(line: str) -> None:
+    """torchrun's failure report ends with its root cause: the first failed rank's error file
+    (the path torchrun puts in TORCHELASTIC_ERROR_FILE for each rank) or, without one, a link
+    about enabling tracebacks. Ours holds the run's one line where torch's ErrorHandler puts the
+    message and the Python call stack, so the report's last entry says what to fix. Rank 0's file
+    is written before any other's (they wait), so it is the first failure. No variable (plain
+    python) or an unwritable path: nothing, the line is on stderr all the same."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    now = str(int(time.time()))
+    entry = {"message": line, "extraInfo": {"py_callstack": line, "timestamp": now}}
+    with contextlib.suppress(OSError):
+        Path(path).write_text(json.dumps({"message": entry}))
+
+
 def cli() -> None:  # python train_gpt.py [--help], or under torchrun (tools/trace.py too)
     if sys.argv[1:] and sys.argv[1:] not in (["-h"], ["--help"]):
         print(f"error: {sys.argv[1]!r}: train_gpt.py takes no arguments; settings are "
@@ -3716,8 +3732,9 @@ def cli() -> None:  # python train_gpt.py [--help], or under torchrun (tools/tra
         rank = os.environ.get("RANK", "0")
         where = ""
         if rank not in ("0", ""):  # rank 0 says it and torchrun stops us, unless it is ours alone
-            time.sleep(5)
+            time.sleep(5)  # (its cost: a rank's own error, as a bad shard only it reads, waits)
             where = f"[rank {rank}] "
+        report_to_launcher(f"{where}error: {error}")
         print(f"{where}error: {error}", file=sys.stderr)
         exit_code = 2
     # Threads are joined and files closed. Skip the teardown of torch's C++ state: with gloo it

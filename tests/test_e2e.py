@@ -231,6 +231,7 @@ def test_bad_input_ends_the_run_with_one_message(tmp_path, tiny_dataset, env, me
     errors = [line for line in run.stderr.splitlines() if re.match(r"(\[rank \d+\] )?error:", line)]
     assert len(errors) == 1 and errors[0].startswith(message), run.stderr[-2000:]
     assert not our_traceback(run)
+    assert launcher_root_cause(run) == errors[0], run.stderr[-2000:]  # what the user reads last
     logs = sorted((tmp_path / "run" / "logs").glob("*.txt"))  # none: stopped before its settings
     assert [log.read_text().splitlines()[-1] for log in logs] in ([], errors)  # it ends the log
 
@@ -544,6 +545,15 @@ def test_script_stays_within_4000_lines_of_at_most_100_characters():
 # -----------------------------
 # helpers
 # -----------------------------
+
+
+def launcher_root_cause(run) -> str:
+    """What torchrun's failure report, the last thing printed, gives as the root cause: the
+    `traceback :` entry just above its closing border (a link about tracebacks when the failed
+    rank left no error file)."""
+    *_, entry, border = run.stderr.rstrip().splitlines()
+    assert set(border) == {"="}, run.stderr[-2000:]
+    return entry.removeprefix("  traceback : ")
 
 
 def our_traceback(run) -> bool:
