@@ -3302,6 +3302,27 @@ def settings_help() -> str:
     return "\n".join(lines)
 
 
+def data_fingerprint(tokenizer_path, val_pattern: str, train_pattern: str) -> str:
+    """The run's data in one log line, cheap at any size: sha256 of the tokenizer file, of the
+    validation shards' bytes (in name order) and of the train shards' names and byte sizes (their
+    16 GB are not read), and the first 16 hex digits of the sha256 of those three digests, one a
+    line. data/build_local_dataset.py prints the same for what it builds: equal digests, same
+    data (the quick start's score depends on it: docs/measured.md)."""
+    val, train = hashlib.sha256(), hashlib.sha256()
+    for path in sorted(glob.glob(val_pattern)):
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                val.update(block)
+    for path in sorted(glob.glob(train_pattern)):
+        train.update(f"{Path(path).name} {os.path.getsize(path)}\n".encode())
+    digests = [hashlib.sha256(Path(tokenizer_path).read_bytes()).hexdigest()]
+    digests += [val.hexdigest(), train.hexdigest()]
+    whole = hashlib.sha256("".join(d + "\n" for d in digests).encode()).hexdigest()
+    tokenizer, val_digest, train_digest = (d[:12] for d in digests)
+    return (f"data_fingerprint:{whole[:16]} tokenizer:{tokenizer} val_shards:{val_digest} "
+            f"train_names_sizes:{train_digest}")  # fmt: skip
+
+
 def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     """Tokenizer and shards checked, the validation split loaded, its bytes counted (or tables);
     the sliding windows if EVAL_STRIDE. An evaluation-only run needs no training shards."""
@@ -3340,6 +3361,8 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     log0(f"val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path={cfg.tokenizer_path}")
     dataset = Path(cfg.data_path).resolve().name
     log0(f"train_loader:dataset:{dataset} train_shards:{len(shards.files) if shards else 0}")
+    if rt.rank == 0:  # (rank 0 alone reads the validation shards again)
+        log0(data_fingerprint(cfg.tokenizer_path, cfg.val_files, cfg.train_files))
     log0(
         f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} "
         f"bytes:{val.target_bytes} bytes_from:{val.bytes_from}"

@@ -287,6 +287,16 @@ def test_a_misspelt_variable_is_named_with_the_likely_one_and_the_run_goes_on(
     assert run.lines("final_int8_zlib_roundtrip_exact")
 
 
+def test_the_log_names_its_data_by_the_builders_fingerprint(tiny_run, tiny_dataset):
+    """The score depends on the data (the quick start's: this Python's docstrings): the log says
+    which, as data/build_local_dataset.py prints it."""
+    from data.build_local_dataset import data_fingerprint
+
+    (line,) = tiny_run.lines("data_fingerprint:")
+    digest = data_fingerprint(tiny_dataset.dataset_dir, tiny_dataset.tokenizer_path)
+    assert line.split()[0] == f"data_fingerprint:{digest}"
+
+
 def test_the_console_shows_the_changed_settings_and_the_log_the_full_json(tiny_run):
     (settings,) = tiny_run.lines("settings: ")
     assert "NUM_LAYERS=2 " in settings and "SEED" not in settings  # the default seed: not shown
