@@ -924,14 +924,33 @@ def read_artifact(path: str | Path, source: str, log0: Callable) -> dict:
             with progress(
                 "Deserialize: per-group lrzip decompression", "Deserialize: decompression", log0
             ):
-                obj = read_pergroup(blob)
+                obj = read_pergroup_or_say(blob, source)
         else:
             obj = torch.load(io.BytesIO(decompress(blob)), map_location="cpu")
         if not isinstance(obj, dict) or not ("__quant_format__" in obj or {"w", "m"} <= set(obj)):
             raise ValueError("expected int8_clean_per_row_v1 or w/m")
+    except DataError:
+        raise
     except Exception as e:  # truncated, not compressed, not torch.save's, another PGRP
         raise DataError(f"{source}: not a readable artifact ({type(e).__name__}: {e})") from None
     return obj
+
+
+def read_pergroup_or_say(blob: bytes, source: str) -> dict:
+    """read_pergroup, or one line: which file, that it is a per-group artifact cut short or
+    damaged (its streams are lrzip's and brotli's, whose own errors name neither), what next."""
+    try:
+        return read_pergroup(blob)
+    except FileNotFoundError:  # the lrzip binary
+        raise DataError(f"{source}: a per-group (COMPRESSOR=pergroup) artifact: expected lrzip "
+                        f"on PATH to read it (scripts/setup.sh installs it)") from None  # fmt: skip
+    except Exception as e:
+        cause = f"{type(e).__name__}: {e}".splitlines()[0]
+        raise DataError(
+            f"{source}: a per-group (lrzip + brotli) artifact of {len(blob):,} bytes, truncated "
+            f"or damaged ({cause}); copy it again, whole, from the run that wrote it (its log's "
+            f"`Serialized model` line gives the size)"
+        ) from None
 
 
 # COMPRESSOR=pergroup, the records' compressor: the matrices' int8 rows (some reordered so that
@@ -3565,7 +3584,11 @@ def load_weights(net: Network, state: dict, source: str) -> None:
         net.base.load_state_dict(state, strict=True)
     except RuntimeError:  # another model config: which file, which settings, in one line
         detail = weights_mismatch(net.base.state_dict(), state)
-        raise ConfigError(f"{source}: does not fit this model config: {detail}") from None
+        preset = net.base.cfg.preset  # a preset's file is told apart by its shapes only
+        here = f"PRESET={preset} here" if preset else "no PRESET here"
+        raise ConfigError(f"{source}: does not fit this model config: {detail} ({here}: set the "
+                          f"PRESET and sizes it was trained with, as its log's settings: line "
+                          f"says)") from None  # fmt: skip
 
 
 def load_for_evaluation(cfg, rt, net: Network, evaluate: Callable, log0: Callable) -> dict:

@@ -146,7 +146,21 @@ class FakeNetwork:  # what load_weights reads of a Network: its base model
 def test_weights_of_another_config_name_the_setting(file_env, message):
     with pytest.raises(tg.ConfigError) as info:
         tg.load_weights(FakeNetwork(), state(**file_env), "EVAL_ONLY_PATH=x.pt")
-    assert str(info.value) == f"EVAL_ONLY_PATH=x.pt: does not fit this model config: {message}"
+    assert str(info.value).startswith(
+        f"EVAL_ONLY_PATH=x.pt: does not fit this model config: {message} ("
+    )
+
+
+def test_weights_of_another_config_say_to_set_the_preset_they_were_trained_with():
+    """A preset's file evaluated without its PRESET: the shapes differ, and the line says what
+    to set (docs/training.md#evaluating-a-saved-model)."""
+    with pytest.raises(tg.ConfigError) as info:
+        tg.load_weights(FakeNetwork(), state(SKIP_GATES_ENABLED="1"), "EVAL_ONLY_PATH=x.pt")
+    assert "skip_gates" in str(info.value)
+    assert str(info.value).endswith(
+        "(no PRESET here: set the PRESET and sizes it was trained with, as its log's settings: "
+        "line says)"
+    )
 
 
 def test_the_block_count_decides_first_and_an_unknown_tensor_gets_the_width():
