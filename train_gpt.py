@@ -365,6 +365,18 @@ DEFAULTS = {f.name: f.default for f in FIELDS}
 LAYER_NUMBERS = {"LOOP_START", "LOOP_END", "PARALLEL_START_LAYER", "XSA_LAST_N"}
 
 
+def scaled_schedule_line(cfg: Hyperparameters, env=os.environ) -> str:
+    """The log's word on a preset's TRAIN_SEQ_SCHEDULE that from_env scaled to another
+    TRAIN_SEQ_LEN (the quick start's 256: 1024,2048,3072 become 64,128,256); "" if none."""
+    preset = read_preset(cfg.preset)
+    plan = preset.get("TRAIN_SEQ_SCHEDULE", "")
+    if not plan or "TRAIN_SEQ_SCHEDULE" in env or cfg.train_seq_schedule == plan:
+        return ""
+    return (f"train_seq_schedule_scaled: PRESET={cfg.preset}'s {plan} is for its TRAIN_SEQ_LEN="
+            f"{preset['TRAIN_SEQ_LEN']}; at TRAIN_SEQ_LEN={cfg.train_seq_len} each stage's length "
+            f"is scaled by the same power of 2 (docs/frontier.md)")  # fmt: skip
+
+
 def check_bounds(name: str, value, low=None, high=None, above=None, below=None, choices=None):
     """What is wrong with the value, in one line; "" if nothing."""
     if choices is not None and value not in choices:
@@ -2972,6 +2984,8 @@ class Trainer(ClosedOnExit):
         if cfg.train_seq_schedule and not self.step:
             plan = ",".join(f"{n}@{p:.3f}" for p, n in self.stages)
             self.log0(f"train_seq_schedule:{plan}")
+            if scaled := scaled_schedule_line(cfg):
+                self.log0(scaled)
             self.log0(f"growth_stage:seq_len:{self.seq_len} progress:0.000")
         self.resume_clock()
         while True:
