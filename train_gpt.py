@@ -2819,6 +2819,19 @@ class EMA:
         return dict(zip(self.names, self.average, strict=True))
 
 
+def ema_warning(cfg: Hyperparameters) -> str:
+    """A run too short for its EMA (a preset's 0.9965 at the quick start's 300 steps): the saved
+    and scored weights still hold a large share (decay^ITERATIONS) of the initial ones."""
+    initial = cfg.ema_decay**cfg.iterations
+    if initial < 0.05:
+        return ""
+    horizon = 1 / (1 - cfg.ema_decay)
+    return (f"WARNING: EMA_DECAY={cfg.ema_decay} averages over about {horizon:.0f} steps: after "
+            f"ITERATIONS={cfg.iterations} the initial weights still weigh {initial:.0%} in the EMA "
+            f"weights that are saved and scored (expect a worse score than without EMA; "
+            f"EMA_DECAY=0 turns it off)")  # fmt: skip
+
+
 class Trainer(ClosedOnExit):
     """The training loop: only the steps that log a loss or validate wait for the GPU."""
 
@@ -2846,6 +2859,7 @@ class Trainer(ClosedOnExit):
         self.stopping = False  # the cap was reached: the current step is the last
         self.resume_position = None  # the loader's position in a checkpoint resumed from
         self.ema = None  # EMA_DECAY's averages, from the weights training starts with
+        self.warming_down = False  # the LR's multiplier went below 1 (its line is out)
 
     def open_loader(self, position=None) -> None:  # the order from its start or from `position`
         cfg, rt = self.cfg, self.rt
@@ -2897,6 +2911,10 @@ class Trainer(ClosedOnExit):
         cfg, cap_ms, n = self.cfg, self.cap_ms, self.cfg.seq_change_warmup_steps
         warmdown = (cfg.warmdown_iters, cap_ms, cfg.warmdown_frac, cfg.min_lr)
         scale = lr_multiplier(self.step, elapsed, cfg.iterations, *warmdown)
+        if scale < 1.0 and not self.warming_down:  # (host numbers: no wait for the device)
+            self.warming_down = True
+            self.log0(f"warmdown:start step:{self.step} lr_scale:{scale:.4f} "
+                      f"train_time:{elapsed:.0f}ms")  # fmt: skip
         if n and self.rewarm_from is not None:  # after a switch of length, below MIN_LR too
             scale *= min((self.step - self.rewarm_from + 1) / n, 1.0)
         warmup = cfg.muon_momentum_warmup_steps
@@ -2980,6 +2998,8 @@ class Trainer(ClosedOnExit):
         cfg = self.cfg
         if cfg.ema_decay > 0 and self.ema is None:  # else resumed
             self.ema = EMA(self.net.base, cfg.ema_decay)
+            if warning := ema_warning(cfg):
+                self.log0(warning)
         self.open_loader(self.resume_position)
         if cfg.train_seq_schedule and not self.step:
             plan = ",".join(f"{n}@{p:.3f}" for p, n in self.stages)
