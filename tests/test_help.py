@@ -183,3 +183,19 @@ def test_a_presets_weights_without_the_preset_name_its_settings_not_only_tensors
     for part in mismatch.split("; "):
         assert re.match(r"[A-Z][A-Z_/]+: ", part), part  # a setting first, then its tensor
     assert "SKIP_GATES_ENABLED: skip_gates absent here" in mismatch
+
+
+def test_pytest_from_a_python_without_torch_says_how_to_set_up(tmp_path):
+    """The system Python has pytest but not the requirements: conftest's first import says to
+    run scripts/setup.sh dev and .venv/bin/pytest, not only "No module named 'torch'"."""
+    shadow = tmp_path / "torch"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\")\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)}  # the stand-in comes first
+    args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "tests/test_bpb.py"]
+    run = subprocess.run(
+        [sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode != 0
+    said = run.stdout + run.stderr
+    assert "run `bash scripts/setup.sh dev`, then `.venv/bin/pytest`" in said, said[-2000:]
