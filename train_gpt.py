@@ -944,7 +944,10 @@ def read_artifact(path: str | Path, source: str, log0: Callable) -> dict:
     except DataError:
         raise
     except Exception as e:  # truncated, not compressed, not torch.save's, another PGRP
-        raise DataError(f"{source}: not a readable artifact ({type(e).__name__}: {e})") from None
+        raise DataError(
+            f"{source}: not a readable artifact ({type(e).__name__}: {e}); expected a whole .ptz "
+            f"written by this script or a record's (copy it again if it was cut short)"
+        ) from None
     return obj
 
 
