@@ -464,6 +464,18 @@ DEFAULTS = {f.name: f.default for f in FIELDS}
 LAYER_NUMBERS = {"LOOP_START", "LOOP_END", "PARALLEL_START_LAYER", "XSA_LAST_N"}
 
 
+def scaled_schedule_line(cfg: Hyperparameters, env=os.environ) -> str:
+    """The log's word on a preset's TRAIN_SEQ_SCHEDULE that from_env scaled to another
+    TRAIN_SEQ_LEN (the quick start's 256: 1024,2048,3072 become 64,128,256); "" if none."""
+    preset = read_preset(cfg.preset)
+    plan = preset.get("TRAIN_SEQ_SCHEDULE", "")
+    if not plan or "TRAIN_SEQ_SCHEDULE" in env or cfg.train_seq_schedule == plan:
+        return ""
+    return (f"train_seq_schedule_scaled: PRESET={cfg.preset}'s {plan} is for its TRAIN_SEQ_LEN="
+            f"{preset['TRAIN_SEQ_LEN']}; at TRAIN_SEQ_LEN={cfg.train_seq_len} each stage's length "
+            f"is scaled by the same power of 2 (docs/frontier.md)")  # fmt: skip
+
+
 def check_bounds(name: str, value, low=None, high=None, above=None, below=None, choices=None):
     """What is wrong with the value, in one line; "" if nothing."""
     if choices is not None and value not in choices:
@@ -1023,14 +1035,36 @@ def read_artifact(path: str | Path, source: str, log0: Callable) -> dict:
             with progress(
                 "Deserialize: per-group lrzip decompression", "Deserialize: decompression", log0
             ):
-                obj = read_pergroup(blob)
+                obj = read_pergroup_or_say(blob, source)
         else:
             obj = torch.load(io.BytesIO(decompress(blob)), map_location="cpu")
         if not isinstance(obj, dict) or not ("__quant_format__" in obj or {"w", "m"} <= set(obj)):
             raise ValueError("expected int8_clean_per_row_v1 or w/m")
+    except DataError:
+        raise
     except Exception as e:  # truncated, not compressed, not torch.save's, another PGRP
-        raise DataError(f"{source}: not a readable artifact ({type(e).__name__}: {e})") from None
+        raise DataError(
+            f"{source}: not a readable artifact ({type(e).__name__}: {e}); expected a whole .ptz "
+            f"written by this script or a record's (copy it again if it was cut short)"
+        ) from None
     return obj
+
+
+def read_pergroup_or_say(blob: bytes, source: str) -> dict:
+    """read_pergroup, or one line: which file, that it is a per-group artifact cut short or
+    damaged (its streams are lrzip's and brotli's, whose own errors name neither), what next."""
+    try:
+        return read_pergroup(blob)
+    except FileNotFoundError:  # the lrzip binary
+        raise DataError(f"{source}: a per-group (COMPRESSOR=pergroup) artifact: expected lrzip "
+                        f"on PATH to read it (scripts/setup.sh installs it)") from None  # fmt: skip
+    except Exception as e:
+        cause = f"{type(e).__name__}: {e}".splitlines()[0]
+        raise DataError(
+            f"{source}: a per-group (lrzip + brotli) artifact of {len(blob):,} bytes, truncated "
+            f"or damaged ({cause}); copy it again, whole, from the run that wrote it (its log's "
+            f"`Serialized model` line gives the size)"
+        ) from None
 
 
 # COMPRESSOR=pergroup, the records' compressor: the matrices' int8 rows (some reordered so that
@@ -2912,6 +2946,19 @@ class EMA:
         return dict(zip(self.names, self.average, strict=True))
 
 
+def ema_warning(cfg: Hyperparameters) -> str:
+    """A run too short for its EMA (a preset's 0.9965 at the quick start's 300 steps): the saved
+    and scored weights still hold a large share (decay^ITERATIONS) of the initial ones."""
+    initial = cfg.ema_decay**cfg.iterations
+    if initial < 0.05:
+        return ""
+    horizon = 1 / (1 - cfg.ema_decay)
+    return (f"WARNING: EMA_DECAY={cfg.ema_decay} averages over about {horizon:.0f} steps: after "
+            f"ITERATIONS={cfg.iterations} the initial weights still weigh {initial:.0%} in the EMA "
+            f"weights that are saved and scored (expect a worse score than without EMA; "
+            f"EMA_DECAY=0 turns it off)")  # fmt: skip
+
+
 class Trainer(ClosedOnExit):
     """The training loop: only the steps that log a loss or validate wait for the GPU."""
 
@@ -2939,6 +2986,7 @@ class Trainer(ClosedOnExit):
         self.stopping = False  # the cap was reached: the current step is the last
         self.resume_position = None  # the loader's position in a checkpoint resumed from
         self.ema = None  # EMA_DECAY's averages, from the weights training starts with
+        self.warming_down = False  # the LR's multiplier went below 1 (its line is out)
 
     def open_loader(self, position=None) -> None:  # the order from its start or from `position`
         cfg, rt = self.cfg, self.rt
@@ -2990,6 +3038,10 @@ class Trainer(ClosedOnExit):
         cfg, cap_ms, n = self.cfg, self.cap_ms, self.cfg.seq_change_warmup_steps
         warmdown = (cfg.warmdown_iters, cap_ms, cfg.warmdown_frac, cfg.min_lr)
         scale = lr_multiplier(self.step, elapsed, cfg.iterations, *warmdown)
+        if scale < 1.0 and not self.warming_down:  # (host numbers: no wait for the device)
+            self.warming_down = True
+            self.log0(f"warmdown:start step:{self.step} lr_scale:{scale:.4f} "
+                      f"train_time:{elapsed:.0f}ms")  # fmt: skip
         if n and self.rewarm_from is not None:  # after a switch of length, below MIN_LR too
             scale *= min((self.step - self.rewarm_from + 1) / n, 1.0)
         warmup = cfg.muon_momentum_warmup_steps
@@ -3073,10 +3125,14 @@ class Trainer(ClosedOnExit):
         cfg = self.cfg
         if cfg.ema_decay > 0 and self.ema is None:  # else resumed
             self.ema = EMA(self.net.base, cfg.ema_decay)
+            if warning := ema_warning(cfg):
+                self.log0(warning)
         self.open_loader(self.resume_position)
         if cfg.train_seq_schedule and not self.step:
             plan = ",".join(f"{n}@{p:.3f}" for p, n in self.stages)
             self.log0(f"train_seq_schedule:{plan}")
+            if scaled := scaled_schedule_line(cfg):
+                self.log0(scaled)
             self.log0(f"growth_stage:seq_len:{self.seq_len} progress:0.000")
         self.resume_clock()
         while True:
@@ -3432,6 +3488,27 @@ def settings_help() -> str:
     return "\n".join(lines)
 
 
+def data_fingerprint(tokenizer_path, val_pattern: str, train_pattern: str) -> str:
+    """The run's data in one log line, cheap at any size: sha256 of the tokenizer file, of the
+    validation shards' bytes (in name order) and of the train shards' names and byte sizes (their
+    16 GB are not read), and the first 16 hex digits of the sha256 of those three digests, one a
+    line. data/build_local_dataset.py prints the same for what it builds: equal digests, same
+    data (the quick start's score depends on it: docs/measured.md)."""
+    val, train = hashlib.sha256(), hashlib.sha256()
+    for path in sorted(glob.glob(val_pattern)):
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                val.update(block)
+    for path in sorted(glob.glob(train_pattern)):
+        train.update(f"{Path(path).name} {os.path.getsize(path)}\n".encode())
+    digests = [hashlib.sha256(Path(tokenizer_path).read_bytes()).hexdigest()]
+    digests += [val.hexdigest(), train.hexdigest()]
+    whole = hashlib.sha256("".join(d + "\n" for d in digests).encode()).hexdigest()
+    tokenizer, val_digest, train_digest = (d[:12] for d in digests)
+    return (f"data_fingerprint:{whole[:16]} tokenizer:{tokenizer} val_shards:{val_digest} "
+            f"train_names_sizes:{train_digest}")  # fmt: skip
+
+
 def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     """Tokenizer and shards checked, the validation split loaded, its bytes counted (or tables);
     the sliding windows if EVAL_STRIDE. An evaluation-only run needs no training shards."""
@@ -3471,6 +3548,8 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     log0(f"val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path={cfg.tokenizer_path}")
     dataset = Path(cfg.data_path).resolve().name
     log0(f"train_loader:dataset:{dataset} train_shards:{len(shards.files) if shards else 0}")
+    if rt.rank == 0:  # (rank 0 alone reads the validation shards again)
+        log0(data_fingerprint(cfg.tokenizer_path, cfg.val_files, cfg.train_files))
     log0(
         f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} "
         f"bytes:{val.target_bytes} bytes_from:{val.bytes_from}"
@@ -3674,7 +3753,11 @@ def load_weights(net: Network, state: dict, source: str) -> None:
         net.base.load_state_dict(state, strict=True)
     except RuntimeError:  # another model config: which file, which settings, in one line
         detail = weights_mismatch(net.base.state_dict(), state)
-        raise ConfigError(f"{source}: does not fit this model config: {detail}") from None
+        preset = net.base.cfg.preset  # a preset's file is told apart by its shapes only
+        here = f"PRESET={preset} here" if preset else "no PRESET here"
+        raise ConfigError(f"{source}: does not fit this model config: {detail} ({here}: set the "
+                          f"PRESET and sizes it was trained with, as its log's settings: line "
+                          f"says)") from None  # fmt: skip
 
 
 def load_for_evaluation(cfg, rt, net: Network, evaluate: Callable, log0: Callable) -> dict:
@@ -3827,6 +3910,22 @@ def stop_on_signal(wake: int) -> None:
     os._exit(128 + signum)
 
 
+def report_to_launcher(line: str) -> None:
+    """torchrun's failure report ends with its root cause: the first failed rank's error file
+    (the path torchrun puts in TORCHELASTIC_ERROR_FILE for each rank) or, without one, a link
+    about enabling tracebacks. Ours holds the run's one line where torch's ErrorHandler puts the
+    message and the Python call stack, so the report's last entry says what to fix. Rank 0's file
+    is written before any other's (they wait), so it is the first failure. No variable (plain
+    python) or an unwritable path: nothing, the line is on stderr all the same."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    now = str(int(time.time()))
+    entry = {"message": line, "extraInfo": {"py_callstack": line, "timestamp": now}}
+    with contextlib.suppress(OSError):
+        Path(path).write_text(json.dumps({"message": entry}))
+
+
 def cli() -> None:  # python train_gpt.py [--help], or under torchrun (tools/trace.py too)
     if sys.argv[1:] and sys.argv[1:] not in (["-h"], ["--help"]):
         print(f"error: {sys.argv[1]!r}: train_gpt.py takes no arguments; settings are "
@@ -3848,8 +3947,9 @@ def cli() -> None:  # python train_gpt.py [--help], or under torchrun (tools/tra
         rank = os.environ.get("RANK", "0")
         where = ""
         if rank not in ("0", ""):  # rank 0 says it and torchrun stops us, unless it is ours alone
-            time.sleep(5)
+            time.sleep(5)  # (its cost: a rank's own error, as a bad shard only it reads, waits)
             where = f"[rank {rank}] "
+        report_to_launcher(f"{where}error: {error}")
         print(f"{where}error: {error}", file=sys.stderr)
         exit_code = 2
     # Threads are joined and files closed. Skip the teardown of torch's C++ state: with gloo it

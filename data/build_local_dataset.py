@@ -19,7 +19,9 @@ Usage:
 
 It ends by printing the command that trains on what it built with the quick start's small CPU
 settings (scripts/quickstart.env: a small model, 2 processes, a few minutes on a laptop), the
-command that `bash scripts/quickstart.sh` runs on the default dataset.
+command that `bash scripts/quickstart.sh` runs on the default dataset, then the dataset's
+`data_fingerprint:` (as a training run logs it). When the dataset is already built and valid it
+says so and prints the fingerprint alone.
 
 Same inputs (the same Python's stdlib and options) give byte-identical outputs. A run whose
 outputs already exist and check out does nothing. Outputs appear atomically: the dataset is
@@ -275,6 +277,19 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def data_fingerprint(dataset_dir: Path, tokenizer_path: Path) -> str:
+    """What train_gpt.py's `data_fingerprint:` log line says of this dataset, computed the same
+    way: the sha256 of the tokenizer, of the validation shards' bytes in name order and of the
+    train shards' `name size` lines, then of those three hex digests, one a line (16 digits)."""
+    val, train = hashlib.sha256(), hashlib.sha256()
+    for path in sorted(dataset_dir.glob("fineweb_val_[0-9]*.bin")):
+        val.update(path.read_bytes())
+    for path in sorted(dataset_dir.glob("fineweb_train_*.bin")):
+        train.update(f"{path.name} {path.stat().st_size}\n".encode())
+    digests = [sha256_file(tokenizer_path), val.hexdigest(), train.hexdigest()]
+    return hashlib.sha256("".join(d + "\n" for d in digests).encode()).hexdigest()[:16]
 
 
 def write_split(out_dir: Path, split: str, docs: list[np.ndarray], shard_tokens: int) -> list[dict]:
@@ -671,7 +686,10 @@ def main(argv: list[str] | None = None) -> int:
     except (BuildError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(summary(result))
+    fingerprint = data_fingerprint(result.dataset_dir, result.tokenizer_path)
+    if result.built:  # else build() said it was there: the quick start's every run says no more
+        print(summary(result))
+    print(f"data_fingerprint:{fingerprint} (the training log's line of the same name)")
     return 0
 
 

@@ -15,6 +15,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
+try:
+    import torch  # noqa: F401
+except ModuleNotFoundError as missing:  # a Python without the requirements, the system's say
+    raise pytest.UsageError(
+        f"{missing}: this Python ({sys.executable}) lacks the test requirements; run "
+        f"`bash scripts/setup.sh dev`, then `.venv/bin/pytest` (or `bash scripts/test.sh`)"
+    ) from None
 from torch.utils._python_dispatch import TorchDispatchMode
 
 REPO = Path(__file__).resolve().parents[1]

@@ -49,6 +49,7 @@ def test_a_damaged_zlib_artifact_is_named_as_damaged_zlib_data(tmp_path):
         message = str(info.value)
         assert message.startswith("EVAL_ONLY_PATH=a.ptz: not a readable artifact (ValueError: ")
         assert "damaged zlib data" in message and "brotli" not in message
+        assert message.endswith("(copy it again if it was cut short)")  # what to do next
 
 
 def test_an_earlier_runs_file_is_kept_under_its_time_and_said(tmp_path):

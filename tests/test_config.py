@@ -267,3 +267,18 @@ def test_help_under_a_preset_shows_its_values(preset, monkeypatch):
         assert tg.parse_value(name, shown[name], field.type) == tg.parse_value(
             name, value, field.type
         ), name
+
+
+def test_a_presets_context_schedule_scaled_to_train_seq_len_is_logged_as_such():
+    """PRESET=pr2014's stages (1024, 2048, 3072) follow a smaller TRAIN_SEQ_LEN (the quick
+    start's 256: 64, 128, 256), and the log says so (docs/frontier.md); its own size: no word."""
+    laptop = {"RUN_ID": "r", "PRESET": "pr2014", "TRAIN_SEQ_LEN": "256"}
+    cfg = tg.Hyperparameters.from_env(laptop, 2)
+    assert cfg.train_seq_schedule == "64@0.100,128@0.700,256@1.000"
+    line = tg.scaled_schedule_line(cfg, laptop)
+    assert line.startswith("train_seq_schedule_scaled: PRESET=pr2014's 1024@0.100,2048@0.700,")
+    assert "TRAIN_SEQ_LEN=256" in line
+    full = {"RUN_ID": "r", "PRESET": "pr2014"}
+    assert tg.scaled_schedule_line(tg.Hyperparameters.from_env(full, 8), full) == ""
+    own = laptop | {"TRAIN_SEQ_SCHEDULE": "128@0.5,256@1.0"}  # the user's: not the preset's
+    assert tg.scaled_schedule_line(tg.Hyperparameters.from_env(own, 2), own) == ""

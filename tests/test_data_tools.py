@@ -306,9 +306,38 @@ def test_builder_cli_prints_a_summary(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "train:" in out and "val:" in out and "stdlib_1024_bpe.model" in out
     # the command to train on it: the quick start's small CPU settings, not the 17M-param default
-    command = out[out.index("DATA_PATH=") :].replace("\\\n", " ").split()
+    command = out[out.index("DATA_PATH=") : out.index("data_fingerprint:")]
+    command = command.replace("\\\n", " ").split()
     assert command[3:-4] == builder.quickstart_settings() and "NUM_LAYERS=4" in command
     assert " ".join(command[-4:]) == builder.TRAIN_LAUNCH
+
+
+def test_builder_cli_prints_its_summary_once_then_the_fingerprint_alone(tmp_path, capsys):
+    """The quick start runs the builder every time: a dataset already there costs one line
+    (build()'s "already built") and the fingerprint, not the summary again."""
+    argv = ["--out-root", str(tmp_path), "--max-text-bytes", "100000", "--no-progress"]
+    assert builder.main(argv) == 0
+    first = capsys.readouterr().out.splitlines()
+    assert builder.main(argv) == 0
+    again = capsys.readouterr().out.splitlines()
+    assert [line for line in first if line.startswith("train:")]
+    assert len(again) == 2 and "already built and valid" in again[0]
+    assert again[1] == first[-1] and again[1].startswith("data_fingerprint:")
+
+
+def test_builder_fingerprint_is_the_trainers(tiny):
+    """The builder's fingerprint and train_gpt.py's log line hash the same files the same way."""
+    data, tokenizer = tiny.dataset_dir, tiny.tokenizer_path
+    line = train_gpt.data_fingerprint(
+        tokenizer, str(data / "fineweb_val_[0-9]*.bin"), str(data / "fineweb_train_*.bin")
+    )
+    assert line.split()[0] == f"data_fingerprint:{builder.data_fingerprint(data, tokenizer)}"
+    assert [field.split(":")[0] for field in line.split()] == [
+        "data_fingerprint",
+        "tokenizer",
+        "val_shards",
+        "train_names_sizes",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -231,6 +231,7 @@ def test_bad_input_ends_the_run_with_one_message(tmp_path, tiny_dataset, env, me
     errors = [line for line in run.stderr.splitlines() if re.match(r"(\[rank \d+\] )?error:", line)]
     assert len(errors) == 1 and errors[0].startswith(message), run.stderr[-2000:]
     assert not our_traceback(run)
+    assert launcher_root_cause(run) == errors[0], run.stderr[-2000:]  # what the user reads last
     logs = sorted((tmp_path / "run" / "logs").glob("*.txt"))  # none: stopped before its settings
     assert [log.read_text().splitlines()[-1] for log in logs] in ([], errors)  # it ends the log
 
@@ -284,6 +285,16 @@ def test_a_misspelt_variable_is_named_with_the_likely_one_and_the_run_goes_on(
         "WARNING: NUM_LAYER is not a variable of this script; did you mean NUM_LAYERS?",
     ]
     assert run.lines("final_int8_zlib_roundtrip_exact")
+
+
+def test_the_log_names_its_data_by_the_builders_fingerprint(tiny_run, tiny_dataset):
+    """The score depends on the data (the quick start's: this Python's docstrings): the log says
+    which, as data/build_local_dataset.py prints it."""
+    from data.build_local_dataset import data_fingerprint
+
+    (line,) = tiny_run.lines("data_fingerprint:")
+    digest = data_fingerprint(tiny_dataset.dataset_dir, tiny_dataset.tokenizer_path)
+    assert line.split()[0] == f"data_fingerprint:{digest}"
 
 
 def test_the_console_shows_the_changed_settings_and_the_log_the_full_json(tiny_run):
@@ -544,6 +555,15 @@ def test_script_stays_within_4000_lines_of_at_most_100_characters():
 # -----------------------------
 # helpers
 # -----------------------------
+
+
+def launcher_root_cause(run) -> str:
+    """What torchrun's failure report, the last thing printed, gives as the root cause: the
+    `traceback :` entry just above its closing border (a link about tracebacks when the failed
+    rank left no error file)."""
+    *_, entry, border = run.stderr.rstrip().splitlines()
+    assert set(border) == {"="}, run.stderr[-2000:]
+    return entry.removeprefix("  traceback : ")
 
 
 def our_traceback(run) -> bool:

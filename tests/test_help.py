@@ -146,7 +146,21 @@ class FakeNetwork:  # what load_weights reads of a Network: its base model
 def test_weights_of_another_config_name_the_setting(file_env, message):
     with pytest.raises(tg.ConfigError) as info:
         tg.load_weights(FakeNetwork(), state(**file_env), "EVAL_ONLY_PATH=x.pt")
-    assert str(info.value) == f"EVAL_ONLY_PATH=x.pt: does not fit this model config: {message}"
+    assert str(info.value).startswith(
+        f"EVAL_ONLY_PATH=x.pt: does not fit this model config: {message} ("
+    )
+
+
+def test_weights_of_another_config_say_to_set_the_preset_they_were_trained_with():
+    """A preset's file evaluated without its PRESET: the shapes differ, and the line says what
+    to set (docs/training.md#evaluating-a-saved-model)."""
+    with pytest.raises(tg.ConfigError) as info:
+        tg.load_weights(FakeNetwork(), state(SKIP_GATES_ENABLED="1"), "EVAL_ONLY_PATH=x.pt")
+    assert "skip_gates" in str(info.value)
+    assert str(info.value).endswith(
+        "(no PRESET here: set the PRESET and sizes it was trained with, as its log's settings: "
+        "line says)"
+    )
 
 
 def test_the_block_count_decides_first_and_an_unknown_tensor_gets_the_width():
@@ -169,3 +183,19 @@ def test_a_presets_weights_without_the_preset_name_its_settings_not_only_tensors
     for part in mismatch.split("; "):
         assert re.match(r"[A-Z][A-Z_/]+: ", part), part  # a setting first, then its tensor
     assert "SKIP_GATES_ENABLED: skip_gates absent here" in mismatch
+
+
+def test_pytest_from_a_python_without_torch_says_how_to_set_up(tmp_path):
+    """The system Python has pytest but not the requirements: conftest's first import says to
+    run scripts/setup.sh dev and .venv/bin/pytest, not only "No module named 'torch'"."""
+    shadow = tmp_path / "torch"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\")\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)}  # the stand-in comes first
+    args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "tests/test_bpb.py"]
+    run = subprocess.run(
+        [sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode != 0
+    said = run.stdout + run.stderr
+    assert "run `bash scripts/setup.sh dev`, then `.venv/bin/pytest`" in said, said[-2000:]

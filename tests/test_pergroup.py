@@ -197,9 +197,28 @@ def test_a_truncated_or_foreign_pgrp_file_is_refused_in_one_line(tmp_path, versi
     }
     for name, data in cases.items():
         (tmp_path / name).write_bytes(data)
-        with pytest.raises(tg.DataError, match=f"^EVAL_ONLY_PATH={name}: not a readable") as info:
+        with pytest.raises(tg.DataError) as info:
             tg.read_artifact(tmp_path / name, f"EVAL_ONLY_PATH={name}", lambda line: None)
-        assert "\n" not in str(info.value)
+        said = str(info.value)  # the file, what it is, what broke it, what to do: not brotli's
+        assert said.startswith(
+            f"EVAL_ONLY_PATH={name}: a per-group (lrzip + brotli) artifact of {len(data):,} "
+            f"bytes, truncated or damaged ("
+        )
+        assert said.endswith("copy it again, whole, from the run that wrote it (its log's "
+                             "`Serialized model` line gives the size)")  # fmt: skip
+        assert "\n" not in said
+
+
+@needs_lrzip
+def test_a_pergroup_file_without_lrzip_on_path_says_so(tmp_path, monkeypatch):
+    (tmp_path / "model.ptz").write_bytes(ours(quantized(layers=2), "pergroup"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no lrzip there
+    with pytest.raises(tg.DataError) as info:
+        tg.read_artifact(tmp_path / "model.ptz", "EVAL_ONLY_PATH=model.ptz", lambda line: None)
+    assert str(info.value) == (
+        "EVAL_ONLY_PATH=model.ptz: a per-group (COMPRESSOR=pergroup) artifact: expected lrzip on "
+        "PATH to read it (scripts/setup.sh installs it)"
+    )
 
 
 def test_pergroup_needs_lrzip_and_the_gptq_artifact_at_start_up(monkeypatch):

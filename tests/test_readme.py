@@ -423,3 +423,24 @@ def test_a_bogus_line_in_the_readme_is_caught(line, expected):
     doc = Document(readme.path, readme.text + "\n" + line + "\n")
     new = [problem for problem in problems_of(doc) if problem not in problems_of(readme)]
     assert new and all(expected in problem for problem in new), new
+
+
+def test_the_readme_says_what_a_doc_masked_sliding_evaluation_does():
+    """VAL_DOC_ATTENTION=1 with EVAL_STRIDE runs (the windows attend across documents; the mask
+    is the plain evaluation's): the README says so, not that it is refused."""
+    import train_gpt as tg
+
+    env = {"RUN_ID": "r", "VAL_DOC_ATTENTION": "1", "EVAL_STRIDE": "64"}
+    cfg = tg.Hyperparameters.from_env(env, 8)
+    assert cfg.val_doc_attention and cfg.eval_stride == 64
+    text = " ".join((REPO / "README.md").read_text().split())
+    assert "`VAL_DOC_ATTENTION=1` with `EVAL_STRIDE` is refused" not in text
+    assert "also with `VAL_DOC_ATTENTION=1` (which masks the plain evaluation only)" in text
+
+
+def test_the_readme_gives_the_quick_starts_score_as_a_range_and_the_fingerprint():
+    """One Python version gave several scores (the code and the machine differ too): the README
+    gives a range and the run's data_fingerprint line, not one score per Python version."""
+    text = " ".join((REPO / "README.md").read_text().split())
+    assert "with Python 3.11.7, 1.97333206 with 3.11.2" not in text
+    assert "expect 2.0 ± 0.05" in text and "`data_fingerprint:`" in text

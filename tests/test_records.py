@@ -1309,6 +1309,30 @@ def test_stats_reads_the_evaluation_the_claim_is_the_mean_of(tmp_path):
     assert val_losses_from(str(folder))[0] == ttt  # no claim: each log's last final evaluation
 
 
+def test_stats_refuses_two_logs_of_one_seed_and_a_rescore_among_training_logs(tmp_path, capsys):
+    """As `new` does: stats tests independent training runs, so the same seed twice (a copy of
+    a log) or an evaluation-only re-score (EVAL_ONLY_PATH: it trains nothing) beside training
+    logs is one line and exit 2, not one more value in the t-test."""
+    logs = sorted(str(p) for p in BASELINE.glob("train_seed*.log"))
+    again = tmp_path / "copy_of_seed42.txt"
+    shutil.copy(BASELINE / "train_seed42.log", again)
+    assert main(["stats", "--new", *logs, str(again), "--old", "2.2", "2.21"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --new: train_seed42.log and copy_of_seed42.txt are both seed 42: give one log "
+        "per seed"
+    )
+    rescore = tmp_path / "rescore.txt"
+    rescore.write_text(
+        "seed:7\nfinal_int8_zlib_roundtrip val_loss:2.0700 val_bpb:1.2230 eval_time:1375ms\n"
+        "final_int8_zlib_roundtrip_exact val_loss:2.07000000 val_bpb:1.22300000\n"
+    )
+    assert main(["stats", "--new", *logs, str(rescore), "--old", "2.2", "2.21"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --new: rescore.txt trains nothing (an EVAL_ONLY_PATH re-score) among training "
+        "logs: give the training logs only"
+    )
+
+
 def test_stats_without_scipy_says_how_to_install_it(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "scipy", None)  # `from scipy import stats` now fails
     assert main(["stats", "--new", "1.90", "1.91", "--old", "1.95", "1.96"]) == 2

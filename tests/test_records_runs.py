@@ -242,6 +242,29 @@ def test_new_says_where_the_folder_goes(tmp_path, capsys):
     )
 
 
+def test_new_without_a_folder_writes_a_draft_git_ignores_and_says_where(
+    tmp_path, monkeypatch, capsys
+):
+    """Not into this repository's tracked records/ (untracked folders in git status): into
+    records/drafts/, which .gitignore lists, and the output says so."""
+    import subprocess
+
+    from records.golf import cli
+
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", "records/drafts/track_10min_16mb/x/README.md"], cwd=REPO
+    )
+    assert ignored.returncode == 0  # 0: ignored
+    assert cli.DRAFTS == REPO / "records" / "drafts"
+    monkeypatch.setattr(cli, "DRAFTS", tmp_path / "drafts")
+    logs = sorted((FIXTURES / "2026-03-17_Fixture Baseline").glob("train_seed*.log"))
+    args = ["new", *map(str, logs), "--name", "N", "--author", "A", "--github-id", "a", "--date"]
+    assert main([*args, "2026-05-01"]) == 0
+    assert (tmp_path / "drafts" / "track_10min_16mb" / "2026-05-01_N" / "submission.json").is_file()
+    out = capsys.readouterr().out
+    assert f"(in {tmp_path / 'drafts'}, which git ignores; --records-dir " in out
+
+
 def test_help_and_readme_say_a_record_is_a_pull_request_to_the_challenge_repository():
     top = build_parser().format_help()
     readme = REPO_README.read_text()

@@ -44,9 +44,11 @@ def write_shards(folder: Path) -> None:
     write_shard(folder / "fineweb_train_000000.bin", np.arange(20_000) % 64)
 
 
-def run_with_fake_clock(folder: Path, rank: int, world_size: int, ms_per_step: float, cap_s):
+def run_with_fake_clock(
+    folder: Path, rank: int, world_size: int, ms_per_step: float, cap_s, **more: str
+):
     """Real model, optimizers, loader and loop; only the clock and the evaluation are fakes."""
-    env = dict(TINY, DATA_PATH=str(folder), MAX_WALLCLOCK_SECONDS=str(cap_s))
+    env = dict(TINY, DATA_PATH=str(folder), MAX_WALLCLOCK_SECONDS=str(cap_s), **more)
     cfg = tg.Hyperparameters.from_env(env, world_size)
     accum = tg.grad_accum_steps_for(world_size)
     rt = tg.Runtime(rank, 0, world_size, accum, torch.device("cpu"), world_size > 1)
@@ -81,6 +83,26 @@ def test_no_cap_runs_every_iteration(tmp_path):
     write_shards(tmp_path)
     step, lines = run_with_fake_clock(tmp_path, 0, 1, ms_per_step=1e9, cap_s=0)
     assert step == 20 and not any("wallclock_cap" in line for line in lines)
+
+
+@pytest.mark.parametrize("cap_s", [0, 2.0])
+def test_one_line_says_when_the_warm_down_starts_and_one_that_the_ema_is_too_long(tmp_path, cap_s):
+    """WARMDOWN_ITERS=5 of 20: the LR's multiplier is (20 - step)/5 from step 16 on, 0.8; under a
+    2 s cap at 100 ms a step, the last 500 ms' (its remaining time over 5 steps' time), the same.
+    EMA_DECAY=0.9965 over 20 steps: the initial weights are 93% of the EMA saved and scored."""
+    write_shards(tmp_path)
+    more = dict(WARMDOWN_ITERS="5", EMA_DECAY="0.9965")
+    _, lines = run_with_fake_clock(tmp_path, 0, 1, 100.0, cap_s, **more)
+    said = [line for line in lines if line.startswith("warmdown:")]
+    assert said == ["warmdown:start step:16 lr_scale:0.8000 train_time:1600ms"]
+    (warning,) = [line for line in lines if line.startswith("WARNING: EMA_DECAY=")]
+    assert "after ITERATIONS=20 the initial weights still weigh 93%" in warning
+
+
+def test_an_ema_short_against_the_run_is_no_warning():
+    env = dict(TINY, ITERATIONS="300")
+    assert tg.ema_warning(tg.Hyperparameters.from_env(env | {"EMA_DECAY": "0.99"})) == ""  # 5%
+    assert tg.ema_warning(tg.Hyperparameters.from_env(env | {"EMA_DECAY": "0.9965"}))  # 35%
 
 
 def _rank_main(rank: int, folder: str, ms_per_rank: list[float]) -> None:

@@ -11,7 +11,8 @@ None of these tools count toward the artifact; only train_gpt.py does.
 
 new    builds records/<track>/YYYY-MM-DD_<Name>/ from train logs: the script that ran, one
        train_seed{SEED}.log per run, submission.json computed from the logs, a README. It
-       writes into this repository's records/ unless --records-dir or --out says otherwise.
+       writes into this repository's records/drafts/ (git-ignored: nothing in git status)
+       unless --records-dir or --out says otherwise.
 check  says whether the challenge would accept a record folder: FAIL only for what breaks a
        rule (no code, a score no log backs, artifact > 16,000,000 bytes, training or scored
        evaluation over 600 s, a CPU or fewer than 8 GPUs on the 10-minute track, no readable
@@ -49,6 +50,8 @@ from .scaffold import create_record
 from .stats import describe, gather, one_sample_test, report_ttest, require_scipy, welch_test
 
 CHALLENGE_REPO = "https://github.com/openai/parameter-golf"
+# new's default --records-dir: in .gitignore, so a draft never shows in this repository's status
+DRAFTS = Path(__file__).resolve().parents[1] / "drafts"
 PREVIOUS_HINT = (
     f"; the previous record's folder is in a clone of the challenge (git clone {CHALLENGE_REPO}"
     " ../parameter-golf, then --old ../parameter-golf/records/track_10min_16mb/<newest>), or "
@@ -89,13 +92,16 @@ def cmd_new(args) -> int:
         seeds=args.seeds,
         hardware=args.hardware,
         pytorch_version=args.pytorch_version,
-        records_dir=args.records_dir,
+        records_dir=DRAFTS if args.records_dir is None and args.out is None else args.records_dir,
         out=args.out,
         force=args.force,
         pack=args.pack,
         specialize=args.specialize,
     )
     print(f"created {dest}")
+    if dest.resolve().is_relative_to(DRAFTS):
+        print(f"(in {DRAFTS}, which git ignores; --records-dir ../parameter-golf/records writes "
+              f"into your clone of the challenge repository instead)")  # fmt: skip
     print(code_counting(dest, args.pack))
     print(
         f"to submit: copy {dest.name}/ into records/{TRACKS[args.track]}/ of your clone of "
@@ -273,8 +279,8 @@ def _add_new(sub) -> None:
     p.add_argument("--pytorch-version", help="default: from the logs' `Running PyTorch` line")
     p.add_argument(
         "--records-dir",
-        help="records/ folder to create it in (default: this repository's records/; give "
-        "your clone's parameter-golf/records to write it there)",
+        help="records/ folder to create it in (default: this repository's git-ignored "
+        "records/drafts/; give your clone's parameter-golf/records to write it there)",
     )
     p.add_argument("--out", help="exact folder to create (overrides --records-dir/track/name)")
     p.add_argument("--force", action="store_true", help="replace the folder if it exists")

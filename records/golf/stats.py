@@ -149,7 +149,29 @@ def val_losses_from(item: str, option: str = "", hint: str = "") -> tuple[list[f
     raise SubmissionError(f"{what} is neither a number nor an existing log, folder or JSON file")
 
 
+def independent_logs(items: list[str], option: str = "") -> None:
+    """The log files among `items` are distinct training runs, as `new` wants them: one per seed,
+    no evaluation-only re-score (EVAL_ONLY_PATH) counted as one more run beside them."""
+    logs = [read_log(Path(i)) for i in items if Path(i).is_file() and Path(i).suffix != ".json"]
+    where = f"{option}: " if option else ""
+    seen = {}
+    for lg in logs:
+        if lg.seed is not None and lg.seed in seen:
+            raise SubmissionError(
+                f"{where}{seen[lg.seed].name} and {lg.name} are both seed {lg.seed}: give one "
+                f"log per seed"
+            )
+        seen.setdefault(lg.seed, lg)
+    rescores = [lg for lg in logs if not lg.train_lines and lg.train_time_ms is None]
+    if rescores and len(rescores) < len(logs):
+        raise SubmissionError(
+            f"{where}{rescores[0].name} trains nothing (an EVAL_ONLY_PATH re-score) among "
+            f"training logs: give the training logs only"
+        )
+
+
 def gather(items: list[str], option: str = "", hint: str = "") -> tuple[list[float], list[str]]:
+    independent_logs(items, option)
     vals, sources = [], []
     for item in items:
         v, src = val_losses_from(item, option, hint)
