@@ -477,7 +477,7 @@ LAYER_NUMBERS = {"LOOP_START", "LOOP_END", "PARALLEL_START_LAYER", "XSA_LAST_N"}
 def scaled_schedule_line(cfg: Hyperparameters, env=os.environ) -> str:
     """The log's word on a preset's TRAIN_SEQ_SCHEDULE that from_env scaled to another
     TRAIN_SEQ_LEN (the quick start's 256: 1024,2048,3072 become 64,128,256); "" if none."""
-    preset = read_preset(cfg.preset)
+    preset = PRESETS.get(cfg.preset, {})
     plan = preset.get("TRAIN_SEQ_SCHEDULE", "")
     if not plan or "TRAIN_SEQ_SCHEDULE" in env or cfg.train_seq_schedule == plan:
         return ""
