@@ -177,3 +177,30 @@ def test_examples_decode_with_the_tokenizer(tiny_dataset, tmp_path):
     report = co.check_overlap(folder, progress=False, tokenizer=str(tiny_dataset.tokenizer_path))
     assert report.overlapping == report.val_documents == tiny_dataset.num_val_docs
     assert all(m["text"].strip() for m in report.examples)
+
+
+def test_check_reports_the_logs_overlap_line_as_advice():
+    """`check`: a log's `data_overlap:` line PASSes at 0, WARNs with a fix at a count or `not
+    checked`; a log without the line (another script's) is not judged."""
+    from records.golf.check import check_data_overlap
+    from records.golf.logs import parse_log
+    from records.golf.rules import severity
+
+    def findings(*lines: str) -> list:
+        logs = [
+            parse_log(f"seed:1\n{line}\n", f"train_seed{i}.log") for i, line in enumerate(lines)
+        ]
+        return [f.line() for f in check_data_overlap(SimpleNamespace(logs=logs))]
+
+    clean = "data_overlap: 0 of 50000 validation documents in the training shards (checked x)"
+    leaked = "data_overlap: 15 of 50000 validation documents in the training shards (checked x)"
+    assert parse_log(f"{clean}\n").data_overlap == clean.removeprefix("data_overlap: ")
+    assert findings(clean, clean) == [f"PASS data_overlap: 2 log(s): {clean[14:]}"]
+    assert findings(clean, leaked) == [
+        f"WARN data_overlap: train_seed1.log: {leaked[14:]}; fix: train on shards without the "
+        "validation documents (check_overlap names them)"
+    ]
+    unchecked = findings(overlap_line(Hyperparameters(data_path="/nowhere")))
+    assert unchecked[0].startswith("WARN data_overlap: train_seed0.log: the train/validation ")
+    assert unchecked[0].endswith("fix: run data/check_overlap.py DATA_PATH before the runs")
+    assert findings("step:1/2 train_loss:3.0") == [] and severity("data_overlap") == "WARN"
