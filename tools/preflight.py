@@ -219,12 +219,14 @@ def start_runtime(cl: Checklist, tg, cfg):
         return tg.configure()[1]
     except tg.ConfigError as e:
         cl.fail("runtime", str(e), "change the variable it names")
-        return None
+    except (RuntimeError, ValueError) as e:  # the process group did not form
+        cl.fail("runtime", f"{type(e).__name__}: {e}", "check the launcher and the GPUs")
     finally:
         if saved is None:
             os.environ.pop("COMPRESSOR", None)
         else:
             os.environ["COMPRESSOR"] = saved
+    return None
 
 
 def gather(rt, value) -> list:
@@ -734,25 +736,23 @@ def timed(rt, work) -> float:
     return time.perf_counter() - t0
 
 
-def project_val(tg, cfg, rt, model, val, n: int) -> float:
-    """Seconds of the plain evaluation: its first n batches timed (after one that compiles)."""
-    total = len(val.spans)
-    if not total:
-        return 0.0
-    tg.eval_val(cfg, rt, model, first_of(val, 1, "spans", "documents"))
+def project(rt, evaluate, obj, names: tuple, total: int, n: int) -> float:
+    """Seconds of a whole evaluation from its first n batches, timed after one batch (which
+    compiles); every rank runs both, one without batches too (the sums are all-reduced)."""
+    evaluate(first_of(obj, 1, *names))
     n = min(n, total)
-    part = first_of(val, n, "spans", "documents")
-    return timed(rt, lambda: tg.eval_val(cfg, rt, model, part)) * total / n
+    seconds = timed(rt, lambda: evaluate(first_of(obj, n, *names)))
+    return seconds * total / n if n else 0.0
+
+
+def project_val(tg, cfg, rt, model, val, n: int) -> float:
+    evaluate = lambda part: tg.eval_val(cfg, rt, model, part)  # noqa: E731
+    return project(rt, evaluate, val, ("spans", "documents"), len(val.spans), n)
 
 
 def project_sliding(tg, cfg, rt, model, windows, n: int) -> float:
-    total = len(windows.batches)
-    if not total:
-        return 0.0
-    tg.eval_sliding(cfg, rt, model, first_of(windows, 1, "batches"))
-    n = min(n, total)
-    part = first_of(windows, n, "batches")
-    return timed(rt, lambda: tg.eval_sliding(cfg, rt, model, part)) * total / n
+    evaluate = lambda part: tg.eval_sliding(cfg, rt, model, part)  # noqa: E731
+    return project(rt, evaluate, windows, ("batches",), len(windows.batches), n)
 
 
 def ttt_cost(batches) -> int:
@@ -848,28 +848,32 @@ def check_evaluation(cl: Checklist, tg, cfg, rt, net, data, args, lines: list) -
 # -----------------------------
 
 
-def submitted_code(tg, cfg) -> tuple[str, str]:
-    """(the script the submission ships, what it is): the specialiser's output when
-    records/golf/specialize.py offers one, else the readable train_gpt.py."""
-    readable = Path(tg.__file__).read_bytes().decode("utf-8")
-    with contextlib.suppress(Exception):  # absent, or another interface: the readable script
+def specialised_bytes(tg, cfg) -> int | None:
+    """The counted bytes of the script the submission ships when records/golf's specialiser is
+    there (specialize_script for the run's every value, then its record-packed file); None if
+    it is absent or offers another interface."""
+    with contextlib.suppress(Exception):
         from records.golf import specialize
 
-        code = specialize.specialize(readable, cfg)
-        if isinstance(code, str) and code:
-            return code, "the specialised script (records/golf/specialize.py)"
-    return readable, "the readable train_gpt.py (no specialiser: records/golf/specialize.py)"
+        values = dataclasses.asdict(cfg)
+        source = specialize.specialize_script(Path(tg.__file__), values=values)
+        return len(specialize.counted(source))
+    return None
 
 
 def check_code(cl: Checklist, tg, cfg, lines: list) -> None:
-    code, what = submitted_code(tg, cfg)
-    if cfg.quantizer == "gptq":
-        if importlib.util.find_spec("brotli") is None:
+    counted, what = specialised_bytes(tg, cfg), "the specialised, packed script"
+    rule = "records/golf's specialiser"
+    if counted is None:  # the readable script, counted as the run's log_code_size counts it
+        what = "the readable train_gpt.py (no specialiser in records/golf)"
+        code = Path(tg.__file__).read_bytes().decode("utf-8")
+        if cfg.quantizer != "gptq":
+            counted, rule = len(code.encode("utf-8")), "as it is"
+        elif importlib.util.find_spec("brotli") is None:
             cl.skip("code_bytes", "brotli is not installed: cannot count the code (see brotli)")
             return
-        counted, rule = tg.counted_code_bytes(code, lines.append), "minified+brotli+base85"
-    else:
-        counted, rule = len(code.encode("utf-8")), "as it is"
+        else:
+            counted, rule = tg.counted_code_bytes(code, lines.append), "minified+brotli+base85"
     record = RECORDS.get(cfg.preset)
     numbers = dict(code_bytes=counted, counted_as=rule, script=what)
     if record is None:
@@ -888,7 +892,7 @@ def check_code(cl: Checklist, tg, cfg, lines: list) -> None:
         f"{CAP - total:+,} B from the cap (the weights' size is known after training)"
     )
     if total > CAP:
-        cl.fail("code_bytes", what, "a smaller script (records/golf/specialize.py)", **numbers)
+        cl.fail("code_bytes", what, "a smaller script (records/golf's specialiser)", **numbers)
     elif CAP - total < 10_000:
         cl.warn(
             "code_bytes",
