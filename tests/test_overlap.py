@@ -204,3 +204,12 @@ def test_check_reports_the_logs_overlap_line_as_advice():
     assert unchecked[0].startswith("WARN data_overlap: train_seed0.log: the train/validation ")
     assert unchecked[0].endswith("fix: run data/check_overlap.py DATA_PATH before the runs")
     assert findings("step:1/2 train_loss:3.0") == [] and severity("data_overlap") == "WARN"
+
+
+def test_a_run_logs_its_data_overlap_line(tiny_run):
+    """The tiny run's dataset has no record: the run says so, in its log too."""
+    from records.golf.logs import read_log
+
+    line = "data_overlap: not checked (run data/check_overlap.py DATA_PATH)"
+    assert tiny_run.lines("data_overlap:") == [line]
+    assert read_log(tiny_run.log_path).data_overlap == line.removeprefix("data_overlap: ")
