@@ -539,7 +539,11 @@ def check_allreduce(cl: Checklist, rt, params: int, repeats: int = 5) -> None:
         f"{backend} all-reduce of {grads.numel() * 4 / 2**20:.1f} MiB over {rt.world_size} "
         f"ranks on {hosts} host(s): {seconds * 1e3:.1f} ms, bus {busbw:.1f} GB/s"
     )
-    if rt.cuda and hosts == 1 and busbw < BUS_WARN_GBS:
+    nodes = rt.world_size // int(os.environ.get("LOCAL_WORLD_SIZE", rt.world_size))
+    if hosts != nodes:  # NNODES (torchrun --nnodes) against the hosts that joined
+        fix = "give torchrun the same --nnodes and --nproc_per_node on every node"
+        cl.warn("allreduce", f"{what}; expected {nodes} node(s)", fix, **numbers)
+    elif rt.cuda and hosts == 1 and busbw < BUS_WARN_GBS:
         cl.warn(
             "allreduce",
             what,
