@@ -204,6 +204,11 @@ def test_check_reports_the_logs_overlap_line_as_advice():
     assert unchecked[0].startswith("WARN data_overlap: train_seed0.log: the train/validation ")
     assert unchecked[0].endswith("fix: run data/check_overlap.py DATA_PATH before the runs")
     assert findings("step:1/2 train_loss:3.0") == [] and severity("data_overlap") == "WARN"
+    older = findings("settings: SEED=1 (all of them: logs/x.txt)")  # our script, before the line
+    assert older == [
+        "WARN data_overlap: train_seed0.log has no data_overlap line (a train_gpt.py from before "
+        "it); fix: run data/check_overlap.py on the run's DATA_PATH"
+    ]
 
 
 def test_a_run_logs_its_data_overlap_line(tiny_run):

@@ -675,9 +675,13 @@ _NO_OVERLAP = re.compile(r"^0 of \d+ ")
 
 
 def check_data_overlap(ctx: Context) -> Checks:
-    """Advice: the `data_overlap:` line of each log that has one (our train_gpt.py's; other
-    scripts' logs have none and are not judged) says the training shards hold no validation
-    document; a count or `not checked` WARNs."""
+    """Advice: the `data_overlap:` line of each of our train_gpt.py's logs (those with a
+    `settings:` line; other scripts' logs are not judged) says the training shards hold no
+    validation document; a count, `not checked` or no such line (an older version) WARNs."""
+    for lg in ctx.logs:
+        if lg.settings is not None and lg.data_overlap is None:
+            what = f"{lg.name} has no data_overlap line (a train_gpt.py from before it)"
+            yield bad("data_overlap", what, "run data/check_overlap.py on the run's DATA_PATH")
     said = [(lg, lg.data_overlap) for lg in ctx.logs if lg.data_overlap is not None]
     for lg, line in said:
         if line.startswith("not checked"):

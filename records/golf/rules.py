@@ -187,8 +187,8 @@ _TABLE = (
     Rule(
         "data_overlap",
         False,
-        "each log of our train_gpt.py says that no validation document is in the training shards "
-        "(its `data_overlap:` line, from data/check_overlap.py's record)",
+        "each log of our train_gpt.py (a `settings:` line) says that no validation document is in "
+        "the training shards (its `data_overlap:` line, from data/check_overlap.py's record)",
     ),
 )
 RULES: dict[str, Rule] = {rule.name: rule for rule in _TABLE}
