@@ -179,3 +179,31 @@ def test_hash_mismatches_against_build_info_warn(tiny_dataset, tmp_path, monkeyp
     assert code == 0, lines
     hashes = next(x for x in lines if " hashes:" in x)
     assert hashes.startswith("WARN hashes: 1 of ") and shard_name("val", 0) in hashes
+
+
+def test_the_evaluations_are_projected_ttt_last(tiny_dataset, monkeypatch, capsys, tmp_path):
+    """EVAL_STRIDE and EVAL_TTT with the n-gram tilt: each final evaluation is projected from
+    its first batches, the scored one (TTT) against 600 s; the TTT compile is the GPU's."""
+    ttt = dict(
+        EVAL_TTT="1",
+        TTT_EVAL_SEQ_LEN="64",
+        TTT_BATCH_SIZE="4",
+        PHASED_TTT_PREFIX_DOCS="4",
+        PHASED_TTT_NUM_PHASES="1",
+        EVAL_STRIDE="32",
+        NGRAM_TILT_ENABLED="1",
+        MAX_VAL_TOKENS="2048",
+        TTT_CHUNK_SIZE="64",
+    )  # fmt: skip  (a few chunk steps)
+    out = tmp_path / "p.json"
+    skip = "--skip", "environment,comm,network,code"
+    code, lines = run_in_process(
+        monkeypatch, capsys, tiny_dataset, *skip, "--json", str(out), **ttt
+    )
+    assert code == 0, lines
+    assert "SKIP ttt_compile: no GPU (no torch.compile on the CPU)" in lines
+    assert any(x.startswith("PASS ngram_hints: ") for x in lines)
+    assert any(x.startswith("PASS eval_time: projection: quantized_ttt_phased ") for x in lines)
+    numbers = json.loads(out.read_text())["numbers"]
+    for name in ("final_int8_zlib_roundtrip_s", "sliding_window_s", "quantized_ttt_phased_s"):
+        assert numbers[f"eval_time.{name}"] > 0, numbers
