@@ -99,12 +99,13 @@ def test_a_sound_tiny_run_is_go_on_two_ranks(tiny_dataset, tmp_path):
 
 
 def run_in_process(monkeypatch, capsys, dataset, *args, **env) -> tuple[int, list[str]]:
-    """main() in this process, one rank, the tiny run's environment (fast: torch is loaded)."""
+    """main() in this process, one rank, the tiny run's environment (fast: torch is loaded);
+    --no-record: the session's dataset stays as the other tests expect it."""
     for name, value in train_env(dataset, **env).items():
         monkeypatch.setenv(name, value)
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    code = pf.main([*QUICK, *args])
+    code = pf.main([*QUICK, "--no-record", *args])
     return code, capsys.readouterr().out.splitlines()
 
 
@@ -115,7 +116,7 @@ def test_validation_documents_in_training_are_no_go_with_their_place(
     val = np.fromfile(data.dataset_dir / shard_name("val", 0), dtype="<u2", offset=1024)
     write_shard(data.dataset_dir / "fineweb_train_000099.bin", val)  # the whole split, leaked
     skip = "--skip", "comm,network,evaluation,code"
-    code, lines = run_in_process(monkeypatch, capsys, data, *skip, "--no-record")
+    code, lines = run_in_process(monkeypatch, capsys, data, *skip)
     assert code == 1 and lines[-2].startswith("NO-GO"), lines
     n = tiny_dataset.num_val_docs
     overlap = next(x for x in lines if x.startswith("FAIL overlap:"))
