@@ -3610,6 +3610,29 @@ def check_tokenizer(cfg: Hyperparameters, sp, split: np.ndarray) -> None:
                         f"tokenizer? (if not, record it: docs/data.md)")  # fmt: skip
 
 
+# DATA_PATH's record of its train/validation overlap (data/check_overlap.py writes it)
+OVERLAP_RECORD = "overlap_checked.json"
+
+
+def overlap_line(cfg: Hyperparameters) -> str:
+    """What data/check_overlap.py found for these shards, from its record (read, never
+    computed: the names and sizes it checked against this run's), for the log."""
+    record, run = Path(cfg.data_path) / OVERLAP_RECORD, "run data/check_overlap.py DATA_PATH"
+    if not record.is_file():
+        return f"data_overlap: not checked ({run})"
+    ours = {k: [[p.name, p.stat().st_size] for p in map(Path, sorted(glob.glob(pattern)))]
+            for k, pattern in (("train", cfg.train_files), ("val", cfg.val_files))}  # fmt: skip
+    try:
+        found = json.loads(record.read_text())
+        if found["shards"] != ours:
+            return f"data_overlap: not checked for these shards ({record.name} is older: {run})"
+        return (f"data_overlap: {int(found['overlapping'])} of {int(found['val_documents'])} "
+                f"validation documents in the training shards (checked {found['checked']}, "
+                f"{len(ours['train'])} train shards)")  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"data_overlap: not checked ({record.name} unreadable: {e!r}; {run})"
+
+
 def settings_help() -> str:
     """--help: each setting with its default (its PRESET's value when one is set), as the
     environment writes it, and the comment its Hyperparameters field carries in this file."""
@@ -3692,6 +3715,7 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     log0(f"train_loader:dataset:{dataset} train_shards:{len(shards.files) if shards else 0}")
     if rt.rank == 0:  # (rank 0 alone reads the validation shards again)
         log0(data_fingerprint(cfg.tokenizer_path, cfg.val_files, cfg.train_files))
+    log0(overlap_line(cfg))
     log0(
         f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} "
         f"bytes:{val.target_bytes} bytes_from:{val.bytes_from}"

@@ -676,6 +676,30 @@ def check_pytorch(ctx: Context) -> Checks:
         yield bad("pytorch", what, f"write {ran[0]}")
 
 
+_NO_OVERLAP = re.compile(r"^0 of \d+ ")
+
+
+def check_data_overlap(ctx: Context) -> Checks:
+    """Advice: the `data_overlap:` line of each of our train_gpt.py's logs (those with a
+    `settings:` line; other scripts' logs are not judged) says the training shards hold no
+    validation document; a count, `not checked` or no such line (an older version) WARNs."""
+    for lg in ctx.logs:
+        if lg.settings is not None and lg.data_overlap is None:
+            what = f"{lg.name} has no data_overlap line (a train_gpt.py from before it)"
+            yield bad("data_overlap", what, "run data/check_overlap.py on the run's DATA_PATH")
+    said = [(lg, lg.data_overlap) for lg in ctx.logs if lg.data_overlap is not None]
+    for lg, line in said:
+        if line.startswith("not checked"):
+            what = f"{lg.name}: the train/validation overlap was {line}"
+            yield bad("data_overlap", what, "run data/check_overlap.py DATA_PATH before the runs")
+        elif not _NO_OVERLAP.match(line):
+            what = f"{lg.name}: {line}"
+            fix = "train on shards without the validation documents (check_overlap names them)"
+            yield bad("data_overlap", what, fix)
+    if said and all(_NO_OVERLAP.match(line) for _, line in said):
+        yield good("data_overlap", f"{len(said)} log(s): {said[0][1]}")
+
+
 # -----------------------------
 # THE FOLDER
 # -----------------------------
@@ -703,6 +727,7 @@ CHECKS = (
     check_track_hardware,
     check_hardware,
     check_pytorch,
+    check_data_overlap,
 )
 
 

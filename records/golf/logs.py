@@ -167,6 +167,7 @@ class TrainLog:
     step_evals: list[Evaluation] = field(default_factory=list)
     evaluations: list[Evaluation] = field(default_factory=list)
     not_finite: list[str] = field(default_factory=list)  # evaluations printed as nan/inf: diverged
+    data_overlap: str | None = None  # `data_overlap: 0 of N ...` (train_gpt.py's, after `: `)
 
     @property
     def name(self) -> str:
@@ -424,6 +425,8 @@ def _parse_header(log: TrainLog, line: str) -> bool:
         log.settings = [] if words == "the defaults" else words.split()
     elif m := _PART_OF_VAL.search(line):
         log.val_slice = f"{m.group(2)} of {m.group(3)} tokens"
+    elif line.startswith("data_overlap: "):  # data/check_overlap.py's result, as the run read it
+        log.data_overlap = line.removeprefix("data_overlap: ")
     else:
         return False
     return True

@@ -184,6 +184,12 @@ _TABLE = (
     Rule("compliance", False, "the compliance booleans agree with the logs"),
     Rule("hardware", False, "10-minute track runs on H100 SXM GPUs (nvidia-smi or the JSON)"),
     Rule("pytorch", False, "pytorch_version is the version the logs ran"),
+    Rule(
+        "data_overlap",
+        False,
+        "each log of our train_gpt.py (a `settings:` line) says that no validation document is in "
+        "the training shards (its `data_overlap:` line, from data/check_overlap.py's record)",
+    ),
 )
 RULES: dict[str, Rule] = {rule.name: rule for rule in _TABLE}
 
