@@ -210,3 +210,12 @@ class OpCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops += 1
         return func(*args, **(kwargs or {}))
+
+
+def pytest_collection_modifyitems(config, items):
+    """`slow`: every test that needs the tiny dataset (it starts train_gpt.py, or a tool, on real
+    data), and those marked by hand; `bash scripts/test.sh quick` (pytest -m "not slow") leaves
+    them out. A new end-to-end test is slow by its fixture, with no mark to forget."""
+    for item in items:
+        if "tiny_dataset" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
