@@ -264,6 +264,6 @@ def pytest_collection_modifyitems(config, items):
     "not slow") leaves them out. A new end-to-end test is slow by its fixture, with no mark to
     forget."""
     for item in items:
-        name = f"{item.path.name}::{item.originalname}"
+        name = f"{item.path.name}::{getattr(item, 'originalname', item.name)}"
         if "tiny_dataset" in getattr(item, "fixturenames", ()) or name in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
