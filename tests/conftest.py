@@ -218,3 +218,60 @@ class OpCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops += 1
         return func(*args, **(kwargs or {}))
+
+
+# In-process tests of 3 CPU-s or more (CPU time measured 2026-11-29, docs/measured.md): the full
+# suite runs them, the quick loop does not; each of their sections keeps quicker tests in it.
+SLOW_TESTS = {
+    "test_bench_loader.py::test_cli_tiny_run_of_document_masked_validation",
+    "test_bench_sliding.py::test_cli_tiny_run_reports_three_agreeing_rows",
+    "test_bench_ttt.py::test_cli_tiny_run_reports_two_agreeing_rows",
+    "test_bpb.py::test_project_tokenizer_val_split_bytes_match_an_independent_count",
+    "test_data_tools.py::test_builder_same_inputs_give_identical_bytes",
+    "test_data_tools.py::test_builder_writes_challenge_layout",
+    "test_frontier_network.py::test_documents_in_a_packed_row_match_the_reference",
+    "test_frontier_network.py::test_one_graph_before_the_loops_switch_on_and_one_after",
+    "test_frontier_network.py::test_same_seed_gives_the_records_init_in_its_layout",
+    "test_frontier_optimizer.py::test_loops_switch_on_for_good_at_enable_looping_at",
+    "test_frontier_optimizer.py::test_ranks_share_their_bank_updates_to_the_single_process_result",
+    "test_frontier_optimizer.py::test_the_reserve_shortens_training_and_the_fraction_schedules_the_lr",
+    "test_frontier_quant.py::test_artifacts_round_trip_and_load_both_ways",
+    "test_frontier_quant.py::test_the_artifact_object_is_the_references",
+    "test_frontier_quant.py::test_the_code_is_counted_as_the_record_counts_it",
+    "test_frontier_reference.py::test_final_lane_choice",
+    "test_help.py::test_dash_h_is_the_same_and_other_arguments_are_refused",
+    "test_may_eval.py::test_awq_lite_is_the_references",
+    "test_may_records.py::test_every_graph_compiles_before_the_clock",
+    "test_may_records.py::test_every_rank_switches_at_the_same_step",
+    "test_ngram.py::test_hints_computed_before_the_timer_give_the_same_score",
+    "test_ngram.py::test_the_tilted_ttt_score_is_the_references",
+    "test_ngram_reference.py::test_the_hook_sees_every_target_once_and_only_the_score_is_tilted",
+    "test_trainer.py::test_the_cap_stops_on_the_first_step_that_reached_it",
+    "test_trainer.py::test_the_stop_step_follows_the_baseline_rule",
+    "test_ttt.py::test_a_chunk_steps_work_does_not_grow_with_its_documents",
+    "test_ttt.py::test_a_compiled_chunk_step_computes_the_adapters_gradients_only",
+    "test_ttt.py::test_a_plan_scores_once",
+    "test_ttt.py::test_after_the_warm_up_the_timed_evaluation_compiles_nothing",
+    "test_ttt.py::test_batches_whose_longest_documents_tie_run_as_the_references",
+    "test_ttt.py::test_documents_with_nothing_to_learn_score_no_better",
+    "test_ttt.py::test_every_batch_runs_on_one_rank_costliest_first_between_phases",
+    "test_ttt.py::test_the_frontier_network_scores_first",
+    "test_ttt.py::test_the_numbers_are_the_references",
+    "test_ttt.py::test_the_same_run_twice_gives_the_same_numbers_and_another_seed_others",
+    "test_ttt_reference.py::test_documents_that_repeat_a_passage_score_clearly_better",
+    "test_ttt_reference.py::test_every_slot_steps_while_its_batch_trains_and_a_is_drawn_afresh_after_a_phase",
+    "test_ttt_reference.py::test_every_target_is_scored_exactly_once_with_the_plain_totals",
+    "test_ttt_reference.py::test_later_tokens_change_no_earlier_score",
+    "test_ttt_reference.py::test_the_last_chunk_is_never_trained_on",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """`slow`: every test that needs the tiny dataset (it starts train_gpt.py, or a tool, on real
+    data), those in SLOW_TESTS and those marked by hand; `bash scripts/test.sh quick` (pytest -m
+    "not slow") leaves them out. A new end-to-end test is slow by its fixture, with no mark to
+    forget."""
+    for item in items:
+        name = f"{item.path.name}::{getattr(item, 'originalname', item.name)}"
+        if "tiny_dataset" in getattr(item, "fixturenames", ()) or name in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)

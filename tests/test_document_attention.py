@@ -198,6 +198,7 @@ def test_flex_attention_path_equals_the_per_segment_path():
         assert torch.equal(flex(x, y, "none"), sdpa(x, y, "none"))  # no documents: plain SDPA
 
 
+@pytest.mark.slow  # 39 CPU-s: the quick loop (scripts/test.sh quick) leaves it out
 def test_compiled_flex_model_makes_one_graph_for_every_segment_count():
     from torch._dynamo.utils import counters
 

@@ -137,6 +137,7 @@ def test_bad_short_document_steps_are_refused_in_one_line():
 # 4. the records' TTT settings, end to end at a tiny width ---------------------------------------
 
 
+@pytest.mark.slow  # 23 CPU-s (both): the quick loop (scripts/test.sh quick) leaves it out
 @pytest.mark.parametrize("record", [PR2014, PR2135])
 def test_phased_ttt_with_the_records_settings_gives_the_references_numbers(tmp_path, model, record):
     kw = SMALL | dict(ttt_lora_lr=1e-3) | record

@@ -168,7 +168,7 @@ def ours_tilted(model, folder, split, **kw) -> tuple:
     return got, plan, lines
 
 
-@pytest.mark.parametrize("phases", [1, 3])
+@pytest.mark.parametrize("phases", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_the_tilted_ttt_score_is_the_references(tmp_path, model, phases):
     kw = SMALL | dict(ttt_lora_lr=1e-3, phased_ttt_num_phases=phases)
     (val_loss, val_bpb), _, lines = ours_tilted(model, tmp_path, REPEATED, **kw)
@@ -196,6 +196,7 @@ def test_hints_computed_before_the_timer_give_the_same_score(tmp_path, model):
     assert got == ours_tilted(model, tmp_path, REPEATED, **SMALL)[0]
 
 
+@pytest.mark.slow  # 10 CPU-s: the quick loop (scripts/test.sh quick) leaves it out
 def test_after_the_warm_up_the_tilted_evaluation_compiles_nothing(tmp_path, model):
     from torch._dynamo.utils import counters
 

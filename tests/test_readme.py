@@ -6,16 +6,19 @@ the README and expects it to be caught."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import functools
 import importlib.util
+import io
 import os
 import re
+import runpy
 import shlex
-import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -147,10 +150,22 @@ def tool_help(tool: str, command: str | None = None) -> str:
             pytest.skip("torch is not installed: torchrun's options cannot be read")
         run = Path(spec.submodule_search_locations[0]) / "distributed" / "run.py"
         return run.read_text(encoding="utf-8")
-    args = [sys.executable, str(REPO / tool), *([command] if command else []), "--help"]
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, f"{' '.join(args[1:])}: {proc.stderr[-1000:]}"
-    return proc.stdout
+    # Run here as `python TOOL` would (its folder first on sys.path, __name__ == "__main__"): a
+    # tool's --help imports nothing heavy (tests/test_cli.py runs each in a process of its own),
+    # and a process per tool here would cost a Python start-up each.
+    script = REPO / tool
+    argv = [str(script), *([command] if command else []), "--help"]
+    printed = io.StringIO()
+    with (
+        mock.patch.object(sys, "argv", argv),
+        mock.patch.object(sys, "path", [str(script.parent), *sys.path]),
+        mock.patch.dict(os.environ, {"COLUMNS": "80"}),
+        contextlib.redirect_stdout(printed),
+        pytest.raises(SystemExit) as end,
+    ):
+        runpy.run_path(str(script), run_name="__main__")
+    assert end.value.code in (0, None), f"{' '.join(argv)}: exit {end.value.code}"
+    return printed.getvalue()
 
 
 def tool_options(tool: str, command: str | None = None) -> set[str]:

@@ -71,7 +71,10 @@ def test_the_cap_stops_on_the_first_step_that_reached_it(tmp_path):
     assert lines[-2].startswith("step:5/20 val_loss:")  # the final validation comes first
 
 
-@pytest.mark.parametrize("cap_s, expected", [(0.1, 1), (0.3, 3), (0.301, 4), (1000.0, 20)])
+@pytest.mark.parametrize(
+    "cap_s, expected",
+    [(0.1, 1), (0.3, 3), (0.301, 4), pytest.param(1000.0, 20, marks=pytest.mark.slow)],
+)
 def test_the_stop_step_follows_the_baseline_rule(tmp_path, cap_s, expected):
     write_shards(tmp_path)
     step, lines = run_with_fake_clock(tmp_path, 0, 1, ms_per_step=100.0, cap_s=cap_s)
@@ -79,6 +82,7 @@ def test_the_stop_step_follows_the_baseline_rule(tmp_path, cap_s, expected):
     assert any(line.startswith("stopping_early") for line in lines) == (expected < 20)
 
 
+@pytest.mark.slow  # 13 CPU-s: the quick loop (scripts/test.sh quick) leaves it out
 def test_no_cap_runs_every_iteration(tmp_path):
     write_shards(tmp_path)
     step, lines = run_with_fake_clock(tmp_path, 0, 1, ms_per_step=1e9, cap_s=0)
@@ -118,6 +122,7 @@ def _rank_main(rank: int, folder: str, ms_per_rank: list[float]) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # 12 CPU-s: the quick loop (scripts/test.sh quick) leaves it out
 def test_ranks_stop_together_on_the_first_rank_to_reach_the_cap(tmp_path):
     """Rank 1's clock runs twice as fast: it reaches 450 ms after step 3 (rank 0 would go on to
     step 5). Both ranks stop after step 3, with no GPU involved in agreeing."""

@@ -351,6 +351,7 @@ def test_ttt_off_is_the_models_own_per_document_score(model):
     assert val_loss == pytest.approx(total / tokens, rel=1e-9)
 
 
+@pytest.mark.slow  # 7 CPU-s: the quick loop (scripts/test.sh quick) leaves it out
 def test_documents_with_nothing_to_learn_score_no_better(model):
     split = sampled_documents(model, 8, 32, seed=0)
     kw = SMALL | dict(ttt_eval_seq_len=32, ttt_batch_size=2)
@@ -372,6 +373,7 @@ def test_documents_that_repeat_a_passage_score_clearly_better(model):
 # (d) the batched, upstream-style form ----------------------------------------------------------
 
 
+@pytest.mark.slow  # 9 CPU-s: the quick loop (scripts/test.sh quick) leaves it out
 def test_upstream_style_equals_the_reference(model):
     want = ut.reference_ttt(model, SPLIT, luts(), **SMALL)
     got = ut.upstream_style_ttt(model, SPLIT, luts(), **SMALL)
@@ -383,6 +385,7 @@ def test_upstream_style_equals_the_reference(model):
 # (e) reproducible ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # 7 CPU-s: the quick loop (scripts/test.sh quick) leaves it out
 def test_the_same_seed_gives_the_same_numbers_and_another_seed_another_a(model):
     first = ut.reference_ttt(model, SPLIT, luts(), **SMALL)
     assert ut.reference_ttt(model, SPLIT, luts(), **SMALL) == first
