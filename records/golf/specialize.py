@@ -236,6 +236,10 @@ def file_constants(module) -> dict:
             for name in set(_bound_names(stmt)) & file_derived(tree):
                 if literal(value := getattr(module, name, None)):
                     out[name] = value
+    # The generated from_env refuses by the fixed-variable table: a literal here, whether the
+    # script reads it from a file or builds it in code
+    if literal(table := getattr(module, "FIXED_VARIABLES", None)):
+        out["FIXED_VARIABLES"] = table
     return out
 
 
