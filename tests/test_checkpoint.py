@@ -325,7 +325,8 @@ def test_a_checkpoint_that_does_not_fit_this_run_is_refused(tmp_path, tiny_datas
     run = run_train(tmp_path, tiny_dataset, nproc=1, RESUME_FROM=folder)
     assert run.returncode != 0 and not run.lines("step:")
     saved_and_now = "WORLD_SIZE=2, this run has 1"
-    assert error_lines(run) == [f"error: RESUME_FROM={folder}: saved with {saved_and_now}"]
+    fix = "set WORLD_SIZE as saved to resume it"
+    assert error_lines(run) == [f"error: RESUME_FROM={folder}: saved with {saved_and_now}: {fix}"]
     assert not our_traceback(run), run.stderr
 
 
@@ -348,7 +349,8 @@ def test_a_checkpoint_of_other_settings_is_refused_naming_the_first_that_differs
     rt = tg.Runtime(0, 0, 2, tg.grad_accum_steps_for(2), torch.device("cpu"), True)
     with pytest.raises(tg.ConfigError) as error:
         tg.read_checkpoint_meta(folder, tg.resume_identity(cfg, rt))
-    assert str(error.value) == f"RESUME_FROM={folder}: saved with {saved_and_now}"
+    fix = f"set {saved_and_now.split('=')[0]} as saved to resume it"
+    assert str(error.value) == f"RESUME_FROM={folder}: saved with {saved_and_now}: {fix}"
 
 
 def test_a_checkpoint_of_other_train_shards_is_refused(tmp_path, tiny_dataset, stream_run):
