@@ -361,7 +361,10 @@ def test_a_checkpoint_of_other_train_shards_is_refused(tmp_path, tiny_dataset, s
     run = run_train(tmp_path / "run", dataset, TRAIN_LOADER="stream", RESUME_FROM=folder)
     assert run.returncode != 0 and not run.lines("step:")
     (error,) = error_lines(run)
-    saved, now = re.search(r"saved with train shards=(.+), this run has (.+)", error).groups()
+    found = re.search(
+        r"saved with train shards=(.+), this run has (.+): set train shards as saved", error
+    )
+    saved, now = found.groups()
     assert re.fullmatch(r"\d+ files of \d+ tokens \(crc32 [0-9a-f]{8}\)", now) and saved != now
     assert not our_traceback(run), run.stderr
 
