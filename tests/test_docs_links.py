@@ -19,10 +19,7 @@ SKIP_FILES = {
     # this file: its patterns and its self-test's planted lines
     "tests/test_docs_links.py",
 }
-SKIP_FOLDERS = (
-    "data/datasets/",
-    "data/tokenizers/",
-)
+SKIP_FOLDERS = ("data/datasets/", "data/tokenizers/")
 
 # Fact sheets and notes that live beside the project, not in it, and their section numbers.
 OUTSIDE = re.compile(
