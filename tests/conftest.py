@@ -200,6 +200,38 @@ def tiny_run(tmp_path_factory, tiny_dataset) -> Run:
     return run
 
 
+# A leaderboard preset at the tests' tiny width: its network, schedule, quantizer and phased TTT
+# evaluation in a few seconds (test_may_records' TINY_MAY, with the TTT evaluation on and sized
+# down). Over TINY_ENV, as run_train sets it.
+TINY_PRESET = dict(
+    NUM_LAYERS="4", MODEL_DIM="32", NUM_HEADS="4", NUM_KV_HEADS="2", XSA_LAST_N="4",
+    ROPE_DIMS="4", LOOP_START="1", LOOP_END="2", PARALLEL_START_LAYER="2", TRAIN_SEQ_LEN="64",
+    TRAIN_BATCH_TOKENS="1024", VAL_BATCH_SIZE="4096", ENABLE_LOOPING_AT="0.5",
+    TRAIN_LOG_EVERY="1", EVAL_SEQ_LEN="64", TTT_EVAL_SEQ_LEN="64", GPTQ_CALIBRATION_BATCHES="2",
+    MAX_WALLCLOCK_SECONDS="0", VAL_LOSS_EVERY="0", ITERATIONS="3", WARMUP_STEPS="1",
+    TTT_BATCH_SIZE="4", PHASED_TTT_PREFIX_DOCS="4", GLOBAL_TTT_CHUNK_TOKENS="64",
+)  # fmt: skip
+if shutil.which("lrzip") is None:  # the presets' per-group file needs it: brotli without
+    TINY_PRESET["COMPRESSOR"] = "brotli"
+
+
+@pytest.fixture(scope="session")
+def tiny_preset_run(tmp_path_factory, tiny_dataset):
+    """preset -> (its env, its readable run): train_gpt.py with TINY_PRESET and PRESET=preset on
+    2 ranks, RUN_ID r; each preset's run once a session (test_quickstart_presets checks its
+    lines, test_specialize_runs runs the specialised script against it)."""
+    runs = {}
+
+    def run(preset: str):
+        if preset not in runs:
+            env = dict(TINY_PRESET, PRESET=preset, VOCAB_SIZE=str(tiny_dataset.vocab_size))
+            workdir = tmp_path_factory.mktemp(f"readable_{preset}")
+            runs[preset] = env, run_train(workdir, tiny_dataset, timeout=600, RUN_ID="r", **env)
+        return runs[preset]
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def tiny_train_logs(tmp_path_factory, tiny_dataset, tiny_run) -> list[Path]:
     """Rank-0 logs (with embedded source) of tiny real runs with two different seeds."""

@@ -1,18 +1,18 @@
 """`PRESET=<name> bash scripts/quickstart.sh` (issue 40): every leaderboard preset at the quick
 start's CPU size in one setting. Its sizes beat the preset's, the preset's layer numbers follow
 NUM_LAYERS, nothing conflicts, and within the run's ITERATIONS the loops switch on and the LR warms
-down; end to end (fewer steps, the tests' tiny data), it prints the record's lines."""
+down; end to end (at the tests' tiny width and data: the session's run of each preset, which
+test_specialize_runs compares the specialised script against), it prints the record's lines."""
 
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import run_train
+from conftest import TINY_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -24,10 +24,11 @@ QUICKSTART = dict(
     if line and not line.startswith("#")
 ) | {"VOCAB_SIZE": "1024"}  # what quickstart.sh adds for the local dataset
 PRESETS = list(tg.PRESETS)
-# each leaderboard row once (frontier is the top row's second name)
-ROWS = [
-    name for name in PRESETS if tg.PRESETS[name] is not tg.PRESETS["frontier"] or name == "frontier"
-]
+# each leaderboard row once, by its first name (frontier is the top row's second)
+FIRST_NAMES: dict[int, str] = {}
+for name in PRESETS:
+    FIRST_NAMES.setdefault(id(tg.PRESETS[name]), name)
+ROWS = list(FIRST_NAMES.values())
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -55,15 +56,10 @@ def test_a_short_capped_run_switches_its_loops_on_and_warms_down_by_its_steps():
 
 
 @pytest.mark.parametrize("preset", ROWS)
-def test_the_preset_at_the_quick_start_size_runs_end_to_end(preset, tiny_dataset, tmp_path):
-    env = QUICKSTART | {"PRESET": preset, "ITERATIONS": "4", "WARMUP_STEPS": "1"}  # loops at 2
-    if shutil.which("lrzip") is None:  # the presets' per-group file needs it: brotli without
-        env["COMPRESSOR"] = "brotli"
-    env |= {"VAL_LOSS_EVERY": "0", "TRAIN_LOG_EVERY": "1", "MAX_VAL_TOKENS": "8192"}
-    env |= {"GPTQ_CALIBRATION_BATCHES": "2", "TRAIN_BATCH_TOKENS": "4096"}
-    run = run_train(tmp_path, tiny_dataset, timeout=900, **env)
+def test_the_preset_runs_end_to_end_with_the_records_lines(preset, tiny_preset_run):
+    env, run = tiny_preset_run(preset)  # conftest's TINY_PRESET: 3 steps, loops from step 2
     assert run.returncode == 0, run.why()
-    cfg = tg.Hyperparameters.from_env(env | {"RUN_ID": "r"}, 2)
+    cfg = tg.Hyperparameters.from_env(TINY_ENV | env | {"RUN_ID": "r"}, 2)
     if cfg.num_loops:
         assert re.match(r"layer_loop:enabled step:\d ", run.lines("layer_loop:enabled")[0])
     assert run.lines("ttt_warmup: skipped") == ["ttt_warmup: skipped (no torch.compile on the CPU)"]

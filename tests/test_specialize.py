@@ -6,6 +6,7 @@ variable set to another value in one line."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -292,41 +293,95 @@ def test_the_specialised_script_imports_without_side_effects(pr2135_script, tmp_
     assert list(tmp_path.iterdir()) == []
 
 
-def refusal(script: Path, env: dict, tmp_path: Path) -> str:
-    """The one error line of `python script` (no torchrun) with `env`, which must exit 2."""
+# Each refusal as `python script` meets it: the script imported once, then per case a fork whose
+# environment is the case's calls its command line entry, cli() (which ends the process with the
+# exit code `python script` would give). Two processes (torch imported once a script), not two a
+# case.
+REFUSALS = r"""
+import importlib.util, json, os, sys, tempfile
+script, cases = sys.argv[1], json.loads(sys.argv[2])
+sys.path[0] = os.path.dirname(script)  # as `python script` sets it
+spec = importlib.util.spec_from_file_location("train_gpt", script)
+module = sys.modules["train_gpt"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+base, results = dict(os.environ), {}
+for name, env in cases.items():
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        pid = os.fork()
+        if pid == 0:
+            os.dup2(out.fileno(), 1)
+            os.dup2(err.fileno(), 2)
+            os.environ.clear()
+            os.environ.update(base | env)
+            sys.argv = [script]
+            try:
+                module.cli()
+            finally:
+                os._exit(99)  # cli() returned or raised: not what `python script` does
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        out.seek(0)
+        err.seek(0)
+        results[name] = [code, out.read(), err.read()]
+print(json.dumps(results))
+"""
+
+
+def refusals(script: Path, cases: dict[str, dict], tmp_path: Path) -> dict[str, list]:
+    """case -> [exit code, stdout, stderr] of `python script` with each case's env (in one
+    process, see REFUSALS)."""
     full = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
-    full |= {"DATA_PATH": str(tmp_path / "no_data"), **env}
-    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=full,
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert out.returncode == 2, out.stdout + out.stderr
-    return out.stderr.strip().splitlines()[-1]
+    full |= {"DATA_PATH": str(tmp_path / "no_data")}
+    out = subprocess.run([sys.executable, "-c", REFUSALS, str(script), json.dumps(cases)],
+                         cwd=tmp_path, env=full, capture_output=True, text=True,
+                         timeout=240)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads(out.stdout)
 
 
-@pytest.mark.parametrize(
-    "env",
-    [
-        {"SEED": "-1"},
-        {"RUN_ID": "a/b"},
-        {"SEED": "x"},
-        {"TTT_GRAD_STEPS": "2"},  # a fixed variable
-        {"WORLD_SIZE": "3", "RANK": "0"},
-        {},  # no data at DATA_PATH
-    ],
-    ids=["seed_bounds", "run_id", "seed_parse", "fixed", "world_size", "no_data"],
-)
-def test_the_specialised_script_refuses_what_the_readable_refuses(pr2135_script, tmp_path, env):
-    ours = refusal(pr2135_script, env, tmp_path)
-    readable = refusal(REPO / "train_gpt.py", {"PRESET": "pr2135", **env}, tmp_path)
-    assert ours == readable
+def refusal_line(result: list) -> str:
+    """The one error line of a refusal, which must exit 2."""
+    code, stdout, stderr = result
+    assert code == 2, stdout + stderr
+    return stderr.strip().splitlines()[-1]
 
 
-def test_the_specialised_script_refuses_a_frozen_variable_set_otherwise(pr2135_script, tmp_path):
-    line = refusal(pr2135_script, {"MATRIX_LR": "0.03", "EVAL_TTT": "0"}, tmp_path)
-    assert line == (
+CASES = {
+    "seed_bounds": {"SEED": "-1"},
+    "run_id": {"RUN_ID": "a/b"},
+    "seed_parse": {"SEED": "x"},
+    "fixed": {"TTT_GRAD_STEPS": "2"},  # a fixed variable
+    "world_size": {"WORLD_SIZE": "3", "RANK": "0"},
+    "no_data": {},  # no data at DATA_PATH
+}
+FROZEN = {"MATRIX_LR": "0.03", "EVAL_TTT": "0"}
+OWN_VALUES = {"MATRIX_LR": "0.028", "PRESET": "pr2135"}
+
+
+@pytest.fixture(scope="module")
+def refused(pr2135_script, tmp_path_factory) -> dict[str, dict[str, list]]:
+    """The specialised script's and the readable's (under PRESET=pr2135) refusals of CASES, and
+    the specialised script's of FROZEN and OWN_VALUES."""
+    ours = CASES | {"frozen": FROZEN, "own_values": OWN_VALUES}
+    readable = {name: {"PRESET": "pr2135", **env} for name, env in CASES.items()}
+    folder = tmp_path_factory.mktemp("refusals")  # one DATA_PATH: the lines name it
+    return {
+        "ours": refusals(pr2135_script, ours, folder),
+        "readable": refusals(REPO / "train_gpt.py", readable, folder),
+    }
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_specialised_script_refuses_what_the_readable_refuses(refused, case):
+    ours = refusal_line(refused["ours"][case])
+    assert ours == refusal_line(refused["readable"][case])
+
+
+def test_the_specialised_script_refuses_a_frozen_variable_set_otherwise(refused):
+    assert refusal_line(refused["ours"]["frozen"]) == (
         "error: MATRIX_LR=0.03: this script is specialised to MATRIX_LR=0.028; the readable "
         "train_gpt.py takes others; EVAL_TTT=0: this script is specialised to EVAL_TTT=1; the "
         "readable train_gpt.py takes others"
     )
-    assert refusal(pr2135_script, {"MATRIX_LR": "0.028", "PRESET": "pr2135"}, tmp_path) == (
-        refusal(pr2135_script, {}, tmp_path)  # its own values are accepted (then: no data)
+    assert refusal_line(refused["ours"]["own_values"]) == (
+        refusal_line(refused["ours"]["no_data"])  # its own values are accepted (then: no data)
     )

@@ -7,7 +7,6 @@ masked: timings, the `Code size` lines and the total that adds them, the log's p
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -23,18 +22,6 @@ from records.golf import specialize as sp  # noqa: E402
 pytest.importorskip("python_minifier")
 pytest.importorskip("brotli")
 
-# A preset at the tests' tiny width: its network, schedule, quantizer and TTT evaluation in a few
-# seconds (test_may_records' TINY_MAY, with the TTT evaluation on and sized down).
-TINY_PRESET = dict(
-    NUM_LAYERS="4", MODEL_DIM="32", NUM_HEADS="4", NUM_KV_HEADS="2", XSA_LAST_N="4",
-    ROPE_DIMS="4", LOOP_START="1", LOOP_END="2", PARALLEL_START_LAYER="2", TRAIN_SEQ_LEN="64",
-    TRAIN_BATCH_TOKENS="1024", VAL_BATCH_SIZE="4096", ENABLE_LOOPING_AT="0.5",
-    TRAIN_LOG_EVERY="1", EVAL_SEQ_LEN="64", TTT_EVAL_SEQ_LEN="64", GPTQ_CALIBRATION_BATCHES="2",
-    MAX_WALLCLOCK_SECONDS="0", VAL_LOSS_EVERY="0", ITERATIONS="3", WARMUP_STEPS="1",
-    TTT_BATCH_SIZE="4", PHASED_TTT_PREFIX_DOCS="4", GLOBAL_TTT_CHUNK_TOKENS="64",
-)  # fmt: skip
-if shutil.which("lrzip") is None:  # the presets' per-group file needs it: brotli without
-    TINY_PRESET["COMPRESSOR"] = "brotli"
 PRESETS = ("pr1855", "pr2014", "pr2135")
 # Lines, or the parts of lines, that differ between two runs of the same math
 MASKS = (
@@ -87,12 +74,12 @@ def test_the_baseline_specialised_runs_as_the_readable_on_2_ranks(tmp_path, tiny
 
 
 @pytest.fixture(scope="module", params=PRESETS)
-def preset_pair(request, tmp_path_factory, tiny_dataset):
-    """(env, the readable run, the specialised run) of a preset at the tiny width, 2 ranks."""
-    preset, root = request.param, tmp_path_factory.mktemp(request.param)
-    env = dict(TINY_PRESET, PRESET=preset, VOCAB_SIZE=str(tiny_dataset.vocab_size))
+def preset_pair(request, tmp_path_factory, tiny_dataset, tiny_preset_run):
+    """(env, the readable run, the specialised run) of a preset at the tiny width (conftest's
+    TINY_PRESET), 2 ranks; the readable run is the session's (test_quickstart_presets' too)."""
+    env, readable = tiny_preset_run(request.param)
+    root = tmp_path_factory.mktemp(request.param)
     script = specialised_script(root / "record", env, world_size=2)
-    readable = run_train(root / "readable", tiny_dataset, timeout=600, RUN_ID="r", **env)
     built_in = {k: v for k, v in env.items() if k != "PRESET"}  # (over run_train's TINY_ENV)
     ours = run_train(
         root / "ours", tiny_dataset, timeout=600, script=script, RUN_ID="r", **built_in
