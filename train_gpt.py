@@ -369,9 +369,8 @@ class Hyperparameters:
         env = preset | dict(env)
         mask = env.get("TTT_MASK", "").partition("no_")[2].upper()  # no_q, no_v, no_qv
         env = {f"TTT_{site}_LORA": "0" for site in mask} | env
-        values = {
-            f.name: parse_value(n, env[n], f.type) for f in FIELDS if (n := f.name.upper()) in env
-        }
+        values = {f.name: parse_value(n, env[n], f.type)
+                  for f in FIELDS if (n := f.name.upper()) in env}  # fmt: skip
         if "NUM_LAYERS" in chosen.keys() - preset.keys():  # the preset's layer numbers follow it
             for name in LAYER_NUMBERS & preset.keys():
                 scaled = values[name.lower()] * values["num_layers"] / int(chosen["NUM_LAYERS"])
@@ -380,8 +379,7 @@ class Hyperparameters:
             T, top = values["train_seq_len"], int(chosen["TRAIN_SEQ_LEN"])  # its stages follow:
             stages = (item.split("@") for item in preset["TRAIN_SEQ_SCHEDULE"].split(","))
             values["train_seq_schedule"] = ",".join(  # T over the nearest power of 2 of the ratio
-                f"{T >> round(math.log2(top / int(n)))}@{p}" for n, p in stages
-            )
+                f"{T >> round(math.log2(top / int(n)))}@{p}" for n, p in stages)  # fmt: skip
         for name, (accepted, what) in FIXED_VARIABLES.items():  # constants here: refused, not
             if env.get(name, accepted[0]) not in accepted:  # ignored, at another value
                 raise ConfigError(f"{name}={env[name]!r}: not read here: {what}; unset it")
@@ -586,10 +584,9 @@ class Muon(torch.optim.Optimizer):
     """Each rank orthogonalises every world-th momentum update; one all-reduce shares them.
     PARAMETER_BANKS: a contiguous share of each set of same-shaped matrices, in one NS call."""
 
-    # fmt: off
     def __init__(self, params, lr, momentum, backend_steps, nesterov=True, orthogonalize=None,
-                 weight_decay=0.0, row_normalize=False, momentum_dtype=None, banks=False):
-        # fmt: on
+                 weight_decay=0.0, row_normalize=False, momentum_dtype=None,
+                 banks=False):  # fmt: skip
         defaults = dict(lr=lr, momentum=momentum, backend_steps=backend_steps, nesterov=nesterov)
         super().__init__(params, defaults)
         self.orthogonalize = orthogonalize or zeropower_via_newtonschulz5
@@ -1042,9 +1039,8 @@ def read_artifact(path: str | Path, source: str, log0: Callable) -> dict:
     try:
         blob = Path(path).read_bytes()
         if blob.startswith(b"PGRP"):
-            with progress(
-                "Deserialize: per-group lrzip decompression", "Deserialize: decompression", log0
-            ):
+            start = "Deserialize: per-group lrzip decompression"
+            with progress(start, "Deserialize: decompression", log0):
                 obj = read_pergroup_or_say(blob, source)
         else:
             obj = torch.load(io.BytesIO(decompress(blob)), map_location="cpu")
@@ -1053,10 +1049,9 @@ def read_artifact(path: str | Path, source: str, log0: Callable) -> dict:
     except DataError:
         raise
     except Exception as e:  # truncated, not compressed, not torch.save's, another PGRP
-        raise DataError(
-            f"{source}: not a readable artifact ({type(e).__name__}: {e}); expected a whole .ptz "
-            f"written by this script or a record's (copy it again if it was cut short)"
-        ) from None
+        raise DataError(f"{source}: not a readable artifact ({type(e).__name__}: {e}); expected a "
+                        f"whole .ptz written by this script or a record's (copy it again if it was "
+                        f"cut short)") from None  # fmt: skip
     return obj
 
 
@@ -1070,11 +1065,10 @@ def read_pergroup_or_say(blob: bytes, source: str) -> dict:
                         f"on PATH to read it (scripts/setup.sh installs it)") from None  # fmt: skip
     except Exception as e:
         cause = f"{type(e).__name__}: {e}".splitlines()[0]
-        raise DataError(
-            f"{source}: a per-group (lrzip + brotli) artifact of {len(blob):,} bytes, truncated "
-            f"or damaged ({cause}); copy it again, whole, from the run that wrote it (its log's "
-            f"`Serialized model` line gives the size)"
-        ) from None
+        raise DataError(f"{source}: a per-group (lrzip + brotli) artifact of {len(blob):,} "
+                        f"bytes, truncated or damaged ({cause}); copy it again, whole, from "
+                        f"the run that wrote it (its log's `Serialized model` line gives the "
+                        f"size)") from None  # fmt: skip
 
 
 # COMPRESSOR=pergroup, the records' compressor: the matrices' int8 rows (some reordered so that
@@ -1337,21 +1331,19 @@ class TrainShards:
 
     def check_order(self, order: str, world_size: int) -> None:
         if order == "shuffled" and len(self.files) < world_size:
-            raise DataError(
-                f"TRAIN_LOADER=shuffled: {len(self.files)} train shards for {world_size} ranks: "
-                f"expected one per rank at least (each rank reads shards of its own); more "
-                f"shards, fewer ranks, or TRAIN_LOADER=stream"
-            )
+            raise DataError(f"TRAIN_LOADER=shuffled: {len(self.files)} train shards for "
+                            f"{world_size} ranks: expected one per rank at least (each rank "
+                            f"reads shards of its own); more shards, fewer ranks, or "
+                            f"TRAIN_LOADER=stream")  # fmt: skip
         if order == "docpack" and self.bos is None:
             self.bos = [self.first_bos(i) for i in range(len(self.files))]
 
     def check_room(self, global_span: int) -> None:
         """docpack reads a micro-step of every rank from one shard, after its first BOS."""
         if all(size - bos < global_span for size, bos in zip(self.sizes, self.bos, strict=True)):
-            raise DataError(
-                f"TRAIN_LOADER=docpack: no train shard holds {global_span} tokens (one micro-step "
-                f"of every rank) after its first BOS: larger shards or a smaller TRAIN_BATCH_TOKENS"
-            )
+            raise DataError(f"TRAIN_LOADER=docpack: no train shard holds {global_span} tokens (one "
+                            f"micro-step of every rank) after its first BOS: larger shards or a "
+                            f"smaller TRAIN_BATCH_TOKENS")  # fmt: skip
 
     def first_bos(self, idx: int, chunk: int = 1 << 16) -> int:
         tokens = self.mapped(idx)
@@ -1373,11 +1365,9 @@ def rank_span(global_tokens: int, seq_len: int, grad_accum_steps: int, world_siz
     """Tokens each rank reads per micro-step: its local batch plus one for the shifted targets."""
     local = global_tokens // (world_size * grad_accum_steps)
     if local <= 0 or local % seq_len:
-        raise ValueError(
-            f"a batch of {global_tokens} tokens over {world_size} ranks x {grad_accum_steps} "
-            f"micro-steps gives {local} tokens per rank: expected a positive multiple of "
-            f"seq_len={seq_len}"
-        )
+        raise ValueError(f"a batch of {global_tokens} tokens over {world_size} ranks x "
+                         f"{grad_accum_steps} micro-steps gives {local} tokens per rank: expected "
+                         f"a positive multiple of seq_len={seq_len}")  # fmt: skip
     return local + 1
 
 
@@ -1524,10 +1514,9 @@ class ShuffledOrder:
         self.starts = tuple(starts)  # never changed in place: a state can refer to them
         self.remaining = np.array([s.size for s in starts], dtype=np.float64)
         if self.remaining.sum() <= 0:
-            raise DataError(
-                f"TRAIN_LOADER=shuffled: this rank's {len(self.owned)} shards hold no window of "
-                f"TRAIN_SEQ_LEN+1 = {seq + 1} tokens: larger shards or a shorter TRAIN_SEQ_LEN"
-            )
+            raise DataError(f"TRAIN_LOADER=shuffled: this rank's {len(self.owned)} shards hold no "
+                            f"window of TRAIN_SEQ_LEN+1 = {seq + 1} tokens: larger shards or a "
+                            f"shorter TRAIN_SEQ_LEN")  # fmt: skip
 
     def fill(self, layout: Layout, seq_len: int, tokens: np.ndarray, cu) -> tuple[int, int]:
         self.seq_len = seq_len  # for reset_all; the loaders refuse one other than the first
@@ -1561,9 +1550,8 @@ class ClosedOnExit(contextlib.AbstractContextManager):  # `with loader:` closes 
 class DistributedTokenLoader(ClosedOnExit):
     """The synchronous reference: (x, y), or (x, y, cu_seqlens, max_seqlen) for docpack."""
 
-    def __init__(
-        self, pattern, rank, world_size, device, *, vocab_size=None, order="stream", state=None
-    ):
+    def __init__(self, pattern, rank, world_size, device, *, vocab_size=None, order="stream",
+                 state=None):  # fmt: skip
         if order not in TRAIN_ORDERS:
             raise ValueError(f"order={order!r}: expected one of {', '.join(TRAIN_ORDERS)}")
         self.rank, self.world_size = rank, world_size
@@ -1574,9 +1562,8 @@ class DistributedTokenLoader(ClosedOnExit):
 
     def layout(self, global_tokens: int, seq_len: int, grad_accum_steps: int) -> Layout:
         if self.kind is ShuffledOrder and self.seq_len not in (None, seq_len):
-            raise ValueError(
-                f"seq_len={seq_len}: the shuffled order is laid out for {self.seq_len}"
-            )
+            raise ValueError(f"seq_len={seq_len}: the shuffled order is laid out for "
+                             f"{self.seq_len}")  # fmt: skip
         self.seq_len = seq_len
         return self.kind.layout(global_tokens, seq_len, grad_accum_steps, self.world_size)
 
@@ -1844,11 +1831,10 @@ class ValidationSet:
         L = self.seq_len = cfg.window
         usable = min(self.split_tokens, cfg.max_val_tokens or self.split_tokens)
         if usable < L:
-            raise DataError(
-                f"EVAL_SEQ_LEN={L}: expected <= {usable}, the validation targets "
-                f"evaluated ({self.split_tokens} in {cfg.val_files}, MAX_VAL_TOKENS="
-                f"{cfg.max_val_tokens}): a shorter EVAL_SEQ_LEN or more data"
-            )
+            raise DataError(f"EVAL_SEQ_LEN={L}: expected <= {usable}, the validation targets "
+                            f"evaluated ({self.split_tokens} in {cfg.val_files}, "
+                            f"MAX_VAL_TOKENS={cfg.max_val_tokens}): a shorter EVAL_SEQ_LEN or more "
+                            f"data")  # fmt: skip
         # The split's targets evaluated: whole sequences of L, or all (EVAL_INCLUDE_TAIL)
         usable = self.scored_targets = usable if cfg.eval_include_tail else usable // L * L
         self.tokens = self.split[: usable + 1]
@@ -1891,10 +1877,8 @@ class ValidationSet:
             return
         fill = functools.partial(self.fill, iter(range(len(self.spans))))
         sizes = (self.max_span, pad_to_64(self.max_span) if self.documents else 0)
-        pipe = StagingPipeline(
-            fill, self.assemble, sizes, device, "val_prefetch",
-            cfg.val_prefetch_queue, cfg.val_copy_stream,
-        )  # fmt: skip
+        options = (cfg.val_prefetch_queue, cfg.val_copy_stream)
+        pipe = StagingPipeline(fill, self.assemble, sizes, device, "val_prefetch", *options)
         try:
             yield from iter(pipe.next_batch, None)
         finally:
@@ -2246,16 +2230,8 @@ class GPT(nn.Module):
             gate = gate * (input_ids[:, 1:, None] != BOS_ID)
         return torch.cat((x[:, :1], x[:, 1:] + lam * gate * x[:, :-1]), dim=1)
 
-    def forward(
-        self,
-        input_ids,
-        target_ids,
-        reduction="mean",
-        cu_seqlens=None,
-        max_seqlen=0,
-        lora=None,
-        hint=None,
-    ):
+    def forward(self, input_ids, target_ids, reduction="mean", cu_seqlens=None, max_seqlen=0,
+                lora=None, hint=None):  # fmt: skip
         """With cu_seqlens (one packed row), attention stays within each segment [cu[i], cu[i+1]),
         and RoPE counts positions from each segment's start. lora: EVAL_TTT's adapters, one row
         per slot, one set per layer as it runs (a looped layer has one per pass). hint: the
@@ -2615,10 +2591,8 @@ class TTTPlan:
                 s[k] = (*(torch.from_numpy(t).to(device) for t in (x[None], y[None], cu)), lr)
         self.phases = phases
         steps = [self.chunk_steps(cfg, starts[b], preds[b]) for b in batches]
-        cost = [
-            sum(width * (b.size - lo) for width, _, lo in s)
-            for b, (s, _) in zip(batches, steps, strict=True)
-        ]
+        cost = [sum(width * (b.size - lo) for width, _, lo in s)
+                for b, (s, _) in zip(batches, steps, strict=True)]  # fmt: skip
         stretches = [0, *(j + 1 for j, _ in phases), len(batches)]
         self.work = []
         for lo, hi in itertools.pairwise(stretches):
@@ -2769,9 +2743,8 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
             loss_sum += nll[-1].detach().sum(dtype=torch.float64)  # scored before any update
             if trains:  # AdamW over every slot (zero gradients: decay), as the record's
                 means = nll[0].sum(1) / scored.clamp(min=1)
-                lora.A_all.grad, lora.B_all.grad = torch.autograd.grad(
-                    (means * train).sum(), params
-                )
+                grads = torch.autograd.grad((means * train).sum(), params)
+                lora.A_all.grad, lora.B_all.grad = grads
                 opt.step()
         if kept is not None:
             with torch.no_grad():
@@ -2875,9 +2848,8 @@ def ngram_tilt(nll: Tensor, logits: Tensor, y: Tensor, hint: Tensor, boost: floa
     hint, y = hint.reshape(-1, 1), y.reshape(-1, 1)
     b = boost * (hint >= 0)
     log_q = logits.gather(1, hint.clamp(min=0)) - logits.logsumexp(1, keepdim=True)
-    return (nll[:, None] - b * (y == hint) + torch.log1p(log_q.clamp(max=0).exp() * b.expm1()))[
-        :, 0
-    ].detach()
+    tilted = nll[:, None] - b * (y == hint) + torch.log1p(log_q.clamp(max=0).exp() * b.expm1())
+    return tilted[:, 0].detach()
 
 
 def ngram_tilt_hints(cfg: Hyperparameters, plan: TTTPlan, log0: Callable) -> Tensor:
@@ -3041,12 +3013,10 @@ class Guard(NamedTuple):
     def describe(self) -> str:
         counts = collections.Counter(metric for metric, _ in self.scores)
         steps = sorted(step for _, step in self.scores)
-        return (
-            f"guard: train_loss at {counts['train_loss']} steps and val_bpb at "
-            f"{counts['val_bpb']} (steps {steps[0]}-{steps[-1]}) compared with {self.name}: "
-            f"the run stops when more than {100 * self.margin:g}% behind "
-            f"(GUARD_MARGIN={self.margin:g})"
-        )
+        return (f"guard: train_loss at {counts['train_loss']} steps and val_bpb at "
+                f"{counts['val_bpb']} (steps {steps[0]}-{steps[-1]}) compared with {self.name}: "
+                f"the run stops when more than {100 * self.margin:g}% behind "
+                f"(GUARD_MARGIN={self.margin:g})")  # fmt: skip
 
     def verdict(self, metric: str, step: int, value: float) -> str:
         """The line that stops the run, or "". The number as the log prints it decides (a run
@@ -3057,11 +3027,9 @@ class Guard(NamedTuple):
         ours, limit = f"{value:.4f}", float(reference) * (1 + self.margin)
         if float(ours) <= limit:
             return ""
-        return (
-            f"guard: stopped at step {step}: {metric} {ours} vs {reference} in {self.name}: "
-            f"more than {100 * self.margin:g}% behind (GUARD_MARGIN={self.margin:g}, "
-            f"at most {limit:.4f})"
-        )
+        return (f"guard: stopped at step {step}: {metric} {ours} vs {reference} in {self.name}: "
+                f"more than {100 * self.margin:g}% behind (GUARD_MARGIN={self.margin:g}, "
+                f"at most {limit:.4f})")  # fmt: skip
 
 
 def read_guard(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> Guard | None:
@@ -3265,11 +3233,9 @@ class Trainer(ClosedOnExit):
                 self.pause_clock()
                 val_loss, val_bpb = evaluate()
                 ms = self.training_time_ms
-                self.log0(
-                    f"step:{self.step}/{cfg.iterations} val_loss:{val_loss:.4f} "
-                    f"val_bpb:{val_bpb:.4f} train_time:{ms:.0f}ms "
-                    f"step_avg:{ms / max(self.step, 1):.2f}ms"
-                )
+                self.log0(f"step:{self.step}/{cfg.iterations} val_loss:{val_loss:.4f} "
+                          f"val_bpb:{val_bpb:.4f} train_time:{ms:.0f}ms "
+                          f"step_avg:{ms / max(self.step, 1):.2f}ms")  # fmt: skip
                 self.stop_if_behind("val_bpb", val_bpb)
                 self.resume_clock()
             if last:
@@ -3283,10 +3249,8 @@ class Trainer(ClosedOnExit):
                 self.stop_if_behind("train_loss", self.logged_loss)
         self.close()
         if self.stopping and self.step < cfg.iterations:
-            self.log0(
-                f"stopping_early: wallclock_cap train_time:{self.training_time_ms:.0f}ms "
-                f"step:{self.step}/{cfg.iterations}"
-            )
+            self.log0(f"stopping_early: wallclock_cap train_time:{self.training_time_ms:.0f}ms "
+                      f"step:{self.step}/{cfg.iterations}")  # fmt: skip
 
     def train_one_step(self) -> None:
         cfg, step, elapsed = self.cfg, self.step + 1, self.agreed_ms  # every rank's decisions:
@@ -3309,10 +3273,9 @@ class Trainer(ClosedOnExit):
                 dist.all_reduce(train_loss)
                 train_loss /= self.rt.world_size
             self.logged_loss = loss = train_loss.item()
-            self.log0(
-                f"step:{step}/{cfg.iterations} train_loss:{loss:.4f} "
-                f"train_time:{elapsed_ms:.0f}ms step_avg:{elapsed_ms / step:.2f}ms"
-            )
+            self.log0(f"step:{step}/{cfg.iterations} train_loss:{loss:.4f} "
+                      f"train_time:{elapsed_ms:.0f}ms "
+                      f"step_avg:{elapsed_ms / step:.2f}ms")  # fmt: skip
         self.agreed[0] = elapsed_ms
         if self.cap_ms is not None and self.rt.distributed:  # the ranks' slowest clock
             dist.all_reduce(self.agreed, op=dist.ReduceOp.MAX, group=self.cap_group)
@@ -3475,10 +3438,8 @@ def read_checkpoint_meta(folder: Path, identity: dict) -> dict:
                         f"from another step_* folder") from None  # fmt: skip
     for name, value in identity.items():  # a name saved before it was one: at its default
         if saved.get(name, DEFAULTS.get(name.lower())) != value:
-            raise ConfigError(
-                f"RESUME_FROM={folder}: saved with {name}={saved.get(name)}, this run has "
-                f"{value}: set {name} as saved to resume it"
-            )
+            raise ConfigError(f"RESUME_FROM={folder}: saved with {name}={saved.get(name)}, this "
+                              f"run has {value}: set {name} as saved to resume it")  # fmt: skip
     return meta
 
 
@@ -3497,20 +3458,18 @@ def configure() -> tuple[Hyperparameters, Runtime]:
     rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if not distributed and ("RANK" in os.environ or world_size != 1):  # one process, 1/N of it
-        raise ConfigError(
-            f"RANK={os.environ.get('RANK')} WORLD_SIZE={os.environ.get('WORLD_SIZE')}: expected "
-            f"both (as torchrun sets them) or neither"
-        )
+        raise ConfigError(f"RANK={os.environ.get('RANK')} "
+                          f"WORLD_SIZE={os.environ.get('WORLD_SIZE')}: expected both (as torchrun "
+                          f"sets them) or neither")  # fmt: skip
     if not 0 <= rank < world_size:
         raise ConfigError(f"RANK={rank}: expected 0 <= RANK < WORLD_SIZE={world_size}")
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":  # this rank's GPU, with the baseline's TF32 and SDPA flash only
         local_world = env_int("LOCAL_WORLD_SIZE", 1)  # the same on every rank: each one says it
         if local_world > (visible := torch.cuda.device_count()):
-            raise ConfigError(
-                f"LOCAL_WORLD_SIZE={local_world}: only {visible} CUDA devices visible: expected "
-                f"torchrun --nproc_per_node <= {visible}"
-            )
+            raise ConfigError(f"LOCAL_WORLD_SIZE={local_world}: only {visible} CUDA "
+                              f"devices visible: expected torchrun --nproc_per_node <= "
+                              f"{visible}")  # fmt: skip
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -3716,36 +3675,25 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     if rt.rank == 0:  # (rank 0 alone reads the validation shards again)
         log0(data_fingerprint(cfg.tokenizer_path, cfg.val_files, cfg.train_files))
     log0(overlap_line(cfg))
-    log0(
-        f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} "
-        f"bytes:{val.target_bytes} bytes_from:{val.bytes_from}"
-    )
+    log0(f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} "
+         f"bytes:{val.target_bytes} bytes_from:{val.bytes_from}")  # fmt: skip
     if windows is not None:
-        log0(
-            f"sliding_window:stride:{cfg.eval_stride} seq_len:{cfg.window} "
-            f"batch_seqs:{cfg.eval_batch_seqs} windows:{windows.windows} "
-            f"tokens:{windows.target_tokens} bytes:{windows.target_bytes}"
-        )
+        log0(f"sliding_window:stride:{cfg.eval_stride} seq_len:{cfg.window} "
+             f"batch_seqs:{cfg.eval_batch_seqs} windows:{windows.windows} "
+             f"tokens:{windows.target_tokens} bytes:{windows.target_bytes}")  # fmt: skip
     if cfg.max_val_tokens:
-        log0(
-            f"WARNING: MAX_VAL_TOKENS={cfg.max_val_tokens} evaluates {val.target_tokens} of the "
-            f"split's {val.split_tokens} tokens: val_loss/val_bpb are NOT comparable to the "
-            f"challenge's score"
-        )
+        log0(f"WARNING: MAX_VAL_TOKENS={cfg.max_val_tokens} evaluates {val.target_tokens} of the "
+             f"split's {val.split_tokens} tokens: val_loss/val_bpb are NOT comparable to the "
+             f"challenge's score")  # fmt: skip
     copy_streams = [int(on and rt.cuda) for on in (cfg.train_copy_stream, cfg.val_copy_stream)]
-    log0(
-        f"train_tokens:{sum(shards.sizes) if shards else 0} order:{cfg.train_loader} "
-        f"train_prefetch:{int(cfg.train_prefetch)} "
-        f"queue:{cfg.train_prefetch_queue} copy_stream:{copy_streams[0]} "
-        f"val_prefetch:{int(cfg.val_prefetch)} queue:{cfg.val_prefetch_queue} "
-        f"copy_stream:{copy_streams[1]}"
-    )
+    log0(f"train_tokens:{sum(shards.sizes) if shards else 0} order:{cfg.train_loader} "
+         f"train_prefetch:{int(cfg.train_prefetch)} queue:{cfg.train_prefetch_queue} "
+         f"copy_stream:{copy_streams[0]} val_prefetch:{int(cfg.val_prefetch)} "
+         f"queue:{cfg.val_prefetch_queue} copy_stream:{copy_streams[1]}")  # fmt: skip
     if plan is not None:
-        log0(
-            f"ttt:batches:{plan.batch_count} phases_after_batch:{[j for j, _ in plan.phases]} "
-            f"this_rank_batches:{len(plan.work)} tokens:{plan.target_tokens} "
-            f"bytes:{plan.target_bytes}"
-        )
+        log0(f"ttt:batches:{plan.batch_count} phases_after_batch:{[j for j, _ in plan.phases]} "
+             f"this_rank_batches:{len(plan.work)} tokens:{plan.target_tokens} "
+             f"bytes:{plan.target_bytes}")  # fmt: skip
     return val, windows, plan
 
 
@@ -3758,15 +3706,11 @@ def log_network(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable)
     log0(f"attention_mode:gqa num_heads:{cfg.num_heads} num_kv_heads:{cfg.num_kv_heads}")
     embed_lr = cfg.tied_embed_lr if cfg.tie_embeddings else cfg.embed_lr
     head_lr = cfg.head_lr if net.base.lm_head is not None else 0.0
-    log0(
-        f"tie_embeddings:{cfg.tie_embeddings} embed_lr:{embed_lr} head_lr:{head_lr} "
-        f"matrix_lr:{cfg.matrix_lr} scalar_lr:{cfg.scalar_lr}"
-    )
-    log0(
-        f"train_batch_tokens:{cfg.train_batch_tokens} train_seq_len:{cfg.train_seq_len} "
-        f"iterations:{cfg.iterations} warmup_steps:{cfg.warmup_steps} "
-        f"max_wallclock_seconds:{cfg.max_wallclock_seconds:.3f}"
-    )
+    log0(f"tie_embeddings:{cfg.tie_embeddings} embed_lr:{embed_lr} head_lr:{head_lr} "
+         f"matrix_lr:{cfg.matrix_lr} scalar_lr:{cfg.scalar_lr}")  # fmt: skip
+    log0(f"train_batch_tokens:{cfg.train_batch_tokens} train_seq_len:{cfg.train_seq_len} "
+         f"iterations:{cfg.iterations} warmup_steps:{cfg.warmup_steps} "
+         f"max_wallclock_seconds:{cfg.max_wallclock_seconds:.3f}")  # fmt: skip
     log0(f"seed:{cfg.seed}")
 
 
