@@ -8,9 +8,8 @@ Batches come from a prefetching input pipeline that never keeps the GPU waiting 
 The records' pieces: looped layers, parallel lanes, gated skips and attention, a SmearGate,
 Polar-Express Muon, an EMA and time-based schedules (docs/frontier.md); GPTQ with LQER and
 AWQ-lite and the records' per-group artifact files; sliding-window evaluation and score-first
-phased test-time training, with #2135's n-gram tilt (docs/evaluation.md). It runs on CPUs too
-(gloo, fp32, no compile). A record's submitted train_gpt.py is produced from this one by the
-record tools, specialised to its run (records/submission.py new, then pack).
+phased test-time training, with #2135's n-gram tilt (docs/evaluation.md). A record's submitted
+train_gpt.py is this one specialised to its run by records/submission.py (new, then pack).
 
   8xH100:   torchrun --standalone --nproc_per_node=8 train_gpt.py
   1 GPU:    torchrun --standalone --nproc_per_node=1 train_gpt.py   (grad accumulation: same math)
@@ -369,9 +368,8 @@ class Hyperparameters:
         env = preset | dict(env)
         mask = env.get("TTT_MASK", "").partition("no_")[2].upper()  # no_q, no_v, no_qv
         env = {f"TTT_{site}_LORA": "0" for site in mask} | env
-        values = {
-            f.name: parse_value(n, env[n], f.type) for f in FIELDS if (n := f.name.upper()) in env
-        }
+        values = {f.name: parse_value(n, env[n], f.type)
+                  for f in FIELDS if (n := f.name.upper()) in env}  # fmt: skip
         if "NUM_LAYERS" in chosen.keys() - preset.keys():  # the preset's layer numbers follow it
             for name in LAYER_NUMBERS & preset.keys():
                 scaled = values[name.lower()] * values["num_layers"] / int(chosen["NUM_LAYERS"])
@@ -380,8 +378,7 @@ class Hyperparameters:
             T, top = values["train_seq_len"], int(chosen["TRAIN_SEQ_LEN"])  # its stages follow:
             stages = (item.split("@") for item in preset["TRAIN_SEQ_SCHEDULE"].split(","))
             values["train_seq_schedule"] = ",".join(  # T over the nearest power of 2 of the ratio
-                f"{T >> round(math.log2(top / int(n)))}@{p}" for n, p in stages
-            )
+                f"{T >> round(math.log2(top / int(n)))}@{p}" for n, p in stages)  # fmt: skip
         for name, (accepted, what) in FIXED_VARIABLES.items():  # constants here: refused, not
             if env.get(name, accepted[0]) not in accepted:  # ignored, at another value
                 raise ConfigError(f"{name}={env[name]!r}: not read here: {what}; unset it")
@@ -475,8 +472,7 @@ LAYER_NUMBERS = {"LOOP_START", "LOOP_END", "PARALLEL_START_LAYER", "XSA_LAST_N"}
 
 
 def scaled_schedule_line(cfg: Hyperparameters, env=os.environ) -> str:
-    """The log's word on a preset's TRAIN_SEQ_SCHEDULE that from_env scaled to another
-    TRAIN_SEQ_LEN (the quick start's 256: 1024,2048,3072 become 64,128,256); "" if none."""
+    """The log's word on a preset's TRAIN_SEQ_SCHEDULE from_env scaled to another TRAIN_SEQ_LEN."""
     preset = PRESETS.get(cfg.preset, {})
     plan = preset.get("TRAIN_SEQ_SCHEDULE", "")
     if not plan or "TRAIN_SEQ_SCHEDULE" in env or cfg.train_seq_schedule == plan:
@@ -548,9 +544,8 @@ POLAR_EXPRESS = (  # MUON_POLAR_EXPRESS: one (a, b, c) per step, 5 steps at most
 
 
 def newton_schulz(G: Tensor, coefficients, square_first=False) -> Tensor:
-    # Quintic Newton-Schulz iteration that pushes the singular values of G towards 1, in bf16.
-    # G may be a stack of matrices (leading dims): each is normalised on its own. bf16 rounds
-    # c*(A@A) (Polar Express, the record's) and the baseline's (c*A)@A differently.
+    # Quintic Newton-Schulz in bf16: G's singular values towards 1, each matrix of a stack alone.
+    # bf16 rounds c*(A@A) (Polar Express, the record's) and the baseline's (c*A)@A differently.
     X = G.bfloat16()
     X /= (X.norm() if X.ndim == 2 else X.norm(dim=(-2, -1), keepdim=True)) + 1e-7
     transposed = G.size(-2) > G.size(-1)
@@ -583,13 +578,11 @@ class Bank(NamedTuple):  # PARAMETER_BANKS: this rank's share of a set of same-s
 
 
 class Muon(torch.optim.Optimizer):
-    """Each rank orthogonalises every world-th momentum update; one all-reduce shares them.
-    PARAMETER_BANKS: a contiguous share of each set of same-shaped matrices, in one NS call."""
+    """Each rank orthogonalises its share of updates (banks: one NS call); an all-reduce shares."""
 
-    # fmt: off
     def __init__(self, params, lr, momentum, backend_steps, nesterov=True, orthogonalize=None,
-                 weight_decay=0.0, row_normalize=False, momentum_dtype=None, banks=False):
-        # fmt: on
+                 weight_decay=0.0, row_normalize=False, momentum_dtype=None,
+                 banks=False):  # fmt: skip
         defaults = dict(lr=lr, momentum=momentum, backend_steps=backend_steps, nesterov=nesterov)
         super().__init__(params, defaults)
         self.orthogonalize = orthogonalize or zeropower_via_newtonschulz5
@@ -639,13 +632,11 @@ class Muon(torch.optim.Optimizer):
                 dist.all_reduce(updates_flat, op=dist.ReduceOp.SUM)
             if self.weight_decay:  # decoupled: p *= 1 - lr * wd, before the update
                 torch._foreach_mul_(params, 1 - group["lr"] * self.weight_decay)
-            # bf16 updates, added in the parameter's dtype (exact: bf16 is a subset of fp32)
-            torch._foreach_add_(params, updates, alpha=-group["lr"])
+            torch._foreach_add_(params, updates, alpha=-group["lr"])  # bf16: exact in fp32
 
     def plan_banks(self, params: list, world_size: int, rank: int) -> tuple:
-        """Made once: the flat update buffer that the all-reduce completes (same-shaped
-        parameters adjacent), each parameter's view of it, and with PARAMETER_BANKS this rank's
-        banks: a contiguous share of each set of same-shaped parameters."""
+        """Made once: the flat update buffer the all-reduce completes (same shapes adjacent), each
+        parameter's view of it, and (PARAMETER_BANKS) this rank's share of each shape's set."""
         shapes = {}  # the sets of same-shaped parameters, in the group's order
         for p in params:
             shapes.setdefault(p.shape, []).append(p)
@@ -665,9 +656,7 @@ class Muon(torch.optim.Optimizer):
 
 
 def training_fraction(step, elapsed_ms, iterations, max_wallclock_ms) -> float:
-    """How far training is: its share of ITERATIONS or, under a cap, of the time budget, whichever
-    is further (whichever ends training first). A record's run reaches its cap long before its
-    ITERATIONS: its time share, as the record's; a short run under the cap: its steps' share."""
+    """Training's progress: its share of ITERATIONS or, capped, of the time; whichever is more."""
     return max(elapsed_ms / (max_wallclock_ms or math.inf), step / max(iterations, 1))
 
 
@@ -689,8 +678,7 @@ def lr_multiplier(step, elapsed_ms, iterations, warmdown_iters, max_wallclock_ms
 
 
 def seq_stages(cfg: Hyperparameters) -> list[tuple[float, int]]:
-    """TRAIN_SEQ_SCHEDULE's stages (p, L) by p, the last at p = 1: training cuts documents at the
-    L of the first stage whose p is at least its progress. Without it: TRAIN_SEQ_LEN throughout."""
+    """TRAIN_SEQ_SCHEDULE's stages (p, L) by p, the last at p = 1: L while progress <= p."""
     plan, want = cfg.train_seq_schedule, "L@p items (L > 0, 0 < p <= 1), longest L TRAIN_SEQ_LEN"
     if not plan:
         return [(1.0, cfg.train_seq_len)]
@@ -836,8 +824,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 
 def atomic_torch_save(obj, path: Path) -> None:
-    """torch.save names the zip's records after the file (final_model/...; `archive/` for a
-    buffer), so the baseline's sizes need that name: staged in a hidden folder, then renamed."""
+    """torch.save names records after the file (as the baseline's sizes need): staged, renamed."""
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as folder:
         staged = Path(folder) / path.name
         torch.save(obj, staged)
@@ -872,8 +859,7 @@ def sdclip_scales(w: Tensor, clip_sigmas: float, bits: int) -> Tensor:
 
 def gptq_quantize(w, hessian, clip_sigmas: float, bits: int, high=(), high_bits=8) -> tuple:
     """GPTQ (docs/frontier.md#gptq): columns by decreasing Hessian diagonal, each rounded, its error
-    spread over the columns not yet rounded through the upper Cholesky factor of H^-1. The
-    columns in `high` round at high_bits' own SDClip step (AWQ-lite)."""
+    spread over those left via H^-1's upper Cholesky factor; `high` ones at high_bits (AWQ-lite)."""
     R, scale = 2 ** (bits - 1) - 1, sdclip_scales(w, clip_sigmas, bits)
     R_hi, s_hi = 2 ** (high_bits - 1) - 1, sdclip_scales(w, clip_sigmas, high_bits).float()[:, None]
     W, H = w.float().clone(), hessian.float().clone()
@@ -933,9 +919,8 @@ def gptq_bits(cfg: Hyperparameters, name: str) -> int:
 
 
 def awq_group(cfg: Hyperparameters, state: dict, act_rms: dict) -> tuple:
-    """AWQ-lite: (score, name, first column) of the group of AWQ_LITE_GROUP_SIZE columns of the
-    whole model (GPTQ matrices of fewer bits) scoring highest, a group's score the sum of
-    act_rms[c] * mean |W[:, c]| over its columns (ties: the first in `state`)."""
+    """AWQ-lite: (score, name, first column) of the top group of AWQ_LITE_GROUP_SIZE columns of GPTQ
+    matrices of fewer bits, scored sum of act_rms[c] * mean |W[:, c]| (ties: the first)."""
     G, best = cfg.awq_lite_group_size, (-1.0, None, 0)
     for name in [n for n in state if n in act_rms and gptq_bits(cfg, n) < cfg.awq_lite_bits]:
         n = act_rms[name].numel() // G
@@ -955,9 +940,8 @@ def gptq_matrix(w: dict, name: str, q: str = ".q", s: str = ".scale") -> Tensor:
 
 
 def quantize_state_dict_gptq(cfg, state: dict, hessians: dict, act_rms=()) -> dict:
-    """The record's artifact object: {"w": tensors, "m": {name: how}}, in `state`'s order, the
-    LQER factors last (largest error first). A matrix without a Hessian rounds to nearest.
-    act_rms: per GPTQ matrix its input's RMS per column (AWQ_LITE_ENABLED's salience)."""
+    """The record's artifact: {"w": tensors, "m": {name: how}} in `state`'s order, LQER factors last
+    (largest error first); no Hessian: round to nearest. act_rms: AWQ-lite's salience."""
     w, meta, errors, G = {}, {}, {}, cfg.awq_lite_group_size
     _, group, a = awq_group(cfg, state, act_rms if cfg.awq_lite_enabled else ())
     for name, t in state.items():
@@ -969,8 +953,7 @@ def quantize_state_dict_gptq(cfg, state: dict, hessians: dict, act_rms=()) -> di
             w[name], meta[name] = t.half() if t.is_floating_point() else t, "passthrough (float16)"
         else:
             bits, k = gptq_bits(cfg, name), clip_sigmas(cfg, name)
-            # no Hessian (an untied embedding): the identity, built only then
-            h = hessians[name] if name in hessians else torch.eye(t.size(1))
+            h = hessians[name] if name in hessians else torch.eye(t.size(1))  # untied embedding
             high = range(a, a + G) if name == group else ()
             q = gptq_quantize(t, h, k, bits, high, cfg.awq_lite_bits)
             w[f"{name}.q"], w[f"{name}.scale"] = q
@@ -1042,9 +1025,8 @@ def read_artifact(path: str | Path, source: str, log0: Callable) -> dict:
     try:
         blob = Path(path).read_bytes()
         if blob.startswith(b"PGRP"):
-            with progress(
-                "Deserialize: per-group lrzip decompression", "Deserialize: decompression", log0
-            ):
+            start = "Deserialize: per-group lrzip decompression"
+            with progress(start, "Deserialize: decompression", log0):
                 obj = read_pergroup_or_say(blob, source)
         else:
             obj = torch.load(io.BytesIO(decompress(blob)), map_location="cpu")
@@ -1053,16 +1035,14 @@ def read_artifact(path: str | Path, source: str, log0: Callable) -> dict:
     except DataError:
         raise
     except Exception as e:  # truncated, not compressed, not torch.save's, another PGRP
-        raise DataError(
-            f"{source}: not a readable artifact ({type(e).__name__}: {e}); expected a whole .ptz "
-            f"written by this script or a record's (copy it again if it was cut short)"
-        ) from None
+        raise DataError(f"{source}: not a readable artifact ({type(e).__name__}: {e}); expected a "
+                        f"whole .ptz written by this script or a record's (copy it again if it was "
+                        f"cut short)") from None  # fmt: skip
     return obj
 
 
 def read_pergroup_or_say(blob: bytes, source: str) -> dict:
-    """read_pergroup, or one line: which file, that it is a per-group artifact cut short or
-    damaged (its streams are lrzip's and brotli's, whose own errors name neither), what next."""
+    """read_pergroup, or one line: the file, its damage, what next (lrzip's errors name neither)."""
     try:
         return read_pergroup(blob)
     except FileNotFoundError:  # the lrzip binary
@@ -1070,17 +1050,15 @@ def read_pergroup_or_say(blob: bytes, source: str) -> dict:
                         f"on PATH to read it (scripts/setup.sh installs it)") from None  # fmt: skip
     except Exception as e:
         cause = f"{type(e).__name__}: {e}".splitlines()[0]
-        raise DataError(
-            f"{source}: a per-group (lrzip + brotli) artifact of {len(blob):,} bytes, truncated "
-            f"or damaged ({cause}); copy it again, whole, from the run that wrote it (its log's "
-            f"`Serialized model` line gives the size)"
-        ) from None
+        raise DataError(f"{source}: a per-group (lrzip + brotli) artifact of {len(blob):,} "
+                        f"bytes, truncated or damaged ({cause}); copy it again, whole, from "
+                        f"the run that wrote it (its log's `Serialized model` line gives the "
+                        f"size)") from None  # fmt: skip
 
 
-# COMPRESSOR=pergroup, the records' compressor: the matrices' int8 rows (some reordered so that
-# neighbours look alike) stored column by column and compressed by lrzip's ZPAQ, the rest by
-# brotli. #1855's file (= #2014's): 7 groups, a stream each (compressed at once here); #2135's
-# (COMPRESSOR=pergroup_v2, "PGRP" version 2): every matrix reordered, one stream. Both are read.
+# COMPRESSOR=pergroup, the records': the matrices' int8 rows (some reordered, neighbours alike) by
+# column, compressed by lrzip's ZPAQ, the rest by brotli. #1855's file (= #2014's): 7 groups, a
+# stream each; #2135's (pergroup_v2: PGRP version 2): every matrix reordered, one stream. Both read.
 PERGROUPS = ("_tok_emb.weight.q", "attn.c_k.weight.q", "attn.c_q.weight.q", "attn.c_v.weight.q",
              "attn.proj.weight.q", "mlp.fc.weight.q", "mlp.proj.weight.q")  # fmt: skip
 SORTED_GROUPS = PERGROUPS[0], PERGROUPS[2], PERGROUPS[5]  # #1855 reorders these rows
@@ -1216,8 +1194,7 @@ def read_pergroup(blob: bytes) -> dict:
 
 
 def counted_code_bytes(code: str, log0: Callable) -> int:
-    """The counted code bytes (docs/frontier.md#code-bytes): the length of the wrapper around
-    base85(brotli q11(minified source))."""
+    """The length of the wrapper around base85(brotli q11(minified source)): docs/frontier.md."""
     try:  # the record's pyminify options; without python-minifier the source as it is
         code = importlib.import_module("python_minifier").minify(
             code, rename_locals=False, hoist_literals=False, remove_literal_statements=True,
@@ -1265,8 +1242,7 @@ GET_DATA = (  # the next step for missing or damaged data
 
 def read_shard_header(path: str | Path) -> int:
     """Check a shard's header and file size (cheap: no tokens read); return its token count."""
-    header = read_array(path, "<i4", HEADER_INTS)
-    size = Path(path).stat().st_size
+    header, size = read_array(path, "<i4", HEADER_INTS), Path(path).stat().st_size
     if header.size != HEADER_INTS:
         raise DataError(f"{path}: {size} bytes, shorter than a shard's {HEADER_BYTES}-byte header: "
                         f"cut short? {GET_DATA}")  # fmt: skip
@@ -1322,8 +1298,7 @@ class TrainShards:
         self.sizes = [read_shard_header(f) for f in self.files]  # token counts
         if sum(self.sizes) == 0:
             raise DataError(f"{pattern}: all {len(self.files)} shards are empty; {GET_DATA}")
-        self.vocab_size = vocab_size
-        self.load = self.read
+        self.vocab_size, self.load = vocab_size, self.read
         self.bos: list[int] | None = None  # each shard's first BOS position (docpack)
 
     def read(self, idx: int) -> np.ndarray:
@@ -1337,21 +1312,19 @@ class TrainShards:
 
     def check_order(self, order: str, world_size: int) -> None:
         if order == "shuffled" and len(self.files) < world_size:
-            raise DataError(
-                f"TRAIN_LOADER=shuffled: {len(self.files)} train shards for {world_size} ranks: "
-                f"expected one per rank at least (each rank reads shards of its own); more "
-                f"shards, fewer ranks, or TRAIN_LOADER=stream"
-            )
+            raise DataError(f"TRAIN_LOADER=shuffled: {len(self.files)} train shards for "
+                            f"{world_size} ranks: expected one per rank at least (each rank "
+                            f"reads shards of its own); more shards, fewer ranks, or "
+                            f"TRAIN_LOADER=stream")  # fmt: skip
         if order == "docpack" and self.bos is None:
             self.bos = [self.first_bos(i) for i in range(len(self.files))]
 
     def check_room(self, global_span: int) -> None:
         """docpack reads a micro-step of every rank from one shard, after its first BOS."""
         if all(size - bos < global_span for size, bos in zip(self.sizes, self.bos, strict=True)):
-            raise DataError(
-                f"TRAIN_LOADER=docpack: no train shard holds {global_span} tokens (one micro-step "
-                f"of every rank) after its first BOS: larger shards or a smaller TRAIN_BATCH_TOKENS"
-            )
+            raise DataError(f"TRAIN_LOADER=docpack: no train shard holds {global_span} tokens (one "
+                            f"micro-step of every rank) after its first BOS: larger shards or a "
+                            f"smaller TRAIN_BATCH_TOKENS")  # fmt: skip
 
     def first_bos(self, idx: int, chunk: int = 1 << 16) -> int:
         tokens = self.mapped(idx)
@@ -1373,11 +1346,9 @@ def rank_span(global_tokens: int, seq_len: int, grad_accum_steps: int, world_siz
     """Tokens each rank reads per micro-step: its local batch plus one for the shifted targets."""
     local = global_tokens // (world_size * grad_accum_steps)
     if local <= 0 or local % seq_len:
-        raise ValueError(
-            f"a batch of {global_tokens} tokens over {world_size} ranks x {grad_accum_steps} "
-            f"micro-steps gives {local} tokens per rank: expected a positive multiple of "
-            f"seq_len={seq_len}"
-        )
+        raise ValueError(f"a batch of {global_tokens} tokens over {world_size} ranks x "
+                         f"{grad_accum_steps} micro-steps gives {local} tokens per rank: expected "
+                         f"a positive multiple of seq_len={seq_len}")  # fmt: skip
     return local + 1
 
 
@@ -1524,10 +1495,9 @@ class ShuffledOrder:
         self.starts = tuple(starts)  # never changed in place: a state can refer to them
         self.remaining = np.array([s.size for s in starts], dtype=np.float64)
         if self.remaining.sum() <= 0:
-            raise DataError(
-                f"TRAIN_LOADER=shuffled: this rank's {len(self.owned)} shards hold no window of "
-                f"TRAIN_SEQ_LEN+1 = {seq + 1} tokens: larger shards or a shorter TRAIN_SEQ_LEN"
-            )
+            raise DataError(f"TRAIN_LOADER=shuffled: this rank's {len(self.owned)} shards hold no "
+                            f"window of TRAIN_SEQ_LEN+1 = {seq + 1} tokens: larger shards or a "
+                            f"shorter TRAIN_SEQ_LEN")  # fmt: skip
 
     def fill(self, layout: Layout, seq_len: int, tokens: np.ndarray, cu) -> tuple[int, int]:
         self.seq_len = seq_len  # for reset_all; the loaders refuse one other than the first
@@ -1561,9 +1531,8 @@ class ClosedOnExit(contextlib.AbstractContextManager):  # `with loader:` closes 
 class DistributedTokenLoader(ClosedOnExit):
     """The synchronous reference: (x, y), or (x, y, cu_seqlens, max_seqlen) for docpack."""
 
-    def __init__(
-        self, pattern, rank, world_size, device, *, vocab_size=None, order="stream", state=None
-    ):
+    def __init__(self, pattern, rank, world_size, device, *, vocab_size=None, order="stream",
+                 state=None):  # fmt: skip
         if order not in TRAIN_ORDERS:
             raise ValueError(f"order={order!r}: expected one of {', '.join(TRAIN_ORDERS)}")
         self.rank, self.world_size = rank, world_size
@@ -1574,9 +1543,8 @@ class DistributedTokenLoader(ClosedOnExit):
 
     def layout(self, global_tokens: int, seq_len: int, grad_accum_steps: int) -> Layout:
         if self.kind is ShuffledOrder and self.seq_len not in (None, seq_len):
-            raise ValueError(
-                f"seq_len={seq_len}: the shuffled order is laid out for {self.seq_len}"
-            )
+            raise ValueError(f"seq_len={seq_len}: the shuffled order is laid out for "
+                             f"{self.seq_len}")  # fmt: skip
         self.seq_len = seq_len
         return self.kind.layout(global_tokens, seq_len, grad_accum_steps, self.world_size)
 
@@ -1610,8 +1578,7 @@ class _Handoff:
 
     def __init__(self, capacity: int):
         self.items, self.capacity = collections.deque(), capacity
-        self.cond = threading.Condition()
-        self.closed = False
+        self.cond, self.closed = threading.Condition(), False
         self.error: BaseException | None = None
 
     def put(self, item) -> bool:
@@ -1664,8 +1631,7 @@ class StagingPipeline:
     at the end; a buffer is refilled only once the copy out of it (as uint16) has completed."""
 
     def __init__(self, fill, assemble, sizes, device, name, depth, copy_stream):
-        self.assemble, self.device = assemble, device
-        self.cuda = device.type == "cuda"
+        self.assemble, self.device, self.cuda = assemble, device, device.type == "cuda"
         self.ready, self.free = _Handoff(depth), _Handoff(depth + 2)
         for _ in range(depth + 2):  # `depth` waiting, one being filled, one whose copy may run
             tokens = torch.empty(sizes[0], dtype=torch.int16, pin_memory=self.cuda)
@@ -1844,12 +1810,10 @@ class ValidationSet:
         L = self.seq_len = cfg.window
         usable = min(self.split_tokens, cfg.max_val_tokens or self.split_tokens)
         if usable < L:
-            raise DataError(
-                f"EVAL_SEQ_LEN={L}: expected <= {usable}, the validation targets "
-                f"evaluated ({self.split_tokens} in {cfg.val_files}, MAX_VAL_TOKENS="
-                f"{cfg.max_val_tokens}): a shorter EVAL_SEQ_LEN or more data"
-            )
-        # The split's targets evaluated: whole sequences of L, or all (EVAL_INCLUDE_TAIL)
+            raise DataError(f"EVAL_SEQ_LEN={L}: expected <= {usable}, the validation targets "
+                            f"evaluated ({self.split_tokens} in {cfg.val_files}, "
+                            f"MAX_VAL_TOKENS={cfg.max_val_tokens}): a shorter EVAL_SEQ_LEN or more "
+                            f"data")  # fmt: skip
         usable = self.scored_targets = usable if cfg.eval_include_tail else usable // L * L
         self.tokens = self.split[: usable + 1]
         unit = 1 if cfg.eval_include_tail else L  # rank r: whole sequences, or targets Tr/W..
@@ -1891,10 +1855,8 @@ class ValidationSet:
             return
         fill = functools.partial(self.fill, iter(range(len(self.spans))))
         sizes = (self.max_span, pad_to_64(self.max_span) if self.documents else 0)
-        pipe = StagingPipeline(
-            fill, self.assemble, sizes, device, "val_prefetch",
-            cfg.val_prefetch_queue, cfg.val_copy_stream,
-        )  # fmt: skip
+        options = (cfg.val_prefetch_queue, cfg.val_copy_stream)
+        pipe = StagingPipeline(fill, self.assemble, sizes, device, "val_prefetch", *options)
         try:
             yield from iter(pipe.next_batch, None)
         finally:
@@ -1911,11 +1873,9 @@ class ValidationSet:
 
 
 class SlidingWindows:
-    """EVAL_STRIDE=S, EVAL_SEQ_LEN=L: the records' windows. Window k reads tokens [kS, kS + L] and
-    scores its last S targets (window 0: all L), so every target is scored once with at least
-    L - S tokens of context; windows start while kS + L - S < the targets, and the targets the
-    last ones lack are -100 (ignored). Rank r takes the r-th contiguous part of the windows, in
-    batches of EVAL_BATCH_SEQS read from one buffer by offset: no per-window work, ever."""
+    """EVAL_STRIDE=S, EVAL_SEQ_LEN=L: window k reads tokens [kS, kS + L] and scores its last S
+    targets (window 0: all L): each target once, with L - S tokens of context at least; windows
+    start while kS + L - S < the targets (-100 past the split). Ranks: contiguous parts."""
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, val: ValidationSet):
         L, S, B = cfg.window, cfg.eval_stride, cfg.eval_batch_seqs
@@ -1944,8 +1904,7 @@ class RMSNorm(nn.Module):
 
 
 class CastedLinear(nn.Linear):
-    """Weights stay fp32 for the optimizer; the matmul runs in the activation dtype (no bias:
-    every one here is built with bias=False)."""
+    """Weights stay fp32 for the optimizer; the matmul runs in the activation dtype (no bias)."""
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight.to(x.dtype))
@@ -1959,9 +1918,8 @@ class Rotary(nn.Module):
         self.exact_positions = exact_positions
 
     def forward(self, seq_len: int, device: torch.device, dtype: torch.dtype, positions=None):
-        """The baseline's table: positions counted in inv_freq's dtype (bf16 on the GPU, where 257
-        becomes 256); ROPE_DIMS (the record's) counts them in fp32. In a packed row, each
-        document's own positions (see document_positions). No cache (it cost a recompile)."""
+        """Positions in inv_freq's dtype (the baseline's: bf16 on GPU, 257 is 256), fp32 with
+        ROPE_DIMS; per document in a packed row. No cache: it cost a recompile."""
         kind = torch.float32 if self.exact_positions else self.inv_freq.dtype
         if positions is None:
             positions = torch.arange(seq_len, device=device, dtype=kind)
@@ -1970,10 +1928,8 @@ class Rotary(nn.Module):
 
 
 def document_positions(cu_seqlens: Tensor, n: int) -> Tensor:
-    """Each token's position in its own document (segment) of a packed row: RoPE only sees
-    relative positions, and counted from each document's start they stay as small as a plain
-    row's, so bf16 rounds them as it does there (a document's numbers do not depend on where it
-    sits, and a model trained packed is scored plain with the positions it learned)."""
+    """Each token's position in its document (packed row): RoPE sees relative positions only, these
+    stay as small as a plain row's, so bf16 rounds them alike (trained packed, scored plain)."""
     tokens = torch.arange(n, dtype=cu_seqlens.dtype, device=cu_seqlens.device)
     return tokens - cu_seqlens[torch.searchsorted(cu_seqlens, tokens, right=True) - 1]
 
@@ -2033,10 +1989,8 @@ def flash_attention(kernels: tuple, q: Tensor, k: Tensor, v: Tensor, docs=None) 
 
 
 class Attention(NamedTuple):
-    # attend(q, k, v, docs): docs = documents(cu_seqlens, max_seqlen, n), or None (causal)
-
     name: str
-    attend: Callable
+    attend: Callable  # attend(q, k, v, docs): docs = documents(cu_seqlens, max_seqlen, n) or None
     documents: Callable
 
 
@@ -2168,8 +2122,7 @@ class Block(nn.Module):
 
 
 def layer_order(cfg: Hyperparameters, looping: bool) -> tuple[list[int], list[int]]:
-    """The encoder's and the decoder's layers, in the order they run: with NUM_LOOPS (once
-    looping), layers LOOP_START..LOOP_END run 1 + NUM_LOOPS times in a row."""
+    """Encoder, decoder layers as they run; looping: LOOP_START..LOOP_END 1 + NUM_LOOPS times."""
     layers = list(range(cfg.num_layers))
     if looping and cfg.num_loops:
         a, b = cfg.loop_start, cfg.loop_end + 1
@@ -2178,14 +2131,12 @@ def layer_order(cfg: Hyperparameters, looping: bool) -> tuple[list[int], list[in
 
 
 class GPT(nn.Module):
-    """U-Net-style stack: the encoder half's outputs come back as weighted skips in the decoder.
-    The record's options: layers that loop, two residual lanes at the top, a SmearGate."""
+    """U-Net-style: encoder outputs return as weighted decoder skips (+ loops, lanes, SmearGate)."""
 
     def __init__(self, cfg: Hyperparameters, attention: Attention | None = None):
         super().__init__()
         attention = attention or select_attention("sdpa", torch.device("cpu"))
-        self.cfg, self.documents = cfg, attention.documents
-        self.logit_softcap = cfg.logit_softcap
+        self.cfg, self.documents, self.logit_softcap = cfg, attention.documents, cfg.logit_softcap
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.model_dim)
         if cfg.asym_logit_rescale:  # never trained (the loss that trains is symmetric): no grad
             self.softcap_pos = nn.Parameter(torch.tensor(cfg.logit_softcap), requires_grad=False)
@@ -2203,8 +2154,7 @@ class GPT(nn.Module):
             self.parallel_post_lambdas = nn.Parameter(torch.ones(cfg.num_layers, 2, 2))
             self.parallel_resid_lambdas = nn.Parameter(torch.full((cfg.num_layers, 2), 1.1))
         blocks = [Block(cfg, attention.attend, i) for i in range(cfg.num_layers)]
-        self.blocks = nn.ModuleList(blocks)
-        self.final_norm = RMSNorm()
+        self.blocks, self.final_norm = nn.ModuleList(blocks), RMSNorm()
         self.looping = False  # NUM_LOOPS: training switches it on at ENABLE_LOOPING_AT
         self.lm_head = None
         if cfg.tie_embeddings:
@@ -2237,29 +2187,18 @@ class GPT(nn.Module):
         return layer_order(self.cfg, looping)
 
     def smear(self, x: Tensor, input_ids: Tensor) -> Tensor:
-        """SMEAR_GATE_ENABLED: token t adds lambda * sigmoid(w . x_t[:GATE_WINDOW]) * x_(t-1),
-        except where t is a BOS (a document takes nothing from the one before; unless
-        SMEAR_GATE_BOS_FIX=0)."""
+        """SMEAR_GATE_ENABLED: token t adds lambda * sigmoid(w . x_t[:GATE_WINDOW]) * x_(t-1), but
+        a BOS adds nothing (a document takes nothing from the one before; SMEAR_GATE_BOS_FIX)."""
         w, lam = self.smear_gate.weight.to(x.dtype), self.smear_lambda.to(x.dtype)
         gate = torch.sigmoid(x[:, 1:, : w.size(1)] @ w.T)
         if self.cfg.smear_gate_bos_fix:
             gate = gate * (input_ids[:, 1:, None] != BOS_ID)
         return torch.cat((x[:, :1], x[:, 1:] + lam * gate * x[:, :-1]), dim=1)
 
-    def forward(
-        self,
-        input_ids,
-        target_ids,
-        reduction="mean",
-        cu_seqlens=None,
-        max_seqlen=0,
-        lora=None,
-        hint=None,
-    ):
-        """With cu_seqlens (one packed row), attention stays within each segment [cu[i], cu[i+1]),
-        and RoPE counts positions from each segment's start. lora: EVAL_TTT's adapters, one row
-        per slot, one set per layer as it runs (a looped layer has one per pass). hint: the
-        n-gram tilt's hints of the targets: the nll stacked with its tilted copy."""
+    def forward(self, input_ids, target_ids, reduction="mean", cu_seqlens=None, max_seqlen=0,
+                lora=None, hint=None):  # fmt: skip
+        """With cu_seqlens (one packed row), attention and RoPE positions stay within each segment.
+        lora: EVAL_TTT's adapters (a row per slot, a set per pass). hint: nll and tilted nll."""
         n, docs, positions = input_ids.size(1), None, None  # the segments, once per forward:
         if cu_seqlens is not None:
             docs = self.documents(cu_seqlens, max_seqlen, n)
@@ -2308,8 +2247,7 @@ class GPT(nn.Module):
         return torch.stack((nll, ngram_tilt(nll, logits, target_ids, hint, self.cfg.token_boost)))
 
     def skip(self, j: int, x: Tensor, s: Tensor) -> Tensor:
-        """Decoder slot j's U-Net skip s: added with weight w_j, or (SKIP_GATES_ENABLED) a lerp
-        from w_j * s to x by sigmoid(g_j)."""
+        """Slot j's U-Net skip s: x + w_j s, or (SKIP_GATES_ENABLED) lerp(w_j s, x, sigmoid g_j)."""
         weighted = self.skip_weights[j].to(dtype=x.dtype) * s
         if not hasattr(self, "skip_gates"):
             return x + weighted
@@ -2344,8 +2282,7 @@ def bank_members(num_layers: int) -> dict[str, list[str]]:
 
 
 def record_keys(keys, num_layers: int, pair_first=False) -> list[str]:
-    """The record's state-dict keys for ours: its banks, then its other tensors in its order
-    (#2135's: its softcap pair first)."""
+    """The record's keys for ours: its banks, its other tensors in order (#2135: softcaps first)."""
     members = set(itertools.chain(*bank_members(num_layers).values()))
 
     def place(key: str) -> tuple:
@@ -2385,8 +2322,7 @@ def file_state_dict(model: GPT) -> dict[str, Tensor]:
 
 
 def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim.Optimizer], Muon]:
-    """AdamW for the embedding, the untied head and the small/control tensors (the blocks' and
-    the model's own, e.g. skip_weights); Muon for the blocks' matrices."""
+    """AdamW for the embedding, the untied head and the small/control tensors; Muon: matrices."""
     block_params = list(model.blocks.named_parameters())
     is_control = lambda name, p: p.ndim < 2 or is_control_tensor(name)  # noqa: E731
     matrix_params = [p for name, p in block_params if not is_control(name, p)]
@@ -2432,9 +2368,7 @@ class Runtime:
     device: torch.device
     distributed: bool
 
-    @property
-    def cuda(self) -> bool:
-        return self.device.type == "cuda"
+    cuda = property(lambda self: self.device.type == "cuda")
 
     def autocast(self):  # bf16 on CUDA; a no-op on the CPU, which computes in fp32
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cuda)
@@ -2476,9 +2410,7 @@ def eval_val(cfg, rt, model, val) -> tuple[float, float]:
 
 
 def eval_sliding(cfg, rt, model, windows: SlidingWindows) -> tuple[float, float]:
-    """The records' sliding-window score. Per batch: one strided copy out of this rank's tokens,
-    resident on the device, into a reused buffer; its scored targets are one fixed slice. No host
-    sync until the score is read."""
+    """Per batch: a strided copy of resident tokens into a reused buffer; no host sync till end."""
     (B, L), S, context = windows.shape, windows.stride, windows.context
     model.eval()
     tokens = windows.tokens
@@ -2513,9 +2445,8 @@ LORA_SEED_STRIDE = 1_000_003  # a slot's A comes from a generator seeded SEED * 
 
 
 class LoRA:
-    """Per-slot adapters: delta(h) = alpha/rank * h A^T B^T for Q, K, V, O and the MLP of every
-    block (those TTT_*_LORA keep) and for the logits. All A of a slot are one row of A_all (B: of
-    B_all), so AdamW runs over two whole tensors: every slot, every step."""
+    """Per-slot adapters h -> alpha/rank h A^T B^T on Q, K, V, O, the MLP (those TTT_*_LORA keep)
+    and the logits; a slot's A are a row of A_all (B: B_all): AdamW steps two whole tensors."""
 
     def __init__(self, model: GPT, slots: int, rank: int, alpha: float):
         vocab, dim = model.tok_emb.weight.shape
@@ -2581,14 +2512,10 @@ class TTTBatch(NamedTuple):  # one of this rank's batches, as eval_ttt runs it
 
 
 class TTTPlan:
-    """EVAL_TTT's work, fixed on the CPU before the clock. Documents: each BOS starts one, which
-    runs to the next BOS inclusive (the last: to the split's end). Sorted by length (then index)
-    into batches of TTT_BATCH_SIZE, run longest batch first (ties: in that order); a document's
-    slot is its place in its batch. Per chunk step of a batch: every slot's window (its
-    document's preceding tokens, at most TTT_EVAL_SEQ_LEN columns), scored columns and whether
-    it trains. The phases: after which batch (at most one after any), this rank's slice of each
-    SGD step. Batches go to ranks statically: between two phases, the costliest first to the
-    least loaded rank; a rank draws its reusable A afresh after every phase."""
+    """EVAL_TTT's work, fixed on the CPU. Documents: BOS to BOS inclusive (the last: to the end),
+    sorted by length (then index) into batches of TTT_BATCH_SIZE, run longest first (ties: in that
+    order); slot: place in batch. Phases: after which batch (at most one each), this rank's SGD
+    slices. Between phases, costliest batch to least loaded rank (which redraws its reusable A)."""
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, val: ValidationSet):
         total = val.scored_targets
@@ -2615,10 +2542,8 @@ class TTTPlan:
                 s[k] = (*(torch.from_numpy(t).to(device) for t in (x[None], y[None], cu)), lr)
         self.phases = phases
         steps = [self.chunk_steps(cfg, starts[b], preds[b]) for b in batches]
-        cost = [
-            sum(width * (b.size - lo) for width, _, lo in s)
-            for b, (s, _) in zip(batches, steps, strict=True)
-        ]
+        cost = [sum(width * (b.size - lo) for width, _, lo in s)
+                for b, (s, _) in zip(batches, steps, strict=True)]  # fmt: skip
         stretches = [0, *(j + 1 for j, _ in phases), len(batches)]
         self.work = []
         for lo, hi in itertools.pairwise(stretches):
@@ -2644,19 +2569,15 @@ class TTTPlan:
     @staticmethod
     def chunk_steps(cfg: Hyperparameters, starts: np.ndarray, preds: np.ndarray) -> tuple:
         """Per step (width, any slot trains, first row), and a (steps, slots, 4) table: window
-        start in the split, its columns, the scored ones (its last), 1 if the slot trains.
-        Slots hold documents shortest first, so the live ones are the last rows: a step runs only
-        the last rows and columns, a power of two of each (a fixed set of shapes)."""
+        start, columns, scored (last) columns, 1 if it trains; documents shortest first."""
         W = cfg.ttt_eval_seq_len  # K: the first whose doc the longest's tokens (BOS to BOS) fit
         K = next(chunk for doc, chunk in cfg.ttt_chunks if preds.max() < doc)
         chunks = -(-preds // K)
         c = np.arange(chunks.max())[:, None]
         end = np.minimum(K * (c + 1), preds)
-        first = np.maximum(end - W, 0)
-        live = c < chunks
+        first, live = np.maximum(end - W, 0), c < chunks
         fields = (starts + first, end - first, end - K * c, c < chunks - 1)
-        table = np.stack(fields, -1) * live[..., None]
-        n = preds.size
+        table, n = np.stack(fields, -1) * live[..., None], preds.size
         steps = [
             (pow2_at_least(cols.max(), 64, W), bool(trains.any()), n - pow2_at_least(k, 1, n))
             for cols, trains, k in zip(table[..., 1], table[..., 3], live.sum(1), strict=True)
@@ -2665,11 +2586,9 @@ class TTTPlan:
 
     @staticmethod
     def phase_steps(cfg, rt, split: np.ndarray, starts: np.ndarray, preds: np.ndarray) -> list:
-        """The documents' tokens, each with its closing BOS (a BOS->BOS target at each join),
-        concatenated, in chunks of GLOBAL_TTT_CHUNK_TOKENS predictions; the last chunk never
-        trains. Of each, whole sequences of EVAL_SEQ_LEN, rank r of W the contiguous [m*r//W,
-        m*(r+1)//W), attention segments from every BOS and every EVAL_SEQ_LEN tokens. Per SGD
-        step, on the CPU: this rank's (inputs, targets, segment bounds, cosine lr factor)."""
+        """The documents, each with its closing BOS (BOS->BOS at a join), in GLOBAL_TTT_CHUNK_TOKENS
+        chunks (the last never trains) of whole EVAL_SEQ_LEN rows shared by the ranks, segments at
+        each BOS and EVAL_SEQ_LEN. Per SGD step: (x, y, segments, lr factor)."""
         at = np.concatenate([np.arange(s, s + p + 1) for s, p in zip(starts, preds, strict=True)])
         L = cfg.window
         C = min(cfg.global_ttt_chunk_tokens, 32 * L)  # GLOBAL_TTT_BATCH_SEQS=32 sequences at most
@@ -2689,9 +2608,8 @@ def pow2_at_least(n: int, low: int, high: int) -> int:
 
 
 def warm_up_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> None:
-    """Before the clock: every shape eval_ttt will run, forward and backward, on scratch inputs
-    (one graph per rows x columns of a chunk step, one for this rank's phase steps). No weight
-    changes; the adapters are the plan's, so the timed evaluation compiles nothing."""
+    """Before the clock, every shape eval_ttt runs, forward, backward on scratch inputs (a graph per
+    rows x columns, one for the phase steps), with the plan's adapters: no compile in the timer."""
     base, t0 = getattr(model, "_orig_mod", model), time.perf_counter()
     if base is model:  # not compiled (the CPU): nothing to warm up, the shapes would only cost time
         log0("ttt_warmup: skipped (no torch.compile on the CPU)")
@@ -2719,9 +2637,8 @@ def warm_up_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> None:
 
 
 def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, float]:
-    """EVAL_TTT: each chunk is scored, then its document's adapters train on it (never on its
-    last); between batches, phases train the base weights on documents already scored. Per
-    chunk step: windows by index arithmetic on resident tokens, no host sync. Trains `model`."""
+    """EVAL_TTT: a chunk is scored, then its document's adapters train on it (not the last); between
+    batches, phases train the base weights on scored documents. No host sync; trains `model`."""
     if plan.used:  # its drawn A were copied in and freed: a second run would have A = 0
         raise RuntimeError("a TTTPlan scores once: build another")
     plan.used = True
@@ -2769,9 +2686,8 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
             loss_sum += nll[-1].detach().sum(dtype=torch.float64)  # scored before any update
             if trains:  # AdamW over every slot (zero gradients: decay), as the record's
                 means = nll[0].sum(1) / scored.clamp(min=1)
-                lora.A_all.grad, lora.B_all.grad = torch.autograd.grad(
-                    (means * train).sum(), params
-                )
+                grads = torch.autograd.grad((means * train).sum(), params)
+                lora.A_all.grad, lora.B_all.grad = grads
                 opt.step()
         if kept is not None:
             with torch.no_grad():
@@ -2790,8 +2706,7 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
 
 
 def train_phase(cfg, rt, model, params: list, steps: list) -> None:
-    """One phase: SGD (momentum, cosine lr, clipped) on the base weights; per step each rank's
-    mean loss on its slice, the gradients averaged over the ranks in one flat all-reduce."""
+    """One phase of SGD on the base weights: a slice per rank, gradients all-reduced (averaged)."""
     opt = torch.optim.SGD(params, lr=cfg.global_ttt_lr, momentum=cfg.global_ttt_momentum)
     for x, y, cu, factor in steps:
         opt.param_groups[0]["lr"] = cfg.global_ttt_lr * factor
@@ -2814,8 +2729,7 @@ def train_phase(cfg, rt, model, params: list, steps: list) -> None:
 
 
 def log_timeline(rt: Runtime, start: float, barriers: list, log0: Callable) -> None:
-    """Each rank's busy and waiting seconds up to every phase barrier and the end: busy from its
-    start (or leaving the barrier before) to reaching this one, then waiting for the others."""
+    """Per phase barrier and the end: each rank's seconds busy (since the last one) and waiting."""
     spans, left = [], start  # (busy, waiting) per barrier
     for reached, released in barriers:
         spans.append((reached - left, released - reached))
@@ -2839,13 +2753,11 @@ NGRAM_KEYS = (36313, 27191, 51647, 81929, 131071, 196613, 262147, 393241, 524309
 
 
 def ngram_hints(cfg: Hyperparameters, targets: Tensor) -> Tensor:
-    """Per target, the token that most often followed the same TOKEN_ORDER - 1 targets before
-    (of equal counts the first to reach it) where its share of them is >= TOKEN_THRESHOLD, else
-    -1: the record's one pass over hashed tables (keyed as it keys them, from the context of
-    position TOKEN_ORDER - 2 on, targets[0] standing before the first) as sorts and scans, since
-    a position's table entry is the positions before it with the same key."""
-    k = cfg.token_order - 1
-    s = torch.cat((targets[:1], targets)).long()
+    """Per target, the token that most often followed the same TOKEN_ORDER - 1 targets before (ties:
+    the first to reach it) if its share is >= TOKEN_THRESHOLD, else -1: the record's one pass over
+    hashed tables (keyed as it keys them, from position TOKEN_ORDER - 2 on, targets[0] before the
+    first) as sorts and scans (a table entry: the positions before with the same key)."""
+    k, s = cfg.token_order - 1, torch.cat((targets[:1], targets)).long()
     tok = s[k:]
     h, product = torch.zeros_like(tok), torch.empty_like(tok)
     for j in range(k):  # keys below 2^37, pair keys below 2^58: the record's uint64, unwrapped
@@ -2875,14 +2787,12 @@ def ngram_tilt(nll: Tensor, logits: Tensor, y: Tensor, hint: Tensor, boost: floa
     hint, y = hint.reshape(-1, 1), y.reshape(-1, 1)
     b = boost * (hint >= 0)
     log_q = logits.gather(1, hint.clamp(min=0)) - logits.logsumexp(1, keepdim=True)
-    return (nll[:, None] - b * (y == hint) + torch.log1p(log_q.clamp(max=0).exp() * b.expm1()))[
-        :, 0
-    ].detach()
+    tilted = nll[:, None] - b * (y == hint) + torch.log1p(log_q.clamp(max=0).exp() * b.expm1())
+    return tilted[:, 0].detach()
 
 
 def ngram_tilt_hints(cfg: Hyperparameters, plan: TTTPlan, log0: Callable) -> Tensor:
-    """The hints of the split's targets (every rank all of them; -1 past the end), logged as
-    the record logs them."""
+    """The split's targets' hints (all on every rank; -1 past the end), logged as the record's."""
     t0, n = time.perf_counter(), plan.total
     hints = ngram_hints(cfg, plan.split[1 : n + 1])
     gated = int((hints >= 0).sum())
@@ -2957,8 +2867,7 @@ class EMA:
 
 
 def ema_warning(cfg: Hyperparameters) -> str:
-    """A run too short for its EMA (a preset's 0.9965 at the quick start's 300 steps): the saved
-    and scored weights still hold a large share (decay^ITERATIONS) of the initial ones."""
+    """Too short a run for its EMA: saved weights hold decay^ITERATIONS of the initial ones."""
     initial = cfg.ema_decay**cfg.iterations
     if initial < 0.05:
         return ""
@@ -2973,9 +2882,8 @@ class GuardStop(Exception):
     """GUARD_LOG: the run fell behind its reference and stopped; the line is in its log."""
 
 
-# `step:N/M train_loss:X ...` and `step:N/M val_loss:X val_bpb:Y ...` (ours, the baseline's), or
-# the records' `N/M train_loss: X ...`, after any torchrun tags (`[default0]:`). No leading space:
-# the script's source, which a log may begin with, never matches.
+# `step:N/M train_loss:X`, `step:N/M val_loss:X val_bpb:Y` or the records' `N/M train_loss: X`,
+# after torchrun tags (`[default0]:`); no leading space: never the source a log begins with.
 REFERENCE_LINE = re.compile(
     r"^(?:\[[^\]]*\]:?\s*)*(?:step:)?(\d+)/\d+ "
     r"(?:train_loss:\s*(\S+)|val_loss:\s*\S+ val_bpb:\s*(\S+))"
@@ -3007,9 +2915,8 @@ def logged_steps(cfg: Hyperparameters, metric: str) -> set[int]:
 
 
 class Guard(NamedTuple):
-    """GUARD_LOG: at each step where both this run and the reference log a train_loss (nats per
-    token) or a val_bpb (bits per byte), a run more than GUARD_MARGIN of the reference's number
-    behind it stops. Every rank decides alike: the numbers are all-reduced ones."""
+    """GUARD_LOG: a run more than GUARD_MARGIN of the reference's number behind it at a step where
+    both log a train_loss or val_bpb stops (all-reduced numbers: every rank decides alike)."""
 
     name: str  # GUARD_LOG, as given
     margin: float
@@ -3041,27 +2948,22 @@ class Guard(NamedTuple):
     def describe(self) -> str:
         counts = collections.Counter(metric for metric, _ in self.scores)
         steps = sorted(step for _, step in self.scores)
-        return (
-            f"guard: train_loss at {counts['train_loss']} steps and val_bpb at "
-            f"{counts['val_bpb']} (steps {steps[0]}-{steps[-1]}) compared with {self.name}: "
-            f"the run stops when more than {100 * self.margin:g}% behind "
-            f"(GUARD_MARGIN={self.margin:g})"
-        )
+        return (f"guard: train_loss at {counts['train_loss']} steps and val_bpb at "
+                f"{counts['val_bpb']} (steps {steps[0]}-{steps[-1]}) compared with {self.name}: "
+                f"the run stops when more than {100 * self.margin:g}% behind "
+                f"(GUARD_MARGIN={self.margin:g})")  # fmt: skip
 
     def verdict(self, metric: str, step: int, value: float) -> str:
-        """The line that stops the run, or "". The number as the log prints it decides (a run
-        that repeats the reference is never behind); a number that is not finite stops it."""
+        """Stop line or "": the logged number decides (a repeat is never behind); inf/NaN stop."""
         reference = self.scores.get((metric, step))
         if reference is None:
             return ""
         ours, limit = f"{value:.4f}", float(reference) * (1 + self.margin)
         if float(ours) <= limit:
             return ""
-        return (
-            f"guard: stopped at step {step}: {metric} {ours} vs {reference} in {self.name}: "
-            f"more than {100 * self.margin:g}% behind (GUARD_MARGIN={self.margin:g}, "
-            f"at most {limit:.4f})"
-        )
+        return (f"guard: stopped at step {step}: {metric} {ours} vs {reference} in {self.name}: "
+                f"more than {100 * self.margin:g}% behind (GUARD_MARGIN={self.margin:g}, "
+                f"at most {limit:.4f})")  # fmt: skip
 
 
 def read_guard(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> Guard | None:
@@ -3102,8 +3004,7 @@ class Trainer(ClosedOnExit):
         self.stages = seq_stages(cfg)  # TRAIN_SEQ_SCHEDULE: the length follows agreed_ms too
         self.seq_len, self.rewarm_from = self.stages[0][1], None  # the active length, its start
         self.step_ends = (torch.cuda.Event(), torch.cuda.Event()) if rt.cuda else None
-        self.loader = None
-        self.step = 0
+        self.loader, self.step = None, 0
         self.training_time_ms = 0.0  # timed training up to the last pause of the clock
         self.resumed_at = 0.0  # clock() when the clock last resumed
         self.stopping = False  # the cap was reached: the current step is the last
@@ -3265,11 +3166,9 @@ class Trainer(ClosedOnExit):
                 self.pause_clock()
                 val_loss, val_bpb = evaluate()
                 ms = self.training_time_ms
-                self.log0(
-                    f"step:{self.step}/{cfg.iterations} val_loss:{val_loss:.4f} "
-                    f"val_bpb:{val_bpb:.4f} train_time:{ms:.0f}ms "
-                    f"step_avg:{ms / max(self.step, 1):.2f}ms"
-                )
+                self.log0(f"step:{self.step}/{cfg.iterations} val_loss:{val_loss:.4f} "
+                          f"val_bpb:{val_bpb:.4f} train_time:{ms:.0f}ms "
+                          f"step_avg:{ms / max(self.step, 1):.2f}ms")  # fmt: skip
                 self.stop_if_behind("val_bpb", val_bpb)
                 self.resume_clock()
             if last:
@@ -3283,10 +3182,8 @@ class Trainer(ClosedOnExit):
                 self.stop_if_behind("train_loss", self.logged_loss)
         self.close()
         if self.stopping and self.step < cfg.iterations:
-            self.log0(
-                f"stopping_early: wallclock_cap train_time:{self.training_time_ms:.0f}ms "
-                f"step:{self.step}/{cfg.iterations}"
-            )
+            self.log0(f"stopping_early: wallclock_cap train_time:{self.training_time_ms:.0f}ms "
+                      f"step:{self.step}/{cfg.iterations}")  # fmt: skip
 
     def train_one_step(self) -> None:
         cfg, step, elapsed = self.cfg, self.step + 1, self.agreed_ms  # every rank's decisions:
@@ -3309,10 +3206,9 @@ class Trainer(ClosedOnExit):
                 dist.all_reduce(train_loss)
                 train_loss /= self.rt.world_size
             self.logged_loss = loss = train_loss.item()
-            self.log0(
-                f"step:{step}/{cfg.iterations} train_loss:{loss:.4f} "
-                f"train_time:{elapsed_ms:.0f}ms step_avg:{elapsed_ms / step:.2f}ms"
-            )
+            self.log0(f"step:{step}/{cfg.iterations} train_loss:{loss:.4f} "
+                      f"train_time:{elapsed_ms:.0f}ms "
+                      f"step_avg:{elapsed_ms / step:.2f}ms")  # fmt: skip
         self.agreed[0] = elapsed_ms
         if self.cap_ms is not None and self.rt.distributed:  # the ranks' slowest clock
             dist.all_reduce(self.agreed, op=dist.ReduceOp.MAX, group=self.cap_group)
@@ -3322,8 +3218,7 @@ class Trainer(ClosedOnExit):
             self.log0(f"wallclock_cap_reached step:{step} train_time:{elapsed_ms:.0f}ms")
 
     def stop_if_behind(self, metric: str, value: float) -> None:
-        """GUARD_LOG: behind the reference at this step, every rank stops here (the same numbers,
-        the same verdict), after the line and a checkpoint if CHECKPOINT_EVERY (unless saved)."""
+        """GUARD_LOG: behind the reference, every rank stops here (after the line, a checkpoint)."""
         verdict = self.guard.verdict(metric, self.step, value) if self.guard else ""
         if not verdict:
             return
@@ -3378,8 +3273,7 @@ RESUME_KEYS = ("train_loader", "train_batch_tokens", "train_seq_len", "vocab_siz
 
 
 def resume_identity(cfg: Hyperparameters, rt: Runtime) -> dict:
-    """What a checkpoint must share with the run resuming it, by variable name; and the train
-    shards, which its loader positions point into (their names and sizes: headers only)."""
+    """What a checkpoint shares with the run resuming it: variables, train shards (headers only)."""
     sizes = {f.name: read_shard_header(f) for f in list_shards(cfg.train_files)}
     crc = zlib.crc32(json.dumps(sizes).encode())
     shards = f"{len(sizes)} files of {sum(sizes.values())} tokens (crc32 {crc:08x})"
@@ -3475,10 +3369,8 @@ def read_checkpoint_meta(folder: Path, identity: dict) -> dict:
                         f"from another step_* folder") from None  # fmt: skip
     for name, value in identity.items():  # a name saved before it was one: at its default
         if saved.get(name, DEFAULTS.get(name.lower())) != value:
-            raise ConfigError(
-                f"RESUME_FROM={folder}: saved with {name}={saved.get(name)}, this run has "
-                f"{value}: set {name} as saved to resume it"
-            )
+            raise ConfigError(f"RESUME_FROM={folder}: saved with {name}={saved.get(name)}, this "
+                              f"run has {value}: set {name} as saved to resume it")  # fmt: skip
     return meta
 
 
@@ -3497,23 +3389,20 @@ def configure() -> tuple[Hyperparameters, Runtime]:
     rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if not distributed and ("RANK" in os.environ or world_size != 1):  # one process, 1/N of it
-        raise ConfigError(
-            f"RANK={os.environ.get('RANK')} WORLD_SIZE={os.environ.get('WORLD_SIZE')}: expected "
-            f"both (as torchrun sets them) or neither"
-        )
+        raise ConfigError(f"RANK={os.environ.get('RANK')} "
+                          f"WORLD_SIZE={os.environ.get('WORLD_SIZE')}: expected both (as torchrun "
+                          f"sets them) or neither")  # fmt: skip
     if not 0 <= rank < world_size:
         raise ConfigError(f"RANK={rank}: expected 0 <= RANK < WORLD_SIZE={world_size}")
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":  # this rank's GPU, with the baseline's TF32 and SDPA flash only
         local_world = env_int("LOCAL_WORLD_SIZE", 1)  # the same on every rank: each one says it
         if local_world > (visible := torch.cuda.device_count()):
-            raise ConfigError(
-                f"LOCAL_WORLD_SIZE={local_world}: only {visible} CUDA devices visible: expected "
-                f"torchrun --nproc_per_node <= {visible}"
-            )
+            raise ConfigError(f"LOCAL_WORLD_SIZE={local_world}: only {visible} CUDA "
+                              f"devices visible: expected torchrun --nproc_per_node <= "
+                              f"{visible}")  # fmt: skip
         torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         torch.backends.cuda.enable_cudnn_sdp(False)
         torch.backends.cuda.enable_flash_sdp(True)
         torch.backends.cuda.enable_mem_efficient_sdp(False)
@@ -3531,8 +3420,7 @@ def configure() -> tuple[Hyperparameters, Runtime]:
 
 
 class RunLog:
-    """log0: rank 0's console and logs/<RUN_ID>.txt (a no-op elsewhere), from the first line: a run
-    that stops, at its start-up checks too, ends its log with the error or interruption."""
+    """log0: rank 0's console and logs/<RUN_ID>.txt, from the first line to any error ending it."""
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, code: str):
         self.rank0, self.path = rt.rank == 0, Path(f"logs/{cfg.run_id}.txt")
@@ -3584,9 +3472,8 @@ TOKENIZED_WITH = "tokenized_with.json"  # DATA_PATH's record of its tokenizer (d
 
 
 def check_tokenizer(cfg: Hyperparameters, sp, split: np.ndarray) -> None:
-    """TOKENIZER_PATH is the tokenizer of the data: the file DATA_PATH's record names, else (no
-    record) each of the first 8 validation documents of ordinary pieces (no control or unknown
-    piece: their text does not encode back) decodes and encodes back to its own ids."""
+    """TOKENIZER_PATH is the data's tokenizer: the file DATA_PATH's record names, else (no record)
+    the first 8 validation documents of ordinary pieces (their text encodes back) round-trip."""
     record, ours = Path(cfg.data_path) / TOKENIZED_WITH, f"TOKENIZER_PATH={cfg.tokenizer_path}"
     if record.is_file():
         try:
@@ -3615,8 +3502,7 @@ OVERLAP_RECORD = "overlap_checked.json"
 
 
 def overlap_line(cfg: Hyperparameters) -> str:
-    """What data/check_overlap.py found for these shards, from its record (read, never
-    computed: the names and sizes it checked against this run's), for the log."""
+    """What data/check_overlap.py found for these shards, from its record (read, never computed)."""
     record, run = Path(cfg.data_path) / OVERLAP_RECORD, "run data/check_overlap.py DATA_PATH"
     if not record.is_file():
         return f"data_overlap: not checked ({run})"
@@ -3634,8 +3520,7 @@ def overlap_line(cfg: Hyperparameters) -> str:
 
 
 def settings_help() -> str:
-    """--help: each setting with its default (its PRESET's value when one is set), as the
-    environment writes it, and the comment its Hyperparameters field carries in this file."""
+    """--help: every setting's default (its PRESET's value under one) and its field's comment."""
     notes = {}
     for line in inspect.getsource(Hyperparameters).splitlines():
         name, _, rest = line.strip().partition(": ")
@@ -3654,11 +3539,9 @@ def settings_help() -> str:
 
 
 def data_fingerprint(tokenizer_path, val_pattern: str, train_pattern: str) -> str:
-    """The run's data in one log line, cheap at any size: sha256 of the tokenizer file, of the
-    validation shards' bytes (in name order) and of the train shards' names and byte sizes (their
-    16 GB are not read), and the first 16 hex digits of the sha256 of those three digests, one a
-    line. data/build_local_dataset.py prints the same for what it builds: equal digests, same
-    data (the quick start's score depends on it: docs/measured.md)."""
+    """The run's data in one log line: sha256 of the tokenizer file, of the validation shards' bytes
+    (in name order), of the train shards' names and byte sizes, and 16 hex digits of the sha256 of
+    those digests, one a line, as data/build_local_dataset.py prints (docs/measured.md)."""
     val, train = hashlib.sha256(), hashlib.sha256()
     for path in sorted(glob.glob(val_pattern)):
         with open(path, "rb") as f:
@@ -3675,8 +3558,7 @@ def data_fingerprint(tokenizer_path, val_pattern: str, train_pattern: str) -> st
 
 
 def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
-    """Tokenizer and shards checked, the validation split loaded, its bytes counted (or tables);
-    the sliding windows if EVAL_STRIDE. An evaluation-only run needs no training shards."""
+    """Tokenizer and shards checked, the validation split loaded and counted, windows, TTT plan."""
     if not Path(cfg.data_path).is_dir():
         raise DataError(f"DATA_PATH={cfg.data_path}: no such folder; {GET_DATA}")
     if cfg.eval_only_path and not Path(cfg.eval_only_path).is_file():
@@ -3697,8 +3579,7 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
                           f"vocab size of {tokenizer}: set VOCAB_SIZE={sp.vocab_size()}, or the "
                           f"TOKENIZER_PATH the data was tokenized with")  # fmt: skip
     luts = build_sentencepiece_luts(sp, cfg.vocab_size)
-    shards = None
-    calibrate = cfg.quantizer == "gptq" and not cfg.eval_only_path.endswith(".ptz")
+    shards, calibrate = None, cfg.quantizer == "gptq" and not cfg.eval_only_path.endswith(".ptz")
     if not cfg.eval_only_path or calibrate:  # (GPTQ's Hessians read them too)
         shards = TrainShards(cfg.train_files, cfg.vocab_size)
         shards.check_order(cfg.train_loader, rt.world_size)  # now, not once the model is compiled
@@ -3716,36 +3597,25 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     if rt.rank == 0:  # (rank 0 alone reads the validation shards again)
         log0(data_fingerprint(cfg.tokenizer_path, cfg.val_files, cfg.train_files))
     log0(overlap_line(cfg))
-    log0(
-        f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} "
-        f"bytes:{val.target_bytes} bytes_from:{val.bytes_from}"
-    )
+    log0(f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} "
+         f"bytes:{val.target_bytes} bytes_from:{val.bytes_from}")  # fmt: skip
     if windows is not None:
-        log0(
-            f"sliding_window:stride:{cfg.eval_stride} seq_len:{cfg.window} "
-            f"batch_seqs:{cfg.eval_batch_seqs} windows:{windows.windows} "
-            f"tokens:{windows.target_tokens} bytes:{windows.target_bytes}"
-        )
+        log0(f"sliding_window:stride:{cfg.eval_stride} seq_len:{cfg.window} "
+             f"batch_seqs:{cfg.eval_batch_seqs} windows:{windows.windows} "
+             f"tokens:{windows.target_tokens} bytes:{windows.target_bytes}")  # fmt: skip
     if cfg.max_val_tokens:
-        log0(
-            f"WARNING: MAX_VAL_TOKENS={cfg.max_val_tokens} evaluates {val.target_tokens} of the "
-            f"split's {val.split_tokens} tokens: val_loss/val_bpb are NOT comparable to the "
-            f"challenge's score"
-        )
+        log0(f"WARNING: MAX_VAL_TOKENS={cfg.max_val_tokens} evaluates {val.target_tokens} of the "
+             f"split's {val.split_tokens} tokens: val_loss/val_bpb are NOT comparable to the "
+             f"challenge's score")  # fmt: skip
     copy_streams = [int(on and rt.cuda) for on in (cfg.train_copy_stream, cfg.val_copy_stream)]
-    log0(
-        f"train_tokens:{sum(shards.sizes) if shards else 0} order:{cfg.train_loader} "
-        f"train_prefetch:{int(cfg.train_prefetch)} "
-        f"queue:{cfg.train_prefetch_queue} copy_stream:{copy_streams[0]} "
-        f"val_prefetch:{int(cfg.val_prefetch)} queue:{cfg.val_prefetch_queue} "
-        f"copy_stream:{copy_streams[1]}"
-    )
+    log0(f"train_tokens:{sum(shards.sizes) if shards else 0} order:{cfg.train_loader} "
+         f"train_prefetch:{int(cfg.train_prefetch)} queue:{cfg.train_prefetch_queue} "
+         f"copy_stream:{copy_streams[0]} val_prefetch:{int(cfg.val_prefetch)} "
+         f"queue:{cfg.val_prefetch_queue} copy_stream:{copy_streams[1]}")  # fmt: skip
     if plan is not None:
-        log0(
-            f"ttt:batches:{plan.batch_count} phases_after_batch:{[j for j, _ in plan.phases]} "
-            f"this_rank_batches:{len(plan.work)} tokens:{plan.target_tokens} "
-            f"bytes:{plan.target_bytes}"
-        )
+        log0(f"ttt:batches:{plan.batch_count} phases_after_batch:{[j for j, _ in plan.phases]} "
+             f"this_rank_batches:{len(plan.work)} tokens:{plan.target_tokens} "
+             f"bytes:{plan.target_bytes}")  # fmt: skip
     return val, windows, plan
 
 
@@ -3758,21 +3628,16 @@ def log_network(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable)
     log0(f"attention_mode:gqa num_heads:{cfg.num_heads} num_kv_heads:{cfg.num_kv_heads}")
     embed_lr = cfg.tied_embed_lr if cfg.tie_embeddings else cfg.embed_lr
     head_lr = cfg.head_lr if net.base.lm_head is not None else 0.0
-    log0(
-        f"tie_embeddings:{cfg.tie_embeddings} embed_lr:{embed_lr} head_lr:{head_lr} "
-        f"matrix_lr:{cfg.matrix_lr} scalar_lr:{cfg.scalar_lr}"
-    )
-    log0(
-        f"train_batch_tokens:{cfg.train_batch_tokens} train_seq_len:{cfg.train_seq_len} "
-        f"iterations:{cfg.iterations} warmup_steps:{cfg.warmup_steps} "
-        f"max_wallclock_seconds:{cfg.max_wallclock_seconds:.3f}"
-    )
+    log0(f"tie_embeddings:{cfg.tie_embeddings} embed_lr:{embed_lr} head_lr:{head_lr} "
+         f"matrix_lr:{cfg.matrix_lr} scalar_lr:{cfg.scalar_lr}")  # fmt: skip
+    log0(f"train_batch_tokens:{cfg.train_batch_tokens} train_seq_len:{cfg.train_seq_len} "
+         f"iterations:{cfg.iterations} warmup_steps:{cfg.warmup_steps} "
+         f"max_wallclock_seconds:{cfg.max_wallclock_seconds:.3f}")  # fmt: skip
     log0(f"seed:{cfg.seed}")
 
 
 def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, log0) -> tuple:
-    """final_model.pt and the quantized artifact (rank 0 writes them); what each rank scores, and
-    on rank 0 the line that the total is over the cap ("" if not), for the run's end."""
+    """Rank 0 writes final_model.pt and the artifact; returned: what to score, any over-cap line."""
     gptq, path = cfg.quantizer == "gptq", Path(ARTIFACT_FILES[cfg.quantizer])
     if rt.rank == 0:
         for earlier in (Path("final_model.pt"), path):
@@ -3814,8 +3679,7 @@ def cap_verdict(total: int) -> str:
 
 
 def keep_earlier(path: Path, log0: Callable) -> None:
-    """An earlier run's file is renamed by its time (final_model.20260427-093000.pt), not replaced
-    without a word: a 2-step experiment keeps the quick start's model."""
+    """An earlier run's file is renamed by its time (final_model.20260427-093000.pt), not lost."""
     if path.exists():
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
         path.rename(kept := path.with_stem(f"{path.stem}.{stamp}"))
@@ -3851,9 +3715,8 @@ def quantize_gptq(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callabl
 
 
 def collect_hessians(cfg: Hyperparameters, rt: Runtime, model: GPT, names: list) -> dict:
-    """docs/frontier.md#hessians: H = mean over batches of X^T X (fp32), X a matrix's input;
-    looped layers add a term per pass. Every rank draws what the record's rank 0 draws: all
-    compute its file."""
+    """docs/frontier.md#hessians: H = mean over batches of X^T X (fp32), X a matrix's input, a
+    term per pass of a looped layer. Every rank draws the record's rank 0's batches: its file."""
     hessians, squares, rows, hooks = {}, {}, collections.Counter(), []
     modules = {f"{n}.weight": m for n, m in model.named_modules()}
     modules["tok_emb.weight"] = model.final_norm  # the tied head's input
@@ -3884,8 +3747,7 @@ def collect_hessians(cfg: Hyperparameters, rt: Runtime, model: GPT, names: list)
 
 def weights_mismatch(ours: dict, theirs: dict) -> str:
     """The settings by which a file's weights differ from this config's, each with its first
-    tensor that differs: `NUM_LAYERS=4 here, the file has 3 blocks`, or the embedding's (the
-    widths follow from it), else every setting's."""
+    differing tensor: NUM_LAYERS's, or the embedding's (widths follow from it), else every one."""
     blocks = [
         len({k.split(".")[1] for k in sd if k.startswith("blocks.")}) for sd in (ours, theirs)
     ]
@@ -4039,11 +3901,8 @@ def hold(signum: int, frame) -> None:  # the main thread, between bytecodes: sto
 
 
 def main_interruptible() -> int:
-    """main(). SIGINT or SIGTERM (torchrun forwards them to every rank) end the run from a thread:
-    Python runs a signal's handler in the main thread between bytecodes only, and one long call
-    (a backward on the CPU, a collective whose peer is gone) would keep it for many seconds. An
-    error: its line ends the log, and the signals are the defaults again (torchrun's SIGTERM
-    ends a waiting rank)."""
+    """main(). SIGINT or SIGTERM (torchrun forwards them) end it from a thread: Python runs handlers
+    between bytecodes only, which one long call (a CPU backward, a stuck collective) delays."""
     wake, woken = os.pipe()
     os.set_blocking(woken, False)
     signal.set_wakeup_fd(woken)  # the C-level handler writes the signal's number there at once
@@ -4064,8 +3923,7 @@ def main_interruptible() -> int:
 
 
 def stop_on_signal(wake: int) -> None:
-    """The first signal: an incomplete checkpoint removed, rank 0's line (`interrupted at step N
-    (checkpoint: ...)`, or the phase), exit 128 + the signal (threads and files end with us)."""
+    """First signal: partial checkpoint removed, rank 0's `interrupted` line, exit 128 + signum."""
     signum = os.read(wake, 1)[0]
     trainer, where, saved = RunState.trainer, RunState.phase, "no checkpoint"
     if trainer is not None:
@@ -4084,11 +3942,8 @@ def stop_on_signal(wake: int) -> None:
 
 def report_to_launcher(line: str) -> None:
     """torchrun's failure report ends with its root cause: the first failed rank's error file
-    (the path torchrun puts in TORCHELASTIC_ERROR_FILE for each rank) or, without one, a link
-    about enabling tracebacks. Ours holds the run's one line where torch's ErrorHandler puts the
-    message and the Python call stack, so the report's last entry says what to fix. Rank 0's file
-    is written before any other's (they wait), so it is the first failure. No variable (plain
-    python) or an unwritable path: nothing, the line is on stderr all the same."""
+    (TORCHELASTIC_ERROR_FILE), else a link about tracebacks. Ours holds the run's line where torch's
+    ErrorHandler puts the message and call stack; rank 0's is written first (the others wait)."""
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path:
         return
@@ -4116,8 +3971,7 @@ def cli() -> None:  # python train_gpt.py [--help], or under torchrun (tools/tra
             RunState.log0(f"error: {error if user else repr(error)}", console=False)
         if not user:
             raise
-        rank = os.environ.get("RANK", "0")
-        where = ""
+        rank, where = os.environ.get("RANK", "0"), ""
         if rank not in ("0", ""):  # rank 0 says it and torchrun stops us, unless it is ours alone
             time.sleep(5)  # (its cost: a rank's own error, as a bad shard only it reads, waits)
             where = f"[rank {rank}] "
