@@ -553,14 +553,6 @@ def test_lqer_factors_are_saved_contiguous_as_the_references_byte_for_byte():
         assert factors[next(k for k in factors if k.startswith("lqA"))].is_contiguous()
 
 
-def test_the_docs_quote_the_current_counted_code_bytes():
-    pytest.importorskip("python_minifier")
-    counted = tg.counted_code_bytes(Path(tg.__file__).read_text(), print)
-    text = (Path(tg.__file__).parent / "docs" / "frontier.md").read_text()
-    quoted = re.findall(r"[Cc]ounted code(?: bytes)?(?: is|:)? \**([\d,]+) B", text)
-    assert quoted and {int(q.replace(",", "")) for q in quoted} == {counted}, quoted
-
-
 def test_pack_record_writes_the_counted_code_and_it_runs(tmp_path, tiny_dataset):
     """`pack --record`: the record's packed form, as long as the code the log counts, unpacks to
     the minified source, and trains and scores as the readable script does."""
