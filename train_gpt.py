@@ -1194,7 +1194,10 @@ def read_pergroup(blob: bytes) -> dict:
 
 
 def counted_code_bytes(code: str, log0: Callable) -> int:
-    """The length of the wrapper around base85(brotli q11(minified source)): docs/frontier.md."""
+    """The length of the wrapper around base85(brotli q11(minified source)): docs/frontier.md.
+    A script shipped so (a record's specialised one: records/golf/specialize.py) counts as it is."""
+    if code.startswith(CODE_HEAD):
+        return len(code.encode("utf-8"))
     try:  # the record's pyminify options; without python-minifier the source as it is
         code = importlib.import_module("python_minifier").minify(
             code, rename_locals=False, hoist_literals=False, remove_literal_statements=True,
@@ -3851,11 +3854,13 @@ def main() -> None:
             log_score("", "", rt, evaluate, log0, "diagnostic pre-quantization post-ema")
         quantized, over_cap = save_artifacts(cfg, rt, net, code, log0)
     source = f"EVAL_ONLY_PATH={cfg.eval_only_path}" if cfg.eval_only_path else "the int8 weights"
-    if "__quant_format__" in quantized:  # the baseline's, else the record's (w, m)
+    # The baseline's format, else the record's (w, m): as QUANTIZER wrote it, or as the file is
+    int8 = "__quant_format__" in quantized if cfg.eval_only_path else cfg.quantizer != "gptq"
+    if int8:
         load_weights(net, dequantize_state_dict_int8(quantized), source)
     else:
         load_weights(net, dequantize_state_dict_gptq(quantized, net.base.state_dict()), source)
-    record_label = "" if "__quant_format__" in quantized else "diagnostic quantized"
+    record_label = "" if int8 else "diagnostic quantized"
     RunState.phase = "in the final evaluation"
     rt.synchronize()
     evals_start = time.perf_counter()

@@ -351,6 +351,13 @@ def test_the_code_is_counted_as_the_record_counts_it():
     assert scope["x"] == 42
 
 
+def test_a_script_shipped_packed_counts_as_it_is():
+    """A record's specialised script runs packed: minified and compressed again, it would count
+    more than the file it is."""
+    packed = tg.CODE_HEAD + base64_payload("x = 6 * 7\n" * 50) + tg.CODE_TAIL
+    assert tg.counted_code_bytes(packed, print) == len(packed.encode())
+
+
 def base64_payload(code: str) -> str:
     import base64
 

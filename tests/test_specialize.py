@@ -293,6 +293,17 @@ def test_the_specialised_script_imports_without_side_effects(pr2135_script, tmp_
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_specialised_script_says_what_it_is_on_help(pr2135_script):
+    packed = pr2135_script.with_name("packed.py")
+    packed.write_bytes(sp.counted(pr2135_script.read_text()))
+    out = subprocess.run([sys.executable, "-B", str(packed), "--help"], capture_output=True,
+                         text=True, timeout=120, cwd=packed.parent)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "specialised to PRESET=pr2135's settings" in out.stdout
+    assert "DATA_PATH=... TOKENIZER_PATH=... RUN_ID=... SEED=..." in out.stdout
+    assert "train_gpt_readable.py" in out.stdout
+
+
 # Each refusal as `python script` meets it: the script imported once, then per case a fork whose
 # environment is the case's calls its command line entry, cli() (which ends the process with the
 # exit code `python script` would give). Two processes (torch imported once a script), not two a

@@ -31,8 +31,10 @@ environment. A record runs one configuration, so its counted code need not carry
    `if __name__ == "__main__"` block), every function, class, constant and import referenced by
    name; a method is kept when its name is used as an attribute or a string anywhere live (getattr),
    is a dunder, or is one a framework calls (forward, step, ...).
-6. The result is unparsed (`ast.unparse`), minified with the record's options and packed as the
-   record's form (records/golf/pack.py: `record_pack_source`): its bytes are the counted code.
+6. The result is unparsed (`ast.unparse`), minified with the record's options, its local and
+   module-level names renamed too (SPECIALIZED_MINIFY: nothing imports it or reads it), and
+   packed as the record's form (records/golf/pack.py: `record_pack_source`): its bytes are the
+   counted code.
 
 `python benchmarks/specialized_size.py` prints the table of benchmarks/RESULTS.md.
 """
@@ -60,6 +62,9 @@ from .errors import SubmissionError
 # What a reproduction of a run may set to other values: where the data is, the log's name, the seed.
 FREE = ("data_path", "tokenizer_path", "run_id", "seed")
 SETTINGS_CLASS_METHOD = "from_env"  # the settings class is the one defining it
+# The readable script's --help (every setting, from its source): a specialised script's says what
+# it is instead
+HELP_FUNCTION = "settings_help"
 # Methods that frameworks call by protocol (nn.Module, optimizers, threads, context managers).
 PROTOCOL_METHODS = frozenset(
     {"forward", "step", "zero_grad", "close", "run", "state_dict", "load_state_dict",
@@ -111,6 +116,7 @@ class Settings:
     file_constants: dict  # module constant -> literal value (read from files at import)
     file_calls: dict  # module function reading files beside the script -> the function
     free: tuple = FREE
+    fixed_table: bool = False  # the script refuses by a FIXED_VARIABLES table (from_env keeps it)
 
     @property
     def frozen(self) -> dict:
@@ -172,6 +178,7 @@ def settings_for(module, values: dict, free=FREE) -> Settings:
         file_constants(module),
         file_calls(module),
         tuple(free),
+        fixed_table=isinstance(getattr(module, "FIXED_VARIABLES", None), dict),
     )
 
 
@@ -236,11 +243,26 @@ def file_constants(module) -> dict:
             for name in set(_bound_names(stmt)) & file_derived(tree):
                 if literal(value := getattr(module, name, None)):
                     out[name] = value
-    # The generated from_env refuses by the fixed-variable table: a literal here, whether the
-    # script reads it from a file or builds it in code
-    if literal(table := getattr(module, "FIXED_VARIABLES", None)):
-        out["FIXED_VARIABLES"] = table
+    return out | built_dicts(tree, module)
+
+
+def built_dicts(tree: ast.Module, module) -> dict:
+    """Tables of settings built by code (`PR2014 = PR1855 | dict(...)`, a table of such dicts):
+    as literals, their lookups on constant keys fold and the tables go when unused."""
+    out = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, (ast.Call, ast.BinOp, ast.Dict)):
+            for name in _bound_names(stmt):
+                value = getattr(module, name, None)
+                if isinstance(value, dict) and value and literal(value) and _settings_table(value):
+                    out[name] = value
     return out
+
+
+def _settings_table(table: dict) -> bool:
+    return all(
+        isinstance(v, str) or (isinstance(v, dict) and _settings_table(v)) for v in table.values()
+    )
 
 
 def file_calls(module) -> dict:
@@ -369,7 +391,7 @@ def rewrite_settings_class(tree: ast.Module, settings: Settings) -> None:
             changed = {
                 k.upper(): v for k, v in frozen.items() if not _same(v, settings.defaults.get(k))
             }
-            fixed = "FIXED_VARIABLES" if "FIXED_VARIABLES" in settings.file_constants else "{}"
+            fixed = "FIXED_VARIABLES" if settings.fixed_table else "{}"
             code = FROM_ENV.format(
                 free=tuple(settings.free), changed=changed, refusal=REFUSAL_EXPR, fixed=fixed
             )
@@ -408,6 +430,9 @@ def _small(value) -> bool:
     return literal(value)
 
 
+MISSING = ast.Constant(None)  # (Fold._entry: the key is not in the dict)
+
+
 class Fold(ast.NodeTransformer):
     """Constant expressions to constants, branches on constants to the branch taken."""
 
@@ -432,8 +457,13 @@ class Fold(ast.NodeTransformer):
     def visit_BinOp(self, node):
         self.generic_visit(node)
         (ok_l, left), (ok_r, right) = const_value(node.left), const_value(node.right)
+        repeated = isinstance(node.op, ast.Mult) and isinstance(left, str)  # "=" * 100 stays
         if ok_l and ok_r and not isinstance(left, list) and not isinstance(right, list):
-            return self._result(node, lambda: _BINOPS[type(node.op)](left, right))
+            return (
+                node
+                if repeated
+                else self._result(node, lambda: _BINOPS[type(node.op)](left, right))
+            )
         return node
 
     def visit_BoolOp(self, node):
@@ -505,12 +535,22 @@ class Fold(ast.NodeTransformer):
         ok_k, key = const_value(node.slice)
         if ok_v and ok_k and isinstance(value, (str, tuple, dict)):
             return self._result(node, lambda: value[key])
-        if ok_k and isinstance(node.value, ast.Name) and node.value.id in self.literal_dicts:
-            entries = self.literal_dicts[node.value.id]
-            for k, v in zip(entries.keys, entries.values, strict=True):
-                if is_const(k) and k.value == key and isinstance(v, (ast.Constant, ast.Name)):
-                    return copy.deepcopy(v)
+        if ok_k and isinstance(node.value, ast.Name):
+            found = self._entry(node.value.id, key)
+            return node if found is None or found is MISSING else found
         return node
+
+    def _entry(self, name: str, key):
+        """The value node of `name[key]` in a module literal dict; None if not known."""
+        entries = self.literal_dicts.get(name)
+        if entries is None or not all(map(is_const, entries.keys)):
+            return None
+        for k, v in zip(entries.keys, entries.values, strict=True):
+            if k.value == key:
+                return (
+                    copy.deepcopy(v) if isinstance(v, (ast.Constant, ast.Name, ast.Dict)) else None
+                )
+        return MISSING
 
     def visit_Call(self, node):
         self.generic_visit(node)
@@ -519,6 +559,12 @@ class Fold(ast.NodeTransformer):
             return node
         values = [v for _, v in args]
         f = node.func
+        literal_get = isinstance(f, ast.Attribute) and f.attr == "get" and 1 <= len(args) <= 2
+        if literal_get and isinstance(f.value, ast.Name):  # table.get(key, default)
+            found = self._entry(f.value.id, values[0])
+            if found is MISSING:
+                return node.args[1] if len(args) == 2 else ast.Constant(None)
+            return node if found is None else found
         if isinstance(f, ast.Name) and f.id in self.file_calls:  # what presets/ would say
             return self._result(node, lambda: self.file_calls[f.id](*values))
         if isinstance(f, ast.Name) and f.id in PURE_BUILTINS and f.id not in self.shadowed:
@@ -961,6 +1007,23 @@ def _strip_annotations(tree) -> None:
                 a.annotation = None
 
 
+def specialized_help(settings: Settings) -> str:
+    free = " ".join(f"{name.upper()}=..." for name in settings.free)
+    preset = settings.values.get("preset")
+    what = f"PRESET={preset}'s settings" if preset else "one run's settings"
+    return (
+        f"usage: [{free}] torchrun --standalone --nproc_per_node=N train_gpt.py\n"
+        f"train_gpt.py specialised to {what}: other values of the other settings are refused; "
+        "the readable script it was made from (train_gpt_readable.py) takes them (its --help)"
+    )
+
+
+def _rewrite_help(tree: ast.Module, settings: Settings) -> None:
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == HELP_FUNCTION:
+            stmt.body = [ast.Return(ast.Constant(specialized_help(settings)))]
+
+
 def specialize_tree(source: str, settings: Settings) -> ast.Module:
     tree = ast.parse(source)
     futures = any(
@@ -971,6 +1034,7 @@ def specialize_tree(source: str, settings: Settings) -> ast.Module:
         _strip_annotations(tree)
     _inline_file_constants(tree, settings.file_constants)
     rewrite_settings_class(tree, settings)
+    _rewrite_help(tree, settings)
     tree = ConfigReads(settings).visit(tree)
     shadowed = {n for s in tree.body for n in _bound_names(s)}
     for _ in range(20):
@@ -1089,10 +1153,11 @@ def write_specialized(script: Path, out: Path, settings: dict, log: str | None =
 
 
 def counted(source: str) -> bytes:
-    """The record's packed file of a specialised source: what the artifact counts."""
+    """The record's packed file of a specialised source, its names renamed: what the artifact
+    counts."""
     from .pack import record_pack_source
 
-    return record_pack_source(source.encode("utf-8"))
+    return record_pack_source(source.encode("utf-8"), renamed=True)
 
 
 # -----------------------------
@@ -1134,7 +1199,9 @@ def regions(source: str, top: int = 12) -> list[tuple[int, str]]:
     def name(stmt) -> str:
         return ", ".join(_bound_names(stmt)) or ast.unparse(stmt).split("\n")[0][:40]
 
-    sizes = [(len(minify_source(ast.unparse(s).encode())), i) for i, s in enumerate(tree.body)]
+    sizes = [
+        (len(minify_source(ast.unparse(s).encode(), True)), i) for i, s in enumerate(tree.body)
+    ]
     out = []
     for _, i in sorted(sizes, reverse=True)[: 2 * top]:
         rest = ast.Module([s for j, s in enumerate(tree.body) if j != i], [])
