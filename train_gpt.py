@@ -1532,15 +1532,14 @@ class ClosedOnExit(contextlib.AbstractContextManager):  # `with loader:` closes 
 
 
 class DistributedTokenLoader(ClosedOnExit):
-    """The synchronous reference: (x, y), or (x, y, cu_seqlens, max_seqlen) for docpack."""
+    """The synchronous reference: (x, y), or (x, y, cu_seqlens, max_seqlen) for docpack. `order`:
+    the order's class (StreamOrder, the baseline's; TRAIN_ORDERS by TRAIN_LOADER's names)."""
 
-    def __init__(self, pattern, rank, world_size, device, *, vocab_size=None, order="stream",
+    def __init__(self, pattern, rank, world_size, device, *, order: type, vocab_size=None,
                  state=None):  # fmt: skip
-        if order not in TRAIN_ORDERS:
-            raise ValueError(f"order={order!r}: expected one of {', '.join(TRAIN_ORDERS)}")
         self.rank, self.world_size = rank, world_size
         self.device = torch.empty(0, device=device).device  # "cuda" -> "cuda:N", for the worker
-        self.kind, self.seq_len = TRAIN_ORDERS[order], None
+        self.kind, self.seq_len = order, None
         self.shards = TrainShards(pattern, vocab_size)
         self.order = self.kind(self.shards, rank, world_size, state)  # its first shard now
 
@@ -3020,7 +3019,8 @@ class Trainer(ClosedOnExit):
         cfg, rt = self.cfg, self.rt
         self.close()
         args = (cfg.train_files, rt.rank, rt.world_size, rt.device)
-        order = dict(vocab_size=cfg.vocab_size, order=cfg.train_loader, state=position)
+        kind = TRAIN_ORDERS[cfg.train_loader]
+        order = dict(vocab_size=cfg.vocab_size, order=kind, state=position)
         if not cfg.train_prefetch:
             self.loader = DistributedTokenLoader(*args, **order)
             return
@@ -3735,7 +3735,7 @@ def collect_hessians(cfg: Hyperparameters, rt: Runtime, model: GPT, names: list)
         if name != "tok_emb.weight" or model.lm_head is None:
             hooks.append(modules[name].register_forward_hook(functools.partial(accumulate, name)))
     loader = DistributedTokenLoader(cfg.train_files, 0, rt.world_size, rt.device,
-                                    vocab_size=cfg.vocab_size, order="shuffled")  # fmt: skip
+                                    vocab_size=cfg.vocab_size, order=ShuffledOrder)  # fmt: skip
     shape = (GPTQ_CALIBRATION_ROWS * cfg.train_seq_len * rt.world_size, cfg.train_seq_len, 1)
     model.eval()
     with loader, torch.no_grad():

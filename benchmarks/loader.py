@@ -254,9 +254,11 @@ def make_loader(
 ):
     if mode == "prefetch":
         return tg.PrefetchingDistributedTokenLoader(
-            pattern, rank, world, device, vocab_size=vocab, queue_depth=queue
+            pattern, rank, world, device, order=tg.StreamOrder, vocab_size=vocab, queue_depth=queue
         )
-    loader = tg.DistributedTokenLoader(pattern, rank, world, device, vocab_size=vocab)
+    loader = tg.DistributedTokenLoader(
+        pattern, rank, world, device, order=tg.StreamOrder, vocab_size=vocab
+    )
     if mode == "sync":
         return loader
     batches = [
@@ -508,7 +510,7 @@ def bench_train_order(args, data: Path, device: torch.device, checks: list) -> d
                 args.world_size,
                 device,
                 vocab_size=args.vocab,
-                order=args.order,
+                order=tg.TRAIN_ORDERS[args.order],
                 queue_depth=args.queue,
             )
         else:

@@ -33,7 +33,9 @@ def test_boundary_steps_match_the_sync_loader(tmp_path, shard_tokens):
     accum = tg.grad_accum_steps_for(world)
     shape = (512, 64, accum)
     chunk = world * tg.rank_span(*shape, world) * accum
-    loader = tg.DistributedTokenLoader(str(tmp_path / "fineweb_train_*.bin"), 0, world, "cpu")
+    loader = tg.DistributedTokenLoader(
+        str(tmp_path / "fineweb_train_*.bin"), 0, world, "cpu", order=tg.StreamOrder
+    )
     calls, load = [], loader.shards.load
     loader.shards.load = lambda i: (calls.append(i), load(i))[1]
     loads = []  # the step of each shard load (a synchronous loader: loads happen in next_batch)

@@ -63,9 +63,11 @@ def shard_pattern(tmp_path_factory) -> str:
 def make_loader(kind: str, pattern: str, rank: int, order: str, state=None):
     args = (pattern, rank, WORLD_SIZE, "cpu")
     if kind == "sync":
-        return tg.DistributedTokenLoader(*args, vocab_size=None, order=order, state=state)
+        return tg.DistributedTokenLoader(
+            *args, vocab_size=None, order=tg.TRAIN_ORDERS[order], state=state
+        )
     return tg.PrefetchingDistributedTokenLoader(
-        *args, vocab_size=None, order=order, state=state, queue_depth=2
+        *args, vocab_size=None, order=tg.TRAIN_ORDERS[order], state=state, queue_depth=2
     )
 
 

@@ -220,9 +220,18 @@ def make_loader(
     vocab_size: int | None = None,
 ):
     if kind == "sync":
-        return tg.DistributedTokenLoader(pattern, rank, world_size, "cpu", vocab_size=vocab_size)
+        return tg.DistributedTokenLoader(
+            pattern, rank, world_size, "cpu", order=tg.StreamOrder, vocab_size=vocab_size
+        )
     return tg.PrefetchingDistributedTokenLoader(
-        pattern, rank, world_size, "cpu", vocab_size=vocab_size, queue_depth=depth, copy_stream=True
+        pattern,
+        rank,
+        world_size,
+        "cpu",
+        order=tg.StreamOrder,
+        vocab_size=vocab_size,
+        queue_depth=depth,
+        copy_stream=True,
     )
 
 
@@ -518,7 +527,9 @@ def test_sync_loader_retry_after_data_error_never_skips_tokens(tmp_path, after):
     returned."""
     paths = write_consecutive_shards(tmp_path, FAIL_SIZES)
     world_size, rank, shape = 2, 1, shape_for(2, 8, 4, 2)
-    loader = tg.DistributedTokenLoader(train_pattern(tmp_path), rank, world_size, "cpu")
+    loader = tg.DistributedTokenLoader(
+        train_pattern(tmp_path), rank, world_size, "cpu", order=tg.StreamOrder
+    )
     original = paths[BAD_SHARD].read_bytes()
     paths[BAD_SHARD].unlink()
     want = expected_batches(sum(FAIL_SIZES), world_size, rank, [shape] * 100)
@@ -633,7 +644,9 @@ def test_worker_thread_that_exits_at_once_is_noticed(tmp_path, loaders, monkeypa
 def test_queue_depth_below_one_is_refused(tmp_path):
     write_consecutive_shards(tmp_path, [10])
     with pytest.raises(ValueError, match="queue_depth=0"):
-        tg.PrefetchingDistributedTokenLoader(train_pattern(tmp_path), 0, 1, "cpu", queue_depth=0)
+        tg.PrefetchingDistributedTokenLoader(
+            train_pattern(tmp_path), 0, 1, "cpu", order=tg.StreamOrder, queue_depth=0
+        )
     assert thread_names() == []
 
 
@@ -646,7 +659,7 @@ def test_close_is_prompt_while_the_worker_is_blocked_on_a_full_queue(tmp_path):
     write_consecutive_shards(tmp_path, LAYOUTS["short_shards"][0])
     before = live_threads()
     loader = tg.PrefetchingDistributedTokenLoader(
-        train_pattern(tmp_path), 0, 1, "cpu", queue_depth=1
+        train_pattern(tmp_path), 0, 1, "cpu", order=tg.StreamOrder, queue_depth=1
     )
     loader.next_batch(*shape_for(1, 8, 4, 2))
     worker = next(t for t in pipeline_threads() if t.name == WORKER_THREAD)
@@ -667,7 +680,7 @@ def test_no_thread_outlives_its_loader(tmp_path, depth):
     write_consecutive_shards(tmp_path, LAYOUTS["short_shards"][0])
     before = live_threads()
     loader = tg.PrefetchingDistributedTokenLoader(
-        train_pattern(tmp_path), 1, 2, "cpu", queue_depth=depth
+        train_pattern(tmp_path), 1, 2, "cpu", order=tg.StreamOrder, queue_depth=depth
     )
     for _ in range(12):  # past several shard boundaries, so the shard reader has been busy
         loader.next_batch(*shape_for(2, 8, 4, 2))
@@ -688,7 +701,12 @@ def test_thirty_open_use_close_cycles_leave_no_thread(tmp_path):
     shapes = [shape_for(2, 8, 4, 2)] * 3 + [shape_for(2, 4, 4, 1)] * 2
     for cycle in range(30):
         loader = tg.PrefetchingDistributedTokenLoader(
-            train_pattern(tmp_path), cycle % 2, 2, "cpu", queue_depth=1 + cycle % 3
+            train_pattern(tmp_path),
+            cycle % 2,
+            2,
+            "cpu",
+            order=tg.StreamOrder,
+            queue_depth=1 + cycle % 3,
         )
         for shape, want in zip(
             shapes, expected_batches(sum(sizes), 2, cycle % 2, shapes), strict=True
@@ -712,7 +730,7 @@ def test_context_manager_closes_the_loader(tmp_path, raise_inside):
 
     def use():
         with tg.PrefetchingDistributedTokenLoader(
-            train_pattern(tmp_path), 0, 1, "cpu", queue_depth=1
+            train_pattern(tmp_path), 0, 1, "cpu", order=tg.StreamOrder, queue_depth=1
         ) as loader:
             loader.next_batch(*shape_for(1, 8, 4, 2))
             assert WORKER_THREAD in thread_names()
@@ -730,17 +748,21 @@ def test_context_manager_closes_the_loader(tmp_path, raise_inside):
 def test_close_is_idempotent(tmp_path):
     write_consecutive_shards(tmp_path, [50, 50])
     before = live_threads()
-    unused = tg.PrefetchingDistributedTokenLoader(train_pattern(tmp_path), 0, 1, "cpu")
+    unused = tg.PrefetchingDistributedTokenLoader(
+        train_pattern(tmp_path), 0, 1, "cpu", order=tg.StreamOrder
+    )
     for _ in range(3):
         assert call_within(unused.close).error is None  # never used: only the shard reader to stop
-    used = tg.PrefetchingDistributedTokenLoader(train_pattern(tmp_path), 0, 1, "cpu", queue_depth=2)
+    used = tg.PrefetchingDistributedTokenLoader(
+        train_pattern(tmp_path), 0, 1, "cpu", order=tg.StreamOrder, queue_depth=2
+    )
     used.next_batch(*shape_for(1, 8, 4, 1))
     for _ in range(3):
         closed = call_within(used.close)
         assert closed.error is None
     with used:  # __exit__ on a closed loader is a no-op too
         pass
-    sync = tg.DistributedTokenLoader(train_pattern(tmp_path), 0, 1, "cpu")
+    sync = tg.DistributedTokenLoader(train_pattern(tmp_path), 0, 1, "cpu", order=tg.StreamOrder)
     sync.close()
     sync.close()
     assert live_threads() <= before

@@ -128,10 +128,12 @@ SHUFFLED_CALLS = 60
 
 def ours(kind: str, pattern: str, rank: int, world_size: int, order: str, device="cpu", **kw):
     if kind == "sync":
-        return tg.DistributedTokenLoader(pattern, rank, world_size, device, order=order)
+        return tg.DistributedTokenLoader(
+            pattern, rank, world_size, device, order=tg.TRAIN_ORDERS[order]
+        )
     depth = int(kind.rsplit("_q", 1)[1])
     return tg.PrefetchingDistributedTokenLoader(
-        pattern, rank, world_size, device, order=order, queue_depth=depth, **kw
+        pattern, rank, world_size, device, order=tg.TRAIN_ORDERS[order], queue_depth=depth, **kw
     )
 
 
@@ -626,7 +628,9 @@ def test_bos_id_is_one():
 @pytest.mark.parametrize("kind", KINDS)
 def test_order_stream_is_todays_order(tmp_path, opened, kind):
     write_shards(tmp_path, [Shard(150), Shard(97)])
-    plain = opened(tg.DistributedTokenLoader(pattern_of(tmp_path), 1, 2, "cpu"))
+    plain = opened(
+        tg.DistributedTokenLoader(pattern_of(tmp_path), 1, 2, "cpu", order=tg.StreamOrder)
+    )
     loader = opened(ours(kind, pattern_of(tmp_path), 1, 2, "stream"))
 
     def run():

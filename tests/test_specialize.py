@@ -199,7 +199,8 @@ def test_a_frozen_field_keeps_its_readable_default_without_its_bounds(toy):
 
 def test_constants_read_from_files_beside_the_script_become_literals(toy, tmp_path):
     out = specialised(toy)
-    assert "'OLD_KNOB': [['0'], 'gone']" in out and "fixed.json" not in out
+    # (the fixed-variable table, as the accepted values: the refusal names the value)
+    assert "'OLD_KNOB': ('0',)" in out and "fixed.json" not in out
 
 
 def test_a_local_bound_once_to_a_constant_is_inlined_but_a_mutable_one_is_not():
@@ -250,7 +251,8 @@ def test_a_frozen_variable_set_to_another_value_is_refused_in_one_line(toy, tmp_
     )
     assert run(script, {"LAYERS": "3"}).returncode == 0  # its own value: accepted
     assert run(script, {"SEED": "7"}).stdout.split()[0].endswith(":7")  # free
-    assert "OLD_KNOB='1': not read here: gone; unset it" in run(script, {"OLD_KNOB": "1"}).stderr
+    refused = run(script, {"OLD_KNOB": "1"}).stderr
+    assert "OLD_KNOB='1': not read here (fixed at '0'); unset it" in refused
 
 
 def test_a_bool_is_shown_as_the_environment_writes_it(toy, tmp_path):
@@ -360,11 +362,11 @@ CASES = {
     "seed_bounds": {"SEED": "-1"},
     "run_id": {"RUN_ID": "a/b"},
     "seed_parse": {"SEED": "x"},
-    "fixed": {"TTT_GRAD_STEPS": "2"},  # a fixed variable
     "world_size": {"WORLD_SIZE": "3", "RANK": "0"},
     "no_data": {},  # no data at DATA_PATH
 }
 FROZEN = {"MATRIX_LR": "0.03", "EVAL_TTT": "0"}
+FIXED = {"TTT_GRAD_STEPS": "2"}  # a fixed variable
 OWN_VALUES = {"MATRIX_LR": "0.028", "PRESET": "pr2135"}
 
 
@@ -372,8 +374,10 @@ OWN_VALUES = {"MATRIX_LR": "0.028", "PRESET": "pr2135"}
 def refused(pr2135_script, tmp_path_factory) -> dict[str, dict[str, list]]:
     """The specialised script's and the readable's (under PRESET=pr2135) refusals of CASES, and
     the specialised script's of FROZEN and OWN_VALUES."""
-    ours = CASES | {"frozen": FROZEN, "own_values": OWN_VALUES}
-    readable = {name: {"PRESET": "pr2135", **env} for name, env in CASES.items()}
+    ours = CASES | {"frozen": FROZEN, "own_values": OWN_VALUES, "fixed": FIXED}
+    readable = {
+        name: {"PRESET": "pr2135", **env} for name, env in (CASES | {"fixed": FIXED}).items()
+    }
     folder = tmp_path_factory.mktemp("refusals")  # one DATA_PATH: the lines name it
     return {
         "ours": refusals(pr2135_script, ours, folder),
@@ -385,6 +389,16 @@ def refused(pr2135_script, tmp_path_factory) -> dict[str, dict[str, list]]:
 def test_the_specialised_script_refuses_what_the_readable_refuses(refused, case):
     ours = refusal_line(refused["ours"][case])
     assert ours == refusal_line(refused["readable"][case])
+
+
+def test_the_specialised_script_refuses_a_fixed_variable_naming_its_value(refused):
+    """The readable script gives the reason; the specialised one the value it is fixed at."""
+    assert refusal_line(refused["readable"]["fixed"]).startswith(
+        "error: TTT_GRAD_STEPS='2': not read here: fixed here at the records' runs' value"
+    )
+    assert refusal_line(refused["ours"]["fixed"]) == (
+        "error: TTT_GRAD_STEPS='2': not read here (fixed at '1'); unset it"
+    )
 
 
 def test_the_specialised_script_refuses_a_frozen_variable_set_otherwise(refused):

@@ -12,13 +12,16 @@ environment. A record runs one configuration, so its counted code need not carry
 2. Config reads. `cfg.x`, `self.cfg.x`, `model.cfg.x`, ... (any `cfg` name or `.cfg` attribute)
    and `self.x` inside the settings class become constants for frozen fields, and so do the
    class's properties whose value does not depend on the free fields (`cfg.window`). Module
-   constants computed from files beside the script at import (FIXED_VARIABLES) become literals.
+   constants computed from files beside the script at import become literals, and so do tables
+   of settings built by code (`PR2014 = PR1855 | dict(...)`, `PRESETS`), so lookups on frozen
+   keys fold. The `--help` function (HELP_FUNCTION) says what the specialised script is.
 3. The settings class. Frozen fields keep their readable default (so the `hyperparameters:` dump
    and the `settings:` line are the same) without their bounds (they cannot fail); `from_env` is
    replaced by one that parses the environment as the readable one does, refuses a frozen
    variable set to another value in one line (`NAME=value: this script is specialised to
-   NAME=frozen; the readable train_gpt.py takes others`), keeps the fixed-variable refusals, and
-   builds the frozen configuration.
+   NAME=frozen; the readable train_gpt.py takes others`), keeps the fixed-variable refusals
+   (FIXED_VARIABLES, as a literal of the accepted values: `NAME='x': not read here (fixed at
+   '0'); unset it`, without the readable script's reason), and builds the frozen configuration.
 4. Folding, to a fixpoint: constant expressions (not/and/or, comparisons, `in` on literal
    tuples, ternaries, arithmetic, f-strings, a few pure builtins and str methods, subscripts of
    module-level literal dicts), `if`/`while` on constants, statements after return/raise,
@@ -116,7 +119,9 @@ class Settings:
     file_constants: dict  # module constant -> literal value (read from files at import)
     file_calls: dict  # module function reading files beside the script -> the function
     free: tuple = FREE
-    fixed_table: bool = False  # the script refuses by a FIXED_VARIABLES table (from_env keeps it)
+    # The fixed variables' table the script refuses by (name -> (accepted values, why)), as
+    # name -> accepted values: a specialised script's refusal names the value, not the reason
+    fixed_table: dict | None = None
 
     @property
     def frozen(self) -> dict:
@@ -178,8 +183,14 @@ def settings_for(module, values: dict, free=FREE) -> Settings:
         file_constants(module),
         file_calls(module),
         tuple(free),
-        fixed_table=isinstance(getattr(module, "FIXED_VARIABLES", None), dict),
+        fixed_table=_fixed_table(getattr(module, "FIXED_VARIABLES", None)),
     )
+
+
+def _fixed_table(table) -> dict | None:
+    if not isinstance(table, dict):
+        return None
+    return {name: tuple(accepted) for name, (accepted, _why) in table.items()}
 
 
 def _other_free_values(cfg, free) -> dict:
@@ -358,10 +369,11 @@ FROM_ENV = """
 def from_env(cls, env=os.environ, world_size=1):
     fields = {{f.name.upper(): f for f in dataclasses.fields(cls)}}
     values = {{n: parse_value(n, env[n], f.type) for n, f in fields.items() if n in env}}
-    frozen = {{n: f.default for n, f in fields.items() if n.lower() not in {free!r}}} | {changed!r}
+    frozen = {{n: f.default for n, f in fields.items() if n.lower() not in {free!r}}}
+    frozen |= {{n.upper(): v for n, v in {changed!r}.items()}}
     refused = [{refusal} for n, v in frozen.items() if n in values and values[n] != v]
-    refused += [f"{{n}}={{env[n]!r}}: not read here: {{why}}; unset it" for n, (accepted, why)
-                in {fixed}.items() if env.get(n, accepted[0]) not in accepted]
+    refused += [f"{{n}}={{env[n]!r}}: not read here (fixed at {{accepted[0]!r}}); unset it"
+                for n, accepted in {fixed}.items() if env.get(n, accepted[0]) not in accepted]
     if refused:
         raise ConfigError("; ".join(refused))
     cfg = cls(**{{n.lower(): v for n, v in (frozen | values).items()}})
@@ -388,10 +400,9 @@ def rewrite_settings_class(tree: ast.Module, settings: Settings) -> None:
             if name in frozen and default is not dataclasses.MISSING and literal(default):
                 stmt.value = node_of(default)  # its bounds and notes go: the value is fixed
         if isinstance(stmt, ast.FunctionDef) and stmt.name == SETTINGS_CLASS_METHOD:
-            changed = {
-                k.upper(): v for k, v in frozen.items() if not _same(v, settings.defaults.get(k))
-            }
-            fixed = "FIXED_VARIABLES" if settings.fixed_table else "{}"
+            # (lower case, as the fields above: they compress against them)
+            changed = {k: v for k, v in frozen.items() if not _same(v, settings.defaults.get(k))}
+            fixed = "FIXED_VARIABLES" if settings.fixed_table is not None else "{}"
             code = FROM_ENV.format(
                 free=tuple(settings.free), changed=changed, refusal=REFUSAL_EXPR, fixed=fixed
             )
@@ -1035,6 +1046,8 @@ def specialize_tree(source: str, settings: Settings) -> ast.Module:
     _inline_file_constants(tree, settings.file_constants)
     rewrite_settings_class(tree, settings)
     _rewrite_help(tree, settings)
+    if settings.fixed_table is not None:
+        _inline_file_constants(tree, {"FIXED_VARIABLES": settings.fixed_table})
     tree = ConfigReads(settings).visit(tree)
     shadowed = {n for s in tree.body for n in _bound_names(s)}
     for _ in range(20):
