@@ -245,13 +245,14 @@ def _names_in(node) -> set[str]:
 
 
 def file_constants(module) -> dict:
-    """The values of the file-derived module constants (`file_derived`) that are literals:
-    a record folder has no presets/ beside its script, so they become literals."""
+    """The values of the file-derived module constants (`file_derived`) that are literals (a
+    record folder has no presets/ beside its script), and of the tables of settings built by code
+    (`built_dicts`): they become literals."""
     tree = ast.parse(Path(module.__file__).read_text())
-    out = {}
+    derived, out = file_derived(tree), {}
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and not isinstance(stmt.value, ast.Constant):
-            for name in set(_bound_names(stmt)) & file_derived(tree):
+            for name in set(_bound_names(stmt)) & derived:
                 if literal(value := getattr(module, name, None)):
                     out[name] = value
     return out | built_dicts(tree, module)
@@ -279,10 +280,11 @@ def _settings_table(table: dict) -> bool:
 def file_calls(module) -> dict:
     """The file-derived functions (`file_derived`), to evaluate on constant arguments."""
     tree = ast.parse(Path(module.__file__).read_text())
+    derived = file_derived(tree)
     return {
         s.name: getattr(module, s.name)
         for s in tree.body
-        if isinstance(s, ast.FunctionDef) and s.name in file_derived(tree)
+        if isinstance(s, ast.FunctionDef) and s.name in derived
     }
 
 
@@ -441,7 +443,7 @@ def _small(value) -> bool:
     return literal(value)
 
 
-MISSING = ast.Constant(None)  # (Fold._entry: the key is not in the dict)
+MISSING = object()  # (Fold._entry: the key is not in the dict)
 
 
 class Fold(ast.NodeTransformer):
@@ -468,13 +470,10 @@ class Fold(ast.NodeTransformer):
     def visit_BinOp(self, node):
         self.generic_visit(node)
         (ok_l, left), (ok_r, right) = const_value(node.left), const_value(node.right)
-        repeated = isinstance(node.op, ast.Mult) and isinstance(left, str)  # "=" * 100 stays
+        if isinstance(node.op, ast.Mult) and isinstance(left, str):  # "=" * 100 stays short
+            return node
         if ok_l and ok_r and not isinstance(left, list) and not isinstance(right, list):
-            return (
-                node
-                if repeated
-                else self._result(node, lambda: _BINOPS[type(node.op)](left, right))
-            )
+            return self._result(node, lambda: _BINOPS[type(node.op)](left, right))
         return node
 
     def visit_BoolOp(self, node):
@@ -552,7 +551,8 @@ class Fold(ast.NodeTransformer):
         return node
 
     def _entry(self, name: str, key):
-        """The value node of `name[key]` in a module literal dict; None if not known."""
+        """The value node of `name[key]` in a module literal dict; None if not known, MISSING
+        if the dict has no such key."""
         entries = self.literal_dicts.get(name)
         if entries is None or not all(map(is_const, entries.keys)):
             return None
@@ -1213,7 +1213,8 @@ def regions(source: str, top: int = 12) -> list[tuple[int, str]]:
         return ", ".join(_bound_names(stmt)) or ast.unparse(stmt).split("\n")[0][:40]
 
     sizes = [
-        (len(minify_source(ast.unparse(s).encode(), True)), i) for i, s in enumerate(tree.body)
+        (len(minify_source(ast.unparse(s).encode(), renamed=True)), i)
+        for i, s in enumerate(tree.body)
     ]
     out = []
     for _, i in sorted(sizes, reverse=True)[: 2 * top]:
