@@ -28,8 +28,7 @@ import difflib
 import functools
 import glob
 import hashlib
-import importlib
-import importlib.util
+import importlib.util  # (and importlib)
 import inspect
 import io
 import itertools
@@ -1010,26 +1009,20 @@ def compress(data: bytes, compressor: str) -> bytes:
     return lzma.compress(data, preset=9) if compressor == "lzma" else zlib.compress(data, level=9)
 
 
-def decompress(blob: bytes) -> bytes:
-    """Whichever compressor wrote it, by its first bytes: lzma's magic, zlib's 0x78 (our brotli
-    streams, window 2^22, start with an odd byte), else brotli; damaged data is named as such."""
-    kind = "lzma" if blob.startswith(b"\xfd7zXZ\x00") else "zlib" if blob[:1] == b"x" else "brotli"
-    try:
-        return importlib.import_module(kind).decompress(blob)
-    except Exception as e:
-        raise ValueError(f"damaged {kind} data ({e})") from None
+def compressor_of(blob: bytes) -> str:
+    """The COMPRESSOR that wrote an artifact, by its first bytes: PGRP's version (read_pergroup
+    checks it), lzma's magic, zlib's 0x78 (our brotli streams, window 2^22, start odd), brotli."""
+    if blob.startswith(b"PGRP"):
+        return "pergroup_v2" if blob[4:8] == struct.pack("<I", 2) else "pergroup"
+    return "lzma" if blob.startswith(b"\xfd7zXZ\x00") else "zlib" if blob[:1] == b"x" else "brotli"
 
 
-def read_artifact(path: str | Path, source: str, log0: Callable) -> dict:
-    """A quantized artifact (ours or a record's: brotli, lzma, either PGRP); one line if not."""
+def read_artifact(path: str | Path, source: str, log0: Callable, compressor: str = "") -> dict:
+    """A quantized artifact (ours or a record's: brotli, lzma, either PGRP); one line if not.
+    `compressor`: the COMPRESSOR that wrote it (this run's file), else told by its first bytes."""
     try:
         blob = Path(path).read_bytes()
-        if blob.startswith(b"PGRP"):
-            start = "Deserialize: per-group lrzip decompression"
-            with progress(start, "Deserialize: decompression", log0):
-                obj = read_pergroup_or_say(blob, source)
-        else:
-            obj = torch.load(io.BytesIO(decompress(blob)), map_location="cpu")
+        obj = unpack_artifact(blob, source, log0, compressor or compressor_of(blob))
         if not isinstance(obj, dict) or not ("__quant_format__" in obj or {"w", "m"} <= set(obj)):
             raise ValueError("expected int8_clean_per_row_v1 or w/m")
     except DataError:
@@ -1041,14 +1034,22 @@ def read_artifact(path: str | Path, source: str, log0: Callable) -> dict:
     return obj
 
 
-def read_pergroup_or_say(blob: bytes, source: str) -> dict:
-    """read_pergroup, or one line: the file, its damage, what next (lrzip's errors name neither)."""
+def unpack_artifact(blob: bytes, source: str, log0: Callable, compressor: str):
+    """`blob` as COMPRESSOR wrote it, back to what was saved; damage named (PGRP's in one line)."""
+    if not compressor.startswith("pergroup"):
+        try:  # (the compressors are modules of their names)
+            data = importlib.import_module(compressor).decompress(blob)
+        except Exception as e:
+            raise ValueError(f"damaged {compressor} data ({e})") from None
+        return torch.load(io.BytesIO(data), map_location="cpu")
+    start = "Deserialize: per-group lrzip decompression"
     try:
-        return read_pergroup(blob)
+        with progress(start, "Deserialize: decompression", log0):
+            return read_pergroup(blob, compressor)
     except FileNotFoundError:  # the lrzip binary
         raise DataError(f"{source}: a per-group (COMPRESSOR=pergroup) artifact: expected lrzip "
                         f"on PATH to read it (scripts/setup.sh installs it)") from None  # fmt: skip
-    except Exception as e:
+    except Exception as e:  # the file, its damage, what next: lrzip's errors name neither
         cause = f"{type(e).__name__}: {e}".splitlines()[0]
         raise DataError(f"{source}: a per-group (lrzip + brotli) artifact of {len(blob):,} "
                         f"bytes, truncated or damaged ({cause}); copy it again, whole, from "
@@ -1149,11 +1150,13 @@ def write_pergroup(w: dict, meta: dict, version: str) -> bytes:
     return b"PGRP" + struct.pack("<10I", 9, *map(len, streams)) + b"".join(streams)
 
 
-def read_pergroup(blob: bytes) -> dict:
-    """Either PGRP file back to {"w", "m"}: #1855's has 9 streams, #2135's is version 2."""
+def read_pergroup(blob: bytes, version: str) -> dict:
+    """A PGRP file back to {"w", "m"}: #1855's (pergroup: 9 streams) or #2135's (pergroup_v2)."""
     brotli, (kind,) = importlib.import_module("brotli"), struct.unpack_from("<I", blob, 4)
+    if kind != (2 if version == "pergroup_v2" else 9):
+        raise ValueError(f"PGRP {kind}: expected 9 (#1855's streams) or 2 (#2135's version)")
     found = []  # (name, shape, row order) of each tensor in the stream(s)
-    if kind == 9:
+    if version == "pergroup":
         ends = list(itertools.accumulate(struct.unpack_from("<9I", blob, 8), initial=44))
         streams = [blob[a:b] for a, b in itertools.pairwise(ends)]
         rest = torch.load(io.BytesIO(brotli.decompress(streams[7])), map_location="cpu")
@@ -1168,7 +1171,7 @@ def read_pergroup(blob: bytes) -> dict:
                 name = group[1:] if group[0] == "_" else f"blocks.{i}.{group}"
                 found.append((name, (rows, cols), order))
         w, meta = rest["r"], rest["m"]
-    elif kind == 2:
+    else:
         (count,), at = struct.unpack_from("<I", blob, 8), 12
         for _ in range(count):
             (n,) = struct.unpack_from("<H", blob, at)
@@ -1184,8 +1187,6 @@ def read_pergroup(blob: bytes) -> dict:
         rest[::2], rest[1::2] = shuffled[: len(rest[::2])], shuffled[len(rest[::2]) :]
         rest = torch.load(io.BytesIO(rest), map_location="cpu")
         w, meta = rest["w"], rest["m"]
-    else:
-        raise ValueError(f"PGRP {kind}: expected 9 (#1855's streams) or 2 (#2135's version)")
     at = 0
     for name, (rows, cols), order in found:
         w[name] = from_columns(raw[at : at + rows * cols], (rows, cols), order)
@@ -2344,11 +2345,10 @@ def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim
     if model.tok_emb.weight.is_cuda:  # compiled on the GPU, as the baseline does
         ns = torch.compile(ns)
     groups = [{"params": matrix_params, "base_lr": cfg.matrix_lr}]
-    variants = dict(weight_decay=cfg.muon_wd, row_normalize=cfg.muon_row_normalize,
-                    momentum_dtype=torch.bfloat16 if cfg.muon_momentum_bf16 else None,
-                    banks=cfg.parameter_banks)  # fmt: skip
     muon = Muon(groups, cfg.matrix_lr, cfg.muon_momentum, cfg.muon_backend_steps,
-                orthogonalize=ns, **variants)  # fmt: skip
+                orthogonalize=ns, weight_decay=cfg.muon_wd, row_normalize=cfg.muon_row_normalize,
+                momentum_dtype=torch.bfloat16 if cfg.muon_momentum_bf16 else None,
+                banks=cfg.parameter_banks)  # fmt: skip
     optimizers = [adam([model.tok_emb.weight], token_lr, cfg.embed_wd), muon,
                   adam(scalar_params, cfg.scalar_lr, cfg.adam_wd)]  # fmt: skip
     if model.lm_head is not None:
@@ -3064,8 +3064,8 @@ class Trainer(ClosedOnExit):
 
     def set_schedules(self, elapsed: float) -> None:
         cfg, cap_ms, n = self.cfg, self.cap_ms, self.cfg.seq_change_warmup_steps
-        warmdown = (cfg.warmdown_iters, cap_ms, cfg.warmdown_frac, cfg.min_lr)
-        scale = lr_multiplier(self.step, elapsed, cfg.iterations, *warmdown)
+        scale = lr_multiplier(self.step, elapsed, cfg.iterations, cfg.warmdown_iters, cap_ms,
+                              cfg.warmdown_frac, cfg.min_lr)  # fmt: skip
         if scale < 1.0 and not self.warming_down:  # (host numbers: no wait for the device)
             self.warming_down = True
             self.log0(f"warmdown:start step:{self.step} lr_scale:{scale:.4f} "
@@ -3209,9 +3209,8 @@ class Trainer(ClosedOnExit):
                 dist.all_reduce(train_loss)
                 train_loss /= self.rt.world_size
             self.logged_loss = loss = train_loss.item()
-            self.log0(f"step:{step}/{cfg.iterations} train_loss:{loss:.4f} "
-                      f"train_time:{elapsed_ms:.0f}ms "
-                      f"step_avg:{elapsed_ms / step:.2f}ms")  # fmt: skip
+            timing = f"train_time:{elapsed_ms:.0f}ms step_avg:{elapsed_ms / step:.2f}ms"
+            self.log0(f"step:{step}/{cfg.iterations} train_loss:{loss:.4f} {timing}")
         self.agreed[0] = elapsed_ms
         if self.cap_ms is not None and self.rt.distributed:  # the ranks' slowest clock
             dist.all_reduce(self.agreed, op=dist.ReduceOp.MAX, group=self.cap_group)
@@ -3392,18 +3391,16 @@ def configure() -> tuple[Hyperparameters, Runtime]:
     rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if not distributed and ("RANK" in os.environ or world_size != 1):  # one process, 1/N of it
-        raise ConfigError(f"RANK={os.environ.get('RANK')} "
-                          f"WORLD_SIZE={os.environ.get('WORLD_SIZE')}: expected both (as torchrun "
-                          f"sets them) or neither")  # fmt: skip
+        raise ConfigError(f"RANK={os.environ.get('RANK')} WORLD_SIZE={os.environ.get('WORLD_SIZE')}"
+                          f": expected both (as torchrun sets them) or neither")  # fmt: skip
     if not 0 <= rank < world_size:
         raise ConfigError(f"RANK={rank}: expected 0 <= RANK < WORLD_SIZE={world_size}")
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":  # this rank's GPU, with the baseline's TF32 and SDPA flash only
         local_world = env_int("LOCAL_WORLD_SIZE", 1)  # the same on every rank: each one says it
         if local_world > (visible := torch.cuda.device_count()):
-            raise ConfigError(f"LOCAL_WORLD_SIZE={local_world}: only {visible} CUDA "
-                              f"devices visible: expected torchrun --nproc_per_node <= "
-                              f"{visible}")  # fmt: skip
+            raise ConfigError(f"LOCAL_WORLD_SIZE={local_world}: only {visible} CUDA devices visible"
+                              f": expected torchrun --nproc_per_node <= {visible}")  # fmt: skip
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         torch.backends.cuda.enable_cudnn_sdp(False)
@@ -3671,7 +3668,7 @@ def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, l
         log0(f"Total submission size {how}: {size + code_bytes} bytes")
         log0(verdict := cap_verdict(size + code_bytes))
     barrier(rt)
-    obj = read_artifact(path, str(path), log0) if gptq or rt.rank == 0 else obj
+    obj = read_artifact(path, str(path), log0, cfg.compressor) if gptq or rt.rank == 0 else obj
     return obj, verdict if rt.rank == 0 and "OVER" in verdict else ""
 
 
@@ -3807,6 +3804,21 @@ def load_for_evaluation(cfg, rt, net: Network, evaluate: Callable, log0: Callabl
     return quantize_state_dict_int8(net.base.state_dict())[0]
 
 
+def load_round_trip(cfg: Hyperparameters, net: Network, quantized: dict) -> str:
+    """The quantized weights dequantized into the model; the record's label of their score."""
+    # The baseline's format, else the record's (w, m): as QUANTIZER wrote it, or as the file is
+    int8 = "__quant_format__" in quantized if cfg.eval_only_path else cfg.quantizer != "gptq"
+    if int8:
+        state = dequantize_state_dict_int8(quantized)
+    else:
+        state = dequantize_state_dict_gptq(quantized, net.base.state_dict())
+    if cfg.eval_only_path:  # another run's file: a config it does not fit is named
+        load_weights(net, state, f"EVAL_ONLY_PATH={cfg.eval_only_path}")
+    else:  # this run's own weights, back from its file
+        net.base.load_state_dict(state, strict=True)
+    return "" if int8 else "diagnostic quantized"
+
+
 def log_score(label, fields, rt, evaluate, log0, record_label="", digits=4) -> None:
     """`label` and `label_exact` lines (none if ""); the record's line too under record_label."""
     rt.synchronize()
@@ -3853,14 +3865,7 @@ def main() -> None:
         if cfg.quantizer == "gptq":
             log_score("", "", rt, evaluate, log0, "diagnostic pre-quantization post-ema")
         quantized, over_cap = save_artifacts(cfg, rt, net, code, log0)
-    source = f"EVAL_ONLY_PATH={cfg.eval_only_path}" if cfg.eval_only_path else "the int8 weights"
-    # The baseline's format, else the record's (w, m): as QUANTIZER wrote it, or as the file is
-    int8 = "__quant_format__" in quantized if cfg.eval_only_path else cfg.quantizer != "gptq"
-    if int8:
-        load_weights(net, dequantize_state_dict_int8(quantized), source)
-    else:
-        load_weights(net, dequantize_state_dict_gptq(quantized, net.base.state_dict()), source)
-    record_label = "" if int8 else "diagnostic quantized"
+    record_label = load_round_trip(cfg, net, quantized)
     RunState.phase = "in the final evaluation"
     rt.synchronize()
     evals_start = time.perf_counter()

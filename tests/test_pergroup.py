@@ -84,7 +84,7 @@ def test_our_file_is_the_references_and_each_reads_the_other(version):
     theirs, mine = WRITERS[version](obj), ours(obj, version)
     assert mine == theirs
     assert_same(READERS[version](mine), obj)  # the record's reader reads ours
-    assert_same(tg.read_pergroup(theirs), obj)  # and we read the record's
+    assert_same(tg.read_pergroup(theirs, version), obj)  # and we read the record's
 
 
 @needs_lrzip
@@ -93,7 +93,7 @@ def test_absent_groups_give_empty_streams_and_still_match(version):
     obj = quantized(skip=("attn.c_k", "attn.c_v", "mlp.proj"))
     mine = ours(obj, version)
     assert mine == WRITERS[version](obj)
-    assert_same(tg.read_pergroup(mine), obj)
+    assert_same(tg.read_pergroup(mine, version), obj)
     if version == "pergroup":
         sizes = struct.unpack_from("<9I", mine, 8)
         assert [sizes[i] == 0 for i in range(7)] == [False, True, False, True, False, False, True]
@@ -179,7 +179,7 @@ def test_a_v2_file_whose_stream_fell_back_to_brotli_is_read():
     obj = quantized(layers=2)
     blob = ref.pergroup_v2(obj, lrzip="/nonexistent/lrzip")  # the record's fallback: method 0
     assert blob[v2_header_size(obj["w"])] == 0
-    assert_same(tg.read_pergroup(blob), obj)
+    assert_same(tg.read_pergroup(blob, "pergroup_v2"), obj)
 
 
 # Refusals --------------------------------------------------------------------------------------

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+import struct
 import zlib
 
+import pytest
 import torch
 
 import train_gpt as tg
@@ -73,3 +75,17 @@ def test_atomic_write_leaves_no_temp_file(tmp_path):
     assert (tmp_path / "out.bin").read_bytes() == b"defg" and [
         p.name for p in tmp_path.iterdir()
     ] == ["out.bin"]
+
+
+@pytest.mark.parametrize("compressor", ["zlib", "lzma", "brotli"])
+def test_a_file_s_compressor_is_told_by_its_first_bytes_and_undone_by_name(compressor):
+    obj = tg.quantize_state_dict_int8(state_dict())[0]
+    blob = tg.compress(torch.save(obj, buf := io.BytesIO()) or buf.getvalue(), compressor)
+    assert tg.compressor_of(blob) == compressor
+    back = tg.unpack_artifact(blob, "model.ptz", print, compressor)
+    assert back["quantized"].keys() == obj["quantized"].keys()
+
+
+def test_a_pgrp_file_s_version_names_its_compressor():
+    assert tg.compressor_of(b"PGRP" + struct.pack("<I", 9)) == "pergroup"  # #1855's 9 streams
+    assert tg.compressor_of(b"PGRP" + struct.pack("<I", 2)) == "pergroup_v2"  # #2135's

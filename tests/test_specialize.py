@@ -236,6 +236,145 @@ def test_fold_keeps_the_branch_taken_and_drops_code_after_a_return():
     assert ast.unparse(tree).split() == ["def", "f():", "return", "'yes'"]
 
 
+def constant_arguments(source: str) -> str:
+    tree = ast.parse(textwrap.dedent(source))
+    sp.constant_arguments(tree)
+    return ast.unparse(tree)
+
+
+def test_a_parameter_every_call_passes_the_same_constant_becomes_it_and_leaves_the_calls():
+    out = constant_arguments("""
+        def write(data, version, level=9):
+            if version == 2:
+                return data * level
+            return data
+
+        class Box:
+            def __init__(self, size, exact=False):
+                self.size, self.exact = size, exact
+
+        write(b, 2)
+        write(c, 2, level=9)
+        Box(3, exact=True)
+        Box(4, True)
+    """)
+    assert "def write(data):" in out and "if 2 == 2:" in out and "return data * 9" in out
+    assert "write(b)" in out and "write(c)" in out
+    assert "def __init__(self, size):" in out and "self.size, self.exact = (size, True)" in out
+    assert "Box(3)" in out and "Box(4)" in out
+
+
+def test_a_parameter_no_one_reads_goes_when_every_call_passes_something_pure():
+    out = constant_arguments("""
+        def f(cfg, x):
+            return x + 1
+
+        def g(cfg, x):
+            return x
+
+        f(cfg, 1 + y)
+        f(self.cfg, z)
+        g(make(), z)
+    """)
+    assert "def f(x):" in out and "f(1 + y)" in out and "f(z)" in out
+    assert "def g(cfg, x):" in out and "g(make(), z)" in out  # (the call may do something)
+
+
+def test_parameters_stay_where_the_calls_differ_or_the_function_is_used_otherwise():
+    source = """
+        def differ(flag):
+            return flag
+
+        def as_value(flag):
+            return flag
+
+        def rebound(flag):
+            flag = not flag
+            return flag
+
+        def splat(flag):
+            return flag
+
+        differ(True)
+        differ(False)
+        as_value(True)
+        callbacks = [as_value]
+        rebound(True)
+        splat(*args)
+        splat(True)
+    """
+    out = constant_arguments(source)
+    assert out == ast.unparse(ast.parse(textwrap.dedent(source)))
+
+
+def test_an_attribute_set_once_to_a_constant_in_init_becomes_it_in_the_class_s_methods():
+    tree = ast.parse(
+        textwrap.dedent("""
+        class Muon:
+            def __init__(self, decay):
+                self.banks, self.decay = True, decay
+                self.looping = False
+                self.lm_head = None
+
+            def step(self):
+                if self.banks:
+                    return self.decay
+                return self.looping, self.lm_head
+
+        def elsewhere(model):
+            model.looping = True  # stored again: not a constant
+            return model.lm_head  # read elsewhere: the store stays
+    """)
+    )
+    sp.constant_attributes(tree)
+    out = ast.unparse(tree)
+    assert "if True:" in out and "self.looping, None" in out and "self.lm_head = None" in out
+    assert "self.decay = decay" in out and "self.banks" not in out
+
+
+def test_a_test_folds_by_its_truth_when_what_it_drops_only_reads():
+    def folded(source):
+        tree = sp.Fold({}, set(), {}).visit(ast.parse(textwrap.dedent(source)))
+        sp.FoldBodies().visit(tree)
+        return ast.unparse(tree)
+
+    assert folded("if rank == 0 and False:\n    a()\nelse:\n    b()") == "b()"
+    # (and an elif on the same test as its if never runs)
+    assert folded("if rank == 0 and True:\n    a()\nelif rank == 0:\n    b()") == (
+        "if rank == 0:\n    a()"
+    )
+    assert folded("if go() and False:\n    a()") == "if go() and False:\n    a()"  # go() runs
+    assert folded("if x or True:\n    a()") == "a()"
+    assert folded("y = x and 2").strip() == "y = x and 2"  # a value, not a test: kept
+
+
+def test_code_after_a_with_that_returns_or_an_if_whose_branches_end_is_dropped():
+    def folded(source):
+        tree = ast.parse(textwrap.dedent(source))
+        sp.FoldBodies().visit(tree)
+        return ast.unparse(tree)
+
+    out = folded("""
+        def f(x):
+            with lock:
+                return x
+            never()
+
+        def g(x):
+            if x:
+                return 1
+            else:
+                raise ValueError
+            never()
+
+        def h(x):
+            with contextlib.suppress(ValueError):
+                raise ValueError
+            reached()
+    """)
+    assert "never" not in out and "reached()" in out
+
+
 # -----------------------------
 # refusals of the generated from_env
 # -----------------------------

@@ -446,6 +446,42 @@ def _small(value) -> bool:
 MISSING = object()  # (Fold._entry: the key is not in the dict)
 
 
+def _reads_only(node) -> bool:
+    """An expression that only reads names, attributes and constants, and compares them."""
+    if isinstance(node, (ast.Name, ast.Constant)):
+        return True
+    if isinstance(node, ast.Attribute):
+        return _reads_only(node.value)
+    if isinstance(node, ast.Compare):
+        return all(map(_reads_only, [node.left, *node.comparators]))
+    if isinstance(node, (ast.BoolOp, ast.UnaryOp)):
+        operands = node.values if isinstance(node, ast.BoolOp) else [node.operand]
+        return all(map(_reads_only, operands))
+    return False
+
+
+def as_test(node):
+    """`node` where only its truth counts (if, while, a ternary's or comprehension's test): `x and
+    True` is x, and `x and False` is False when x only reads (as `or` with True and False)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        operand = as_test(node.operand)
+        return ast.Constant(not operand.value) if is_const(operand) else node
+    if not isinstance(node, ast.BoolOp):
+        return node
+    deciding = not isinstance(node.op, ast.And)  # a constant of this truth decides the `and`/`or`
+    values = [as_test(v) for v in node.values]
+    for i, v in enumerate(values):
+        if is_const(v) and bool(v.value) == deciding and all(map(_reads_only, values[:i])):
+            return ast.Constant(deciding)
+    values = [v for v in values if not (is_const(v) and bool(v.value) != deciding)]
+    if not values:
+        return ast.Constant(not deciding)
+    if len(values) == 1:
+        return values[0]
+    node.values = values
+    return node
+
+
 class Fold(ast.NodeTransformer):
     """Constant expressions to constants, branches on constants to the branch taken."""
 
@@ -507,8 +543,25 @@ class Fold(ast.NodeTransformer):
 
         return self._result(node, compare)
 
+    def visit_If(self, node):
+        self.generic_visit(node)
+        node.test = as_test(node.test)
+        inner = node.orelse[0] if len(node.orelse) == 1 else None
+        same = isinstance(inner, ast.If) and ast.dump(inner.test) == ast.dump(node.test)
+        if same and _reads_only(node.test):  # `if x: ... elif x: ...`: the elif never runs
+            node.orelse = inner.orelse
+        return node
+
+    visit_While = visit_If
+
+    def visit_comprehension(self, node):
+        self.generic_visit(node)
+        node.ifs = [as_test(test) for test in node.ifs]
+        return node
+
     def visit_IfExp(self, node):
         self.generic_visit(node)
+        node.test = as_test(node.test)
         if is_const(node.test):
             return node.body if node.test.value else node.orelse
         return node
@@ -591,6 +644,14 @@ class Fold(ast.NodeTransformer):
 
 
 def _ends_block(stmt) -> bool:
+    """Whether the statements after `stmt` never run: a return, raise, continue or break; an if
+    whose branches all end so; a with whose body returns (a context manager may swallow an
+    exception, never a return)."""
+    if isinstance(stmt, ast.If):
+        return bool(stmt.orelse) and _ends_block(stmt.body[-1]) and _ends_block(stmt.orelse[-1])
+    if isinstance(stmt, ast.With):
+        last = stmt.body[-1]
+        return isinstance(last, ast.Return) or (isinstance(last, ast.With) and _ends_block(last))
     return isinstance(stmt, (ast.Return, ast.Raise, ast.Continue, ast.Break))
 
 
@@ -835,6 +896,232 @@ class _Inline(ast.NodeTransformer):
 
 
 # -----------------------------
+# 4b. CONSTANT ARGUMENTS
+# -----------------------------
+
+
+def _pure(node) -> bool:
+    """An argument whose evaluation only reads: a call that no longer passes it does the same."""
+    if isinstance(node, ast.Attribute):
+        return _pure(node.value)
+    ok, value = const_value(node)
+    return isinstance(node, ast.Name) or (ok and _immutable(value))
+
+
+def _only_called(tree: ast.Module) -> dict:
+    """Module functions, and classes with their own __init__, that are only ever called by name:
+    {name: (the function whose parameters the calls fill, how many it takes first, the calls)}.
+    A name bound twice, bound as a parameter anywhere, a base class, or written in a string
+    (getattr) is left alone."""
+    defs: dict[str, list] = {}
+    for stmt in tree.body:
+        for name in _bound_names(stmt):
+            defs.setdefault(name, []).append(stmt)
+    calls: dict[str, list] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
+            calls.setdefault(n.func.id, []).append(n)
+    called = {id(c.func) for cs in calls.values() for c in cs}
+    # (a field's annotation is never evaluated: `from __future__ import annotations`)
+    called |= {id(n) for a in ast.walk(tree) if isinstance(a, ast.AnnAssign)
+               for n in ast.walk(a.annotation)}  # fmt: skip
+    refused = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in called}
+    refused |= {n.value for n in ast.walk(tree) if is_const(n) and isinstance(n.value, str)}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ClassDef):
+            refused |= {b.id for b in n.bases if isinstance(b, ast.Name)}
+        elif isinstance(n, ast.arg):
+            refused.add(n.arg)
+    out = {}
+    for name, stmts in defs.items():
+        stmt = stmts[0]
+        if len(stmts) != 1 or name in refused or name not in calls:
+            continue
+        if isinstance(stmt, ast.FunctionDef):
+            out[name] = (stmt, 0, calls[name])
+        elif isinstance(stmt, ast.ClassDef) and not stmt.decorator_list:
+            init = [s for s in stmt.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"]
+            if len(init) == 1 and not init[0].decorator_list:
+                out[name] = (init[0], 1, calls[name])  # (self)
+    return out
+
+
+def _parameters(fn, skip: int) -> list:
+    """(parameter, default or None, index among the positional arguments a call passes, or None
+    if keyword-only) of each named parameter after the first `skip`."""
+    a = fn.args
+    positional = [*a.posonlyargs, *a.args]
+    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    named = [(p, d, i - skip) for i, (p, d) in enumerate(zip(positional, defaults, strict=True))]
+    return named[skip:] + [(p, d, None) for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)]
+
+
+def _passed(call: ast.Call, param: ast.arg, default, index):
+    """What `call` passes for a parameter: its argument, else the default; MISSING if neither."""
+    for k in call.keywords:
+        if k.arg == param.arg:
+            return k.value
+    if index is not None and index < len(call.args):
+        return call.args[index]
+    return MISSING if default is None else default
+
+
+def _one_constant(nodes: list):
+    """The constant all `nodes` are (one of them), else None."""
+    values = [const_value(n) for n in nodes]
+    same = len({(type(v), repr(v)) for _, v in values}) == 1
+    return nodes[0] if same and all(ok and _immutable(v) for ok, v in values) else None
+
+
+def constant_arguments(tree: ast.Module) -> None:
+    """A parameter that every call of its function passes the same constant (or leaves at that
+    default) becomes that constant in the body; one the body never reads, every call passing it
+    something pure, goes. Either way it leaves the signature and the calls."""
+    for fn, skip, calls in _only_called(tree).values():
+        splats = any(isinstance(x, ast.Starred) for c in calls for x in c.args)
+        splats |= any(k.arg is None for c in calls for k in c.keywords)
+        params = _parameters(fn, skip)
+        too_many = any(len(c.args) > sum(i is not None for _, _, i in params) for c in calls)
+        if fn.args.vararg or fn.args.kwarg or splats or too_many:
+            continue
+        body, dropped = ast.Module(fn.body, []), set()
+        for param, default, index in params:
+            passed = [_passed(c, param, default, index) for c in calls]
+            names = [n for n in ast.walk(body) if isinstance(n, ast.Name) and n.id == param.arg]
+            rebound = any(not isinstance(n.ctx, ast.Load) for n in names)
+            if MISSING in passed or rebound:
+                continue
+            constant = _one_constant(passed)
+            if constant is not None:
+                _Inline({param.arg: constant}).visit(body)
+                dropped.add(param.arg)
+            elif not names and all(map(_pure, passed)):
+                dropped.add(param.arg)
+        if dropped:
+            _drop_parameters(fn, skip, calls, dropped)
+
+
+def _drop_parameters(fn, skip: int, calls: list, dropped: set) -> None:
+    gone = [i for p, _, i in _parameters(fn, skip) if p.arg in dropped and i is not None]
+    for call in calls:
+        call.keywords = [k for k in call.keywords if k.arg not in dropped]
+        call.args = [x for i, x in enumerate(call.args) if i not in gone]
+    kept = [(p, d) for p, d, _ in _parameters(fn, 0) if p.arg not in dropped]
+    a = fn.args
+    a.posonlyargs = [p for p in a.posonlyargs if p.arg not in dropped]
+    a.args = [p for p in a.args if p.arg not in dropped]
+    a.defaults = [d for p, d in kept if d is not None and p not in a.kwonlyargs]
+    a.kw_defaults = [d for p, d in kept if p in a.kwonlyargs]
+    a.kwonlyargs = [p for p in a.kwonlyargs if p.arg not in dropped]
+
+
+# -----------------------------
+# 4c. CONSTANT ATTRIBUTES
+# -----------------------------
+
+
+def _self_attribute(node, owner: str) -> str | None:
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == owner
+    ):
+        return node.attr
+    return None
+
+
+def _init_constants(init: ast.FunctionDef) -> dict:
+    """{attribute: (its constant, the statement storing it)} of `self.x = <constant>` statements
+    of an __init__'s own body (tuple assignments too), not in a branch."""
+    me, out = init.args.args[0].arg, {}
+    for stmt in init.body:
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+            continue
+        target, value = stmt.targets[0], stmt.value
+        pairs = [(target, value)]
+        both = isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+        if both and len(target.elts) == len(value.elts):
+            pairs = list(zip(target.elts, value.elts, strict=True))
+        for t, v in pairs:
+            name, (ok, constant) = _self_attribute(t, me), const_value(v)
+            if name is not None and ok and _immutable(constant):
+                out[name] = (v, stmt)
+    return out
+
+
+def _methods(cls: ast.ClassDef):
+    """(method, its instance's name) of each method taking the instance first."""
+    for fn in cls.body:
+        if not isinstance(fn, ast.FunctionDef) or not fn.args.args:
+            continue
+        kinds = {d.id for d in fn.decorator_list if isinstance(d, ast.Name)}
+        if not kinds & {"staticmethod", "classmethod"}:
+            yield fn, fn.args.args[0].arg
+
+
+def constant_attributes(tree: ast.Module) -> None:
+    """`self.x = <constant>` in a module class's __init__ (not in a branch), when no other code
+    stores an attribute x: `self.x` in the class's methods becomes the constant, and the store
+    goes when nothing else reads an attribute x."""
+    stores: dict[str, int] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load):
+            stores[n.attr] = stores.get(n.attr, 0) + 1
+    strings = {n.value for n in ast.walk(tree) if is_const(n) and isinstance(n.value, str)}
+    for cls in (s for s in tree.body if isinstance(s, ast.ClassDef)):
+        init = next((f for f, _ in _methods(cls) if f.name == "__init__"), None)
+        if init is None:
+            continue
+        found = {
+            name: found for name, found in _init_constants(init).items()
+            if stores.get(name) == 1 and name not in strings
+        }  # fmt: skip
+        if not found:
+            continue
+        for fn, me in _methods(cls):
+            rebound = any(
+                (isinstance(n, ast.Name) and n.id == me and not isinstance(n.ctx, ast.Load))
+                or (isinstance(n, ast.arg) and n.arg == me and n is not fn.args.args[0])
+                for n in ast.walk(fn)
+            )
+            if not rebound:
+                _InlineAttributes(me, {k: v for k, (v, _) in found.items()}).visit(fn)
+        loads = {n.attr for n in ast.walk(tree)
+                 if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}  # fmt: skip
+        for name, (_, stmt) in found.items():
+            if name not in loads:
+                _drop_store(stmt, init.args.args[0].arg, name)
+        init.body = [s for s in init.body if not (isinstance(s, ast.Assign) and s.value is None)]
+        init.body = init.body or [ast.Pass()]
+
+
+class _InlineAttributes(ast.NodeTransformer):
+    def __init__(self, owner: str, constants: dict):
+        self.owner, self.constants = owner, constants
+
+    def visit_Attribute(self, node):
+        self.generic_visit(node)
+        name = _self_attribute(node, self.owner)
+        if isinstance(node.ctx, ast.Load) and name in self.constants:
+            return ast.copy_location(copy.deepcopy(self.constants[name]), node)
+        return node
+
+
+def _drop_store(stmt: ast.Assign, owner: str, name: str) -> None:
+    target = stmt.targets[0]
+    if not isinstance(target, ast.Tuple):
+        stmt.value = None  # (the statement goes)
+        return
+    keep = [i for i, t in enumerate(target.elts) if _self_attribute(t, owner) != name]
+    target.elts = [target.elts[i] for i in keep]
+    stmt.value.elts = [stmt.value.elts[i] for i in keep]
+    if len(keep) == 1:
+        stmt.targets, stmt.value = [target.elts[0]], stmt.value.elts[0]
+    elif not keep:
+        stmt.value = None
+
+
+# -----------------------------
 # 5. REACHABILITY
 # -----------------------------
 
@@ -1057,6 +1344,8 @@ def specialize_tree(source: str, settings: Settings) -> ast.Module:
         tree = InlineConstantCalls(constant_functions(tree)).visit(tree)
         prune_checks(tree)
         propagate_locals(tree)
+        constant_arguments(tree)
+        constant_attributes(tree)
         prune_unreachable(tree)
         if ast.dump(tree) == before:
             break
