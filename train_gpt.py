@@ -2138,7 +2138,7 @@ class GPT(nn.Module):
 
     def __init__(self, cfg: Hyperparameters, attention: Attention | None = None):
         super().__init__()
-        attention = attention or select_attention("sdpa", torch.device("cpu"))
+        attention = attention or select_attention(cfg.attention_backend, torch.device("cpu"))
         self.cfg, self.documents, self.logit_softcap = cfg, attention.documents, cfg.logit_softcap
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.model_dim)
         if cfg.asym_logit_rescale:  # never trained (the loss that trains is symmetric): no grad

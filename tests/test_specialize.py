@@ -375,6 +375,138 @@ def test_code_after_a_with_that_returns_or_an_if_whose_branches_end_is_dropped()
     assert "never" not in out and "reached()" in out
 
 
+def test_a_hook_that_does_nothing_is_no_longer_called_or_entered():
+    tree = ast.parse(
+        textwrap.dedent("""
+        import contextlib
+
+        class Trainer:
+            def phase(self, name):
+                return contextlib.nullcontext()
+
+            def guard(self, value):
+                \"\"\"A hook GUARD_LOG fills.\"\"\"
+                return
+
+            def step(self, batch):
+                with self.phase("forward"), autocast():
+                    loss = forward(batch)
+                with self.phase("backward"):
+                    loss.backward()
+                self.guard(loss)
+                self.guard(loss.item())  # (a call that may do something: kept)
+                probe = self.phase
+
+        class RunState:
+            phase = "start"
+
+        RunState.phase = "training"  # another class's attribute: not a hook's
+    """)
+    )
+    sp.idle_hooks(tree)
+    out = ast.unparse(tree)
+    assert "with autocast():" in out and "self.phase(" not in out and "loss.backward()" in out
+    assert "self.guard(loss)\n" not in out and "self.guard(loss.item())" in out
+
+
+def test_a_hook_reassigned_or_defined_twice_is_kept():
+    source = """
+        class A:
+            def phase(self):
+                pass
+
+            def run(self):
+                self.phase()
+
+        class B:
+            def phase(self):
+                print("B's")
+
+        a.phase = something
+    """
+    tree = ast.parse(textwrap.dedent(source))
+    sp.idle_hooks(tree)
+    assert "self.phase()" in ast.unparse(tree)
+
+
+def test_except_clauses_of_an_exception_nothing_raises_go():
+    tree = ast.parse(
+        textwrap.dedent("""
+        class GuardStop(Exception):
+            pass
+
+        class Raised(Exception):
+            pass
+
+        def main():
+            try:
+                run()
+            except GuardStop:
+                return 3
+            except Raised:
+                return 4
+            raise Raised()
+    """)
+    )
+    sp.unraised_exceptions(tree)
+    out = ast.unparse(tree)
+    assert "except GuardStop" not in out and "except Raised:" in out
+
+
+def test_a_store_overwritten_at_once_and_a_test_deciding_nothing_go():
+    tree = ast.parse(
+        textwrap.dedent("""
+        def f(self, x):
+            self.cap = None
+            self.cap = 5.0
+            n = 1
+            n = n + 1
+            if x is not None:
+                pass
+            return f"{0.5:.0f}s {self.cap:.0f}ms"
+    """)
+    )
+    tree = sp.Fold({}, set(), {}).visit(tree)
+    sp.FoldBodies().visit(tree)
+    out = ast.unparse(tree)
+    assert "self.cap = None" not in out and "n = 1\n    n = n + 1" in out
+    assert "if x" not in out and "f'0s {self.cap:.0f}ms'" in out
+
+
+def test_a_local_no_code_reads_goes_when_its_value_only_reads():
+    tree = ast.parse(
+        textwrap.dedent("""
+        def f(self):
+            cfg, rt = self.cfg, self.rt
+            unused = load()  # a call may do something: kept
+            return rt.rank
+    """)
+    )
+    sp.drop_dead_locals(tree)
+    out = ast.unparse(tree)
+    assert "rt = self.rt" in out and "cfg" not in out and "unused = load()" in out
+
+
+def test_hasattr_of_what_init_always_stores_or_nothing_stores_folds():
+    tree = ast.parse(
+        textwrap.dedent("""
+        class GPT:
+            def __init__(self, gates):
+                self.smear_gate = make()
+                if gates:
+                    self.skip_gates = make()
+
+            def forward(self, x):
+                return hasattr(self, "smear_gate"), hasattr(self, "skip_gates"), hasattr(
+                    self, "lm_head"
+                )
+    """)
+    )
+    sp.known_attributes(tree)
+    out = ast.unparse(tree)
+    assert "(bool(True), hasattr(self, 'skip_gates'), bool(False))" in out
+
+
 # -----------------------------
 # refusals of the generated from_env
 # -----------------------------

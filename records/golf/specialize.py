@@ -566,6 +566,13 @@ class Fold(ast.NodeTransformer):
             return node.body if node.test.value else node.orelse
         return node
 
+    def visit_FormattedValue(self, node):
+        node.value = self.visit(node.value)  # (a format spec stays a JoinedStr, as it must)
+        if node.format_spec is not None:
+            for v in node.format_spec.values:
+                self.visit(v)
+        return node
+
     def visit_JoinedStr(self, node):
         self.generic_visit(node)
         parts = []
@@ -655,10 +662,37 @@ def _ends_block(stmt) -> bool:
     return isinstance(stmt, (ast.Return, ast.Raise, ast.Continue, ast.Break))
 
 
+def _idle(stmts: list) -> bool:
+    return all(isinstance(s, ast.Pass) for s in stmts)
+
+
+def _overwrites(stmt, before) -> bool:
+    """`x = b` right after `x = a` (x a name or `name.attribute`), a only reading, b not reading x:
+    the first store is never seen."""
+    if not all(isinstance(s, ast.Assign) and len(s.targets) == 1 for s in (stmt, before)):
+        return False
+    target = stmt.targets[0]
+    plain = isinstance(target, ast.Name) or (
+        isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+    )
+    same = ast.dump(target, include_attributes=False).replace("Store", "Load")
+    reads = any(ast.dump(n) == same for n in ast.walk(stmt.value))
+    return (
+        plain
+        and ast.dump(before.targets[0]) == ast.dump(target)
+        and _reads_only(before.value)
+        and not reads
+    )
+
+
 def fold_body(stmts: list) -> list:
     """Branches on constants to the branch taken; statements after a return or raise dropped."""
     out = []
     for stmt in stmts:
+        named = isinstance(stmt, ast.If) and isinstance(stmt.test, ast.NamedExpr)
+        if named and is_const(stmt.test.value):  # `if (x := c):` binds x, then decides on c
+            out.append(ast.Assign([ast.Name(stmt.test.target.id, ast.Store())], stmt.test.value))
+            stmt.test = stmt.test.value
         if isinstance(stmt, ast.If) and is_const(stmt.test):
             out += fold_body(stmt.body if stmt.test.value else stmt.orelse)
         elif isinstance(stmt, ast.While) and is_const(stmt.test) and not stmt.test.value:
@@ -667,6 +701,10 @@ def fold_body(stmts: list) -> list:
             continue
         elif isinstance(stmt, ast.Expr) and is_const(stmt.value) and out:
             continue  # a literal statement that is not a docstring
+        elif isinstance(stmt, ast.If) and _idle(stmt.body + stmt.orelse) and _reads_only(stmt.test):
+            continue  # a test that decides nothing
+        elif out and _overwrites(stmt, out[-1]):
+            out[-1] = stmt
         else:
             out.append(stmt)
         if out and _ends_block(out[-1]):
@@ -810,6 +848,54 @@ class InlineConstantCalls(ast.NodeTransformer):
         if isinstance(f, ast.Name) and f.id in self.constants and plain:
             return ast.copy_location(copy.deepcopy(self.constants[f.id]), node)
         return node
+
+
+def drop_dead_locals(tree) -> None:
+    """A local no code reads, assigned what only reads (alone or in a tuple assignment): the
+    assignment, or its part, goes."""
+    for fn in _scopes(tree):
+        loads, declared = set(), set()
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                loads.add(n.id)
+            elif isinstance(n, (ast.Global, ast.Nonlocal)):
+                declared.update(n.names)
+        for stmt in ast.walk(fn):
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                _drop_dead_targets(stmt, loads | declared)
+        _drop_emptied(fn)
+
+
+def _drop_dead_targets(stmt: ast.Assign, read: set) -> None:
+    target, value = stmt.targets[0], stmt.value
+
+    def dead(t, v) -> bool:
+        return isinstance(t, ast.Name) and t.id not in read and _reads_only(v)
+
+    if dead(target, value):
+        stmt.targets, stmt.value = [], None
+        return
+    pairs = isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+    if not pairs or len(target.elts) != len(value.elts):
+        return
+    keep = [i for i, tv in enumerate(zip(target.elts, value.elts, strict=True)) if not dead(*tv)]
+    if len(keep) < len(target.elts):
+        target.elts = [target.elts[i] for i in keep]
+        value.elts = [value.elts[i] for i in keep]
+        if len(keep) == 1:
+            stmt.targets, stmt.value = [target.elts[0]], value.elts[0]
+        elif not keep:
+            stmt.targets, stmt.value = [], None
+
+
+def _drop_emptied(fn) -> None:
+    """Assignments emptied by a transform (no value left) go from every body of `fn`."""
+    for node in ast.walk(fn):
+        for field in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, field, None)
+            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
+                kept = [s for s in stmts if not (isinstance(s, ast.Assign) and s.value is None)]
+                setattr(node, field, kept or ([ast.Pass()] if field == "body" else []))
 
 
 def propagate_locals(tree) -> None:
@@ -1095,6 +1181,55 @@ def constant_attributes(tree: ast.Module) -> None:
         init.body = init.body or [ast.Pass()]
 
 
+def _init_stores(init: ast.FunctionDef) -> set[str]:
+    """The attributes an __init__'s own body (not a branch) always stores on its instance."""
+    me, out = init.args.args[0].arg, set()
+    for stmt in init.body:
+        if isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                for t in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    out.add(_self_attribute(t, me))
+    return out - {None}
+
+
+def known_attributes(tree: ast.Module) -> None:
+    """`hasattr(self, "x")` in a class's methods: True when its __init__ always stores x (and
+    nothing deletes an x); False when no code stores an x and the string "x" is only hasattr's."""
+    deleted = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+               and isinstance(n.ctx, ast.Del)}  # fmt: skip
+    stored = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+              and isinstance(n.ctx, ast.Store)}  # fmt: skip
+    strings: dict[str, int] = {}
+    for n in ast.walk(tree):
+        if is_const(n) and isinstance(n.value, str):
+            strings[n.value] = strings.get(n.value, 0) + 1
+    for cls in (s for s in tree.body if isinstance(s, ast.ClassDef)):
+        init = next((f for f, _ in _methods(cls) if f.name == "__init__"), None)
+        always = _init_stores(init) - deleted if init is not None else set()
+        for fn, me in _methods(cls):
+            for call in ast.walk(fn):
+                if not (
+                    isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Name)
+                    and call.func.id == "hasattr"
+                    and len(call.args) == 2
+                    and isinstance(call.args[0], ast.Name)
+                    and call.args[0].id == me
+                    and is_const(call.args[1])
+                ):
+                    continue
+                name = call.args[1].value
+                asked = sum(
+                    1 for c in ast.walk(tree) if isinstance(c, ast.Call)
+                    and isinstance(c.func, ast.Name) and c.func.id == "hasattr"
+                    and len(c.args) == 2 and is_const(c.args[1]) and c.args[1].value == name
+                )  # fmt: skip
+                if name in always:
+                    call.func, call.args = ast.Name("bool", ast.Load()), [ast.Constant(True)]
+                elif name not in stored and strings.get(name) == asked:
+                    call.func, call.args = ast.Name("bool", ast.Load()), [ast.Constant(False)]
+
+
 class _InlineAttributes(ast.NodeTransformer):
     def __init__(self, owner: str, constants: dict):
         self.owner, self.constants = owner, constants
@@ -1119,6 +1254,104 @@ def _drop_store(stmt: ast.Assign, owner: str, name: str) -> None:
         stmt.targets, stmt.value = [target.elts[0]], stmt.value.elts[0]
     elif not keep:
         stmt.value = None
+
+
+# -----------------------------
+# 4d. HOOKS THAT DO NOTHING
+# -----------------------------
+
+NULL_CONTEXT = "contextlib.nullcontext()"
+
+
+def _hook_kind(fn: ast.FunctionDef) -> str | None:
+    """ "noop" for a method whose body (a docstring aside) is `pass` or a bare return, "context"
+    for one returning `contextlib.nullcontext()`, else None."""
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and is_const(s.value))]
+    if fn.decorator_list or len(body) != 1:
+        return None
+    stmt = body[0]
+    if isinstance(stmt, ast.Pass) or (
+        isinstance(stmt, ast.Return) and (stmt.value is None or ast.unparse(stmt.value) == "None")
+    ):
+        return "noop"
+    if isinstance(stmt, ast.Return) and ast.unparse(stmt.value) == NULL_CONTEXT:
+        return "context"
+    return None
+
+
+def _hook_call(node, me: str, hooks: dict) -> str | None:
+    """The kind of hook `node` calls as `me.hook(...)` with arguments that only read."""
+    if not (isinstance(node, ast.Call) and _self_attribute(node.func, me) in hooks):
+        return None
+    if all(map(_reads_only, [*node.args, *(k.value for k in node.keywords)])):
+        return hooks[node.func.attr]
+    return None
+
+
+def _without_hooks(stmts: list, me: str, hooks: dict) -> list:
+    out = []
+    for stmt in stmts:
+        if isinstance(stmt, ast.Expr) and _hook_call(stmt.value, me, hooks):
+            continue  # a call that does nothing
+        if isinstance(stmt, ast.With):
+            stmt.items = [
+                item for item in stmt.items
+                if not (item.optional_vars is None
+                        and _hook_call(item.context_expr, me, hooks) == "context")
+            ]  # fmt: skip
+            if not stmt.items:
+                out += _without_hooks(stmt.body, me, hooks)
+                continue
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, field, None)
+            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                setattr(stmt, field, _without_hooks(inner, me, hooks) or [ast.Pass()])
+        for handler in getattr(stmt, "handlers", ()):
+            handler.body = _without_hooks(handler.body, me, hooks) or [ast.Pass()]
+        out.append(stmt)
+    return out
+
+
+def idle_hooks(tree: ast.Module) -> None:
+    """A method that does nothing (`pass`, a bare return: a hook another tool fills) or only
+    returns `contextlib.nullcontext()`, defined once in the module and never reassigned: its
+    class's methods no longer call it as a statement or enter it in a `with`."""
+    defined: dict[str, int] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined[n.name] = defined.get(n.name, 0) + 1
+    classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
+    # (`Other.name = ...` on another class of the module's sets that class's attribute only)
+    stored = {n.attr for n in ast.walk(tree)
+              if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load)
+              and not (isinstance(n.value, ast.Name) and n.value.id in classes)}  # fmt: skip
+    strings = {n.value for n in ast.walk(tree) if is_const(n) and isinstance(n.value, str)}
+    for cls in (s for s in tree.body if isinstance(s, ast.ClassDef)):
+        hooks = {
+            fn.name: kind for fn, _ in _methods(cls)
+            if (kind := _hook_kind(fn)) and defined[fn.name] == 1
+            and fn.name not in stored | strings
+        }  # fmt: skip
+        for fn, me in _methods(cls) if hooks else ():
+            fn.body = _without_hooks(fn.body, me, hooks) or [ast.Pass()]
+
+
+def unraised_exceptions(tree: ast.Module) -> None:
+    """An exception class of the module named only in except clauses (nothing raises it): those
+    clauses go."""
+    classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
+    handlers = [n for n in ast.walk(tree) if isinstance(n, ast.ExceptHandler)]
+    caught = {id(h.type) for h in handlers if isinstance(h.type, ast.Name)}
+    named = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in caught}
+    unraised = classes - named
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Try):
+            n.handlers = [
+                h for h in n.handlers
+                if not (isinstance(h.type, ast.Name) and h.type.id in unraised)
+            ]  # fmt: skip
+            if not n.handlers and not n.finalbody:
+                n.finalbody = [ast.Pass()]  # (a try with neither: the body as it is)
 
 
 # -----------------------------
@@ -1344,8 +1577,12 @@ def specialize_tree(source: str, settings: Settings) -> ast.Module:
         tree = InlineConstantCalls(constant_functions(tree)).visit(tree)
         prune_checks(tree)
         propagate_locals(tree)
+        drop_dead_locals(tree)
         constant_arguments(tree)
         constant_attributes(tree)
+        known_attributes(tree)
+        idle_hooks(tree)
+        unraised_exceptions(tree)
         prune_unreachable(tree)
         if ast.dump(tree) == before:
             break
