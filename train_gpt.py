@@ -942,7 +942,7 @@ def quantize_state_dict_gptq(cfg, state: dict, hessians: dict, act_rms=()) -> di
     """The record's artifact: {"w": tensors, "m": {name: how}} in `state`'s order, LQER factors last
     (largest error first); no Hessian: round to nearest. act_rms: AWQ-lite's salience."""
     w, meta, errors, G = {}, {}, {}, cfg.awq_lite_group_size
-    _, group, a = awq_group(cfg, state, act_rms if cfg.awq_lite_enabled else ())
+    _, group, a = awq_group(cfg, state, act_rms) if cfg.awq_lite_enabled else (0, None, 0)
     for name, t in state.items():
         t, route = t.detach().cpu(), quant_route(cfg, name, t)
         if route == "gate":
@@ -953,7 +953,7 @@ def quantize_state_dict_gptq(cfg, state: dict, hessians: dict, act_rms=()) -> di
         else:
             bits, k = gptq_bits(cfg, name), clip_sigmas(cfg, name)
             h = hessians[name] if name in hessians else torch.eye(t.size(1))  # untied embedding
-            high = range(a, a + G) if name == group else ()
+            high = range(a, a + G) if cfg.awq_lite_enabled and name == group else ()
             q = gptq_quantize(t, h, k, bits, high, cfg.awq_lite_bits)
             w[f"{name}.q"], w[f"{name}.scale"] = q
             meta[name] = f"gptq (int{bits})"
@@ -3193,7 +3193,8 @@ class Trainer(ClosedOnExit):
         frac = training_fraction(self.step, elapsed, cfg.iterations, self.cap_ms)  # the same
         if cfg.num_loops and not self.net.base.looping:
             self.switch_loops_on(frac)
-        self.switch_seq_len(frac)
+        if cfg.train_seq_schedule:
+            self.switch_seq_len(frac)
         self.set_schedules(elapsed)
         train_loss = self.forward_backward()
         self.update()
@@ -3936,11 +3937,10 @@ def stop_on_signal(wake: int) -> None:
     """First signal: partial checkpoint removed, rank 0's `interrupted` line, exit 128 + signum."""
     signum = os.read(wake, 1)[0]
     trainer, where, saved = RunState.trainer, RunState.phase, "no checkpoint"
-    if trainer is not None:
-        cfg = trainer.cfg
-        where = f"at step {trainer.step}" if where == "training" else where
-        folder = Path(cfg.checkpoint_dir)
-        done = sorted(folder.glob("step_*/meta.json")) if cfg.checkpoint_every else []
+    where = f"at step {trainer.step}" if where == "training" else where  # (with its trainer)
+    if trainer is not None and trainer.cfg.checkpoint_every:
+        folder = Path(trainer.cfg.checkpoint_dir)
+        done = sorted(folder.glob("step_*/meta.json"))
         saved = f"checkpoint: {done[-1].parent}" if done else saved
         if trainer.rt.rank == 0:  # a checkpoint cut short: its hidden folder
             for tmp in folder.glob(".step_*.tmp"):

@@ -507,6 +507,31 @@ def test_hasattr_of_what_init_always_stores_or_nothing_stores_folds():
     assert "(bool(True), hasattr(self, 'skip_gates'), bool(False))" in out
 
 
+def test_a_constant_bound_once_in_a_block_reaches_the_reads_after_it_in_that_block():
+    tree = ast.parse(
+        textwrap.dedent("""
+        def f(state, awq):
+            for name in state:
+                high = ()
+                q = quantize(name, high)
+                if high:
+                    keys(name)
+
+        def g(flag):
+            def later():
+                return limit  # read before the assignment runs: not a constant's read
+            limit = 3
+            return later
+    """)
+    )
+    sp.propagate_locals(tree)
+    tree = sp.Fold({}, set(), {}).visit(tree)
+    sp.FoldBodies().visit(tree)
+    out = ast.unparse(tree)
+    assert "quantize(name, ())" in out and "keys" not in out and "high" not in out
+    assert "limit = 3" in out and "return limit" in out
+
+
 # -----------------------------
 # refusals of the generated from_env
 # -----------------------------

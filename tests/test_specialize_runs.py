@@ -84,19 +84,27 @@ def preset_pair(request, tmp_path_factory, tiny_dataset, tiny_preset_run):
     ours = run_train(
         root / "ours", tiny_dataset, timeout=600, script=script, RUN_ID="r", **built_in
     )
-    return env, readable, ours
+    return env, readable, ours, script
 
 
 def test_each_preset_specialised_runs_as_the_readable_on_2_ranks(preset_pair):
-    _, readable, ours = preset_pair
+    _, readable, ours, _ = preset_pair
     assert_same_run(ours, readable)
     assert any(line.startswith("quantized_ttt_phased ") for line in ours.stdout.splitlines())
+
+
+def test_the_specialised_script_counts_its_packed_file_as_it_is(preset_pair):
+    """A specialised script runs as the packed file it ships: its `Code size (compressed)` is
+    that file's size (the record's rule, applied to itself, would count it again)."""
+    _, _, ours, script = preset_pair
+    (line,) = [x for x in ours.stdout.splitlines() if x.startswith("Code size (compressed): ")]
+    assert int(line.split()[3]) == script.stat().st_size
 
 
 def test_the_specialised_script_takes_no_preset_and_ships_none(preset_pair, tmp_path):
     """The run above did not set PRESET (its values, as run_train's TINY_ENV is under them, only
     at the values built in): the preset is built in, and the settings line is the readable's."""
-    env, readable, ours = preset_pair
+    env, readable, ours, _ = preset_pair
     settings = [line for line in ours.stdout.splitlines() if line.startswith("settings:")]
     assert settings == [
         line for line in readable.stdout.splitlines() if line.startswith("settings:")

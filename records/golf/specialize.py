@@ -14,7 +14,9 @@ environment. A record runs one configuration, so its counted code need not carry
    class's properties whose value does not depend on the free fields (`cfg.window`). Module
    constants computed from files beside the script at import become literals, and so do tables
    of settings built by code (`PR2014 = PR1855 | dict(...)`, `PRESETS`), so lookups on frozen
-   keys fold. The `--help` function (HELP_FUNCTION) says what the specialised script is.
+   keys fold. The `--help` function (HELP_FUNCTION) says what the specialised script is; the
+   code-bytes function (CODE_BYTES_FUNCTION) counts the file as it is: the script runs packed
+   (the `-o` output, unpacked, is for reading: run, it counts its unpacked source).
 3. The settings class. Frozen fields keep their readable default (so the `hyperparameters:` dump
    and the `settings:` line are the same) without their bounds (they cannot fail); `from_env` is
    replaced by one that parses the environment as the readable one does, refuses a frozen
@@ -68,6 +70,9 @@ SETTINGS_CLASS_METHOD = "from_env"  # the settings class is the one defining it
 # The readable script's --help (every setting, from its source): a specialised script's says what
 # it is instead
 HELP_FUNCTION = "settings_help"
+# The readable script's count of its own code bytes (the record's rule: minified, compressed,
+# wrapped); a specialised script ships packed, so it counts its own file as it is
+CODE_BYTES_FUNCTION = "counted_code_bytes"
 # Methods that frameworks call by protocol (nn.Module, optimizers, threads, context managers).
 PROTOCOL_METHODS = frozenset(
     {"forward", "step", "zero_grad", "close", "run", "state_dict", "load_state_dict",
@@ -466,6 +471,9 @@ def as_test(node):
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         operand = as_test(node.operand)
         return ast.Constant(not operand.value) if is_const(operand) else node
+    ok, value = const_value(node)
+    if ok and not is_const(node):  # a literal tuple, list, ...: its truth
+        return ast.Constant(bool(value))
     if not isinstance(node, ast.BoolOp):
         return node
     deciding = not isinstance(node.op, ast.And)  # a constant of this truth decides the `and`/`or`
@@ -518,10 +526,11 @@ class Fold(ast.NodeTransformer):
         values = []
         for i, v in enumerate(node.values):
             last = i == len(node.values) - 1
-            if is_const(v) and bool(v.value) == keep_on and not last:
+            known, value = const_value(v)  # (a literal tuple too: `() and x` is ())
+            if known and bool(value) == keep_on and not last:
                 continue  # `True and x` is x
             values.append(v)
-            if is_const(v) and bool(v.value) != keep_on:
+            if known and bool(value) != keep_on:
                 break  # `False and x` is False
         if len(values) == 1:
             return values[0]
@@ -899,9 +908,9 @@ def _drop_emptied(fn) -> None:
 
 
 def propagate_locals(tree) -> None:
-    """A local assigned once, at the top of its function's body, to a constant (or to the
-    constant part of what a function always returns): its reads become the constant, and
-    the assignment goes when it was a constant."""
+    """A local assigned once, to a constant (or to the constant part of what a function always
+    returns), with every read after the assignment in its block: its reads become the constant,
+    and the assignment goes when it was a constant."""
     returned = constant_returns(tree) if isinstance(tree, ast.Module) else {}
     for fn in _scopes(tree):
         stores: dict[str, int] = {}
@@ -915,60 +924,64 @@ def propagate_locals(tree) -> None:
                 declared.update(n.names)
             elif isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n is not fn:
                 stores[n.name] = stores.get(n.name, 0) + 2
+        once = {name for name, count in stores.items() if count == 1} - declared
+        loads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
         found = {}
-        for stmt in fn.body:
-            if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
-                continue
-            target = stmt.targets[0]
-            pairs = []
-            if isinstance(target, ast.Name):
-                pairs = [(target, stmt.value, None)]
-            elif (
-                isinstance(target, ast.Tuple)
-                and isinstance(stmt.value, ast.Tuple)
-                and len(target.elts) == len(stmt.value.elts)
-            ):
-                pairs = list(
-                    zip(target.elts, stmt.value.elts, range(len(target.elts)), strict=True)
-                )
-            call = stmt.value
-            if (
-                isinstance(target, ast.Tuple)
-                and isinstance(call, ast.Call)
-                and isinstance(call.func, ast.Name)
-                and call.func.id in returned
-            ):
-                for i, t in enumerate(target.elts):
-                    fixed = returned[call.func.id].get(i)
-                    if fixed is not None and isinstance(t, ast.Name) and stores.get(t.id) == 1:
-                        found[t.id] = fixed  # (the assignment stays: the call returns a tuple)
-            drop = []
-            for t, v, i in pairs:
-                if (
-                    isinstance(t, ast.Name)
-                    and stores.get(t.id) == 1
-                    and t.id not in declared
-                    and isinstance(v, (ast.Constant, ast.Tuple, ast.UnaryOp))
-                    and const_value(v)[0]
-                    and _immutable(const_value(v)[1])
-                ):
-                    found[t.id] = v
-                    drop.append(i)
-            if drop == [None]:
-                stmt.targets, stmt.value = [], None
-            elif drop:
-                target.elts = [e for i, e in enumerate(target.elts) if i not in drop]
-                stmt.value.elts = [e for i, e in enumerate(stmt.value.elts) if i not in drop]
-                if len(target.elts) == 1:
-                    stmt.targets, stmt.value = [target.elts[0]], stmt.value.elts[0]
-                elif not target.elts:
-                    stmt.targets, stmt.value = [], None
-        if not found:
-            continue
-        fn.body = [s for s in fn.body if not (isinstance(s, ast.Assign) and s.value is None)]
-        fn.body = fn.body or [ast.Pass()]
+        for block in _blocks(fn):
+            for i, stmt in enumerate(block):
+                later = {id(n) for s in block[i + 1 :] for n in ast.walk(s)}
+                ready = {
+                    name for name in once if all(id(n) in later for n in loads if n.id == name)
+                }
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                    found |= _constant_bindings(stmt, ready, returned if block is fn.body else {})
+        if found:
+            _drop_emptied(fn)
+            _Inline(found).visit(fn)
 
-        _Inline(found).visit(fn)
+
+def _blocks(fn):
+    """Every statement list of `fn` (its body, its branches' and loops' bodies, ...)."""
+    for node in ast.walk(fn):
+        for field in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, field, None)
+            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
+                yield stmts
+
+
+def _constant_bindings(stmt: ast.Assign, ready: set, returned: dict) -> dict:
+    """{name: constant} that `stmt` binds for good (names in `ready`); the constants' part of the
+    assignment goes (what a call returns stays assigned: the call remains)."""
+    target, found = stmt.targets[0], {}
+    call = stmt.value
+    if isinstance(target, ast.Tuple) and isinstance(call, ast.Call):
+        fixed = returned.get(call.func.id, {}) if isinstance(call.func, ast.Name) else {}
+        for i, t in enumerate(target.elts):
+            if i in fixed and isinstance(t, ast.Name) and t.id in ready:
+                found[t.id] = fixed[i]
+    pairs = []
+    both = isinstance(target, ast.Tuple) and isinstance(stmt.value, ast.Tuple)
+    if isinstance(target, ast.Name):
+        pairs = [(target, stmt.value, None)]
+    elif both and len(target.elts) == len(stmt.value.elts):
+        pairs = list(zip(target.elts, stmt.value.elts, range(len(target.elts)), strict=True))
+    drop = []
+    for t, v, i in pairs:
+        ok, value = const_value(v)
+        plain = isinstance(v, (ast.Constant, ast.Tuple, ast.UnaryOp))
+        if isinstance(t, ast.Name) and t.id in ready and plain and ok and _immutable(value):
+            found[t.id] = v
+            drop.append(i)
+    if drop == [None]:
+        stmt.targets, stmt.value = [], None
+    elif drop:
+        target.elts = [e for i, e in enumerate(target.elts) if i not in drop]
+        stmt.value.elts = [e for i, e in enumerate(stmt.value.elts) if i not in drop]
+        if len(target.elts) == 1:
+            stmt.targets, stmt.value = [target.elts[0]], stmt.value.elts[0]
+        elif not target.elts:
+            stmt.targets, stmt.value = [], None
+    return found
 
 
 class _Inline(ast.NodeTransformer):
@@ -1553,6 +1566,9 @@ def _rewrite_help(tree: ast.Module, settings: Settings) -> None:
     for stmt in tree.body:
         if isinstance(stmt, ast.FunctionDef) and stmt.name == HELP_FUNCTION:
             stmt.body = [ast.Return(ast.Constant(specialized_help(settings)))]
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == CODE_BYTES_FUNCTION:
+            code = stmt.args.args[0].arg  # its source, as read from the packed file that runs
+            stmt.body = ast.parse(f"return len({code}.encode('utf-8'))").body
 
 
 def specialize_tree(source: str, settings: Settings) -> ast.Module:
@@ -1611,6 +1627,12 @@ def _module_for_source(source: bytes, beside: Path | None):
         yield load_module(tmp / "train_gpt.py")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+UNPACKED_NOTE = (
+    "# The specialised source, unpacked for reading. A record ships its packed form (pack, or\n"
+    "# records/golf/specialize.py's counted()); run unpacked, `Code size` counts this file.\n"
+)
 
 
 def specialize_script(script: Path, env: dict | None = None, values: dict | None = None,
@@ -1780,7 +1802,7 @@ def main(argv=None) -> int:
             for saved, what in regions(source):
                 print(f"{saved:7,} B  {what}")
         if args.out:
-            Path(args.out).write_text(source, encoding="utf-8")
+            Path(args.out).write_text(UNPACKED_NOTE + source, encoding="utf-8")
         print(f"specialised {script}: {len(source.encode()):,} bytes of source, "
               f"{len(counted(source)):,} counted (the record's packed form)")  # fmt: skip
     except SubmissionError as exc:
