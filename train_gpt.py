@@ -2681,7 +2681,7 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
             idx = begin[:, None] + at
             keep = (at >= (cols - scored)[:, None]) & (at < cols[:, None])
             lora.select(lo, batch.table.size(1))
-            hint = None if plan.hints is None else plan.hints[idx]
+            hint = plan.hints[idx] if cfg.ngram_tilt_enabled else None
             with rt.autocast():  # gradients on even where none trains: one graph per shape
                 nll = model(plan.split[idx], plan.split[idx + 1], "none", lora=lora, hint=hint)
             nll = nll.view(-1, *idx.shape) * keep  # [the nll, its tilted copy] with hints
@@ -2851,8 +2851,8 @@ class EMA:
 
     def __init__(self, model: nn.Module, decay: float, state: dict | None = None):
         live = model.state_dict()  # views of the weights
-        self.decay, self.names, state = decay, list(live), state or live
-        self.average = [state[k].to(t.device, torch.float32, copy=True) for k, t in live.items()]
+        self.decay, self.names, start = decay, list(live), state or live  # (a checkpoint's)
+        self.average = [start[k].to(t.device, torch.float32, copy=True) for k, t in live.items()]
         self.cast = [t for t in live.values() if t.dtype != torch.float32]
         self.cast_fp32 = [torch.empty_like(t, dtype=torch.float32) for t in self.cast]
         fp32 = iter(self.cast_fp32)

@@ -532,6 +532,31 @@ def test_a_constant_bound_once_in_a_block_reaches_the_reads_after_it_in_that_blo
     assert "limit = 3" in out and "return limit" in out
 
 
+def test_a_literal_dict_indexed_by_a_constant_and_an_unused_class_attribute_fold():
+    tree = sp.Fold({}, set(), {}).visit(
+        ast.parse(
+            textwrap.dedent("""
+        x = {"mean": 0.5 * (a[0] + a[1]), "attn": a[0]}["mean"]
+        y = {"mean": f(a), "attn": a[0]}["mean"]  # f(a) may do something: kept
+    """)
+        )
+    )
+    out = ast.unparse(tree)
+    assert "x = 0.5 * (a[0] + a[1])" in out and "y = {" in out
+    tree = ast.parse(
+        textwrap.dedent("""
+        class Cfg:
+            window = property(lambda self: 2048)
+            used = property(lambda self: 1)
+
+        print(Cfg().used)
+    """)
+    )
+    sp.prune_unreachable(tree)
+    out = ast.unparse(tree)
+    assert "window" not in out and "used = property" in out
+
+
 # -----------------------------
 # refusals of the generated from_env
 # -----------------------------

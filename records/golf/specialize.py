@@ -16,7 +16,8 @@ environment. A record runs one configuration, so its counted code need not carry
    of settings built by code (`PR2014 = PR1855 | dict(...)`, `PRESETS`), so lookups on frozen
    keys fold. The `--help` function (HELP_FUNCTION) says what the specialised script is; the
    code-bytes function (CODE_BYTES_FUNCTION) counts the file as it is: the script runs packed
-   (the `-o` output, unpacked, is for reading: run, it counts its unpacked source).
+   (the `-o` output, unpacked, is for reading: run, it counts its unpacked source); a lookup of
+   the table of defaults (DEFAULTS_TABLE) is the readable default.
 3. The settings class. Frozen fields keep their readable default (so the `hyperparameters:` dump
    and the `settings:` line are the same) without their bounds (they cannot fail); `from_env` is
    replaced by one that parses the environment as the readable one does, refuses a frozen
@@ -73,6 +74,9 @@ HELP_FUNCTION = "settings_help"
 # The readable script's count of its own code bytes (the record's rule: minified, compressed,
 # wrapped); a specialised script ships packed, so it counts its own file as it is
 CODE_BYTES_FUNCTION = "counted_code_bytes"
+# The module's table of every field's readable default ({f.name: f.default for f in FIELDS}): the
+# specialised settings class keeps those defaults, so a lookup of a constant key folds to it
+DEFAULTS_TABLE = "DEFAULTS"
 # Methods that frameworks call by protocol (nn.Module, optimizers, threads, context managers).
 PROTOCOL_METHODS = frozenset(
     {"forward", "step", "zero_grad", "close", "run", "state_dict", "load_state_dict",
@@ -366,6 +370,15 @@ class ConfigReads(ast.NodeTransformer):
             return node_of(self.constants[node.attr])
         return node
 
+    def visit_Subscript(self, node):  # DEFAULTS["name"]: the readable default
+        self.generic_visit(node)
+        table = isinstance(node.value, ast.Name) and node.value.id == DEFAULTS_TABLE
+        if table and is_const(node.slice) and isinstance(node.ctx, ast.Load):
+            default = self.settings.defaults.get(node.slice.value, dataclasses.MISSING)
+            if default is not dataclasses.MISSING and literal(default):
+                return node_of(default)
+        return node
+
 
 # -----------------------------
 # 3. THE SETTINGS CLASS
@@ -463,6 +476,15 @@ def _reads_only(node) -> bool:
         operands = node.values if isinstance(node, ast.BoolOp) else [node.operand]
         return all(map(_reads_only, operands))
     return False
+
+
+def _no_effects(node) -> bool:
+    """An expression whose evaluation changes nothing: reads, arithmetic and subscripts of them
+    (an operator of a tensor or number computes a new value)."""
+    if isinstance(node, (ast.BinOp, ast.Subscript)):
+        parts = [node.left, node.right] if isinstance(node, ast.BinOp) else [node.value, node.slice]
+        return all(map(_no_effects, parts))
+    return _reads_only(node)
 
 
 def as_test(node):
@@ -617,6 +639,12 @@ class Fold(ast.NodeTransformer):
         if ok_k and isinstance(node.value, ast.Name):
             found = self._entry(node.value.id, key)
             return node if found is None or found is MISSING else found
+        literal_keys = isinstance(node.value, ast.Dict) and all(map(is_const, node.value.keys))
+        if ok_k and literal_keys and all(map(_no_effects, node.value.values)):
+            # {"mean": a, "attn": b}["mean"]: a (the other values, computed, were dropped)
+            keys = [k.value for k in node.value.keys]
+            if keys.count(key) == 1:
+                return node.value.values[keys.index(key)]
         return node
 
     def _entry(self, name: str, key):
@@ -1410,8 +1438,16 @@ class Uses:
                 self.names.add(n.value)  # (a name looked up by its string)
 
 
-def _method_live(fn, uses: Uses) -> bool:
-    name = fn.name
+def _member_name(stmt) -> str | None:
+    """A method's name, or a plain class attribute's (`name = ...`: a property, a constant)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return stmt.name
+    plain = isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+    return stmt.targets[0].id if plain and isinstance(stmt.targets[0], ast.Name) else None
+
+
+def _method_live(member, uses: Uses) -> bool:
+    name = _member_name(member)
     return (
         (name.startswith("__") and name.endswith("__"))
         or name in PROTOCOL_METHODS
@@ -1420,16 +1456,17 @@ def _method_live(fn, uses: Uses) -> bool:
 
 
 def _scan_class_shell(cls, uses: Uses) -> list:
-    """Scan what a live class always keeps; return its methods, to be kept when used."""
+    """Scan what a live class always keeps; return its methods and plain class attributes, each
+    to be kept when its name is used."""
     for part in (*cls.bases, *cls.keywords, *cls.decorator_list):
         uses.scan(part)
-    methods = []
+    members = []
     for stmt in cls.body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            methods.append(stmt)
+        if _member_name(stmt) is not None:
+            members.append(stmt)
         else:
             uses.scan(stmt)
-    return methods
+    return members
 
 
 def _is_import_block(stmt) -> bool:
@@ -1479,9 +1516,7 @@ def prune_unreachable(tree: ast.Module) -> None:
             continue
         if isinstance(stmt, ast.ClassDef):
             stmt.body = [
-                s for s in stmt.body
-                if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
-                or id(s) in live_methods
+                s for s in stmt.body if _member_name(s) is None or id(s) in live_methods
             ] or [ast.Pass()]  # fmt: skip
         if isinstance(stmt, (ast.Import, ast.ImportFrom)) and not _prune_import(stmt, uses):
             continue
@@ -1557,8 +1592,8 @@ def specialized_help(settings: Settings) -> str:
     what = f"PRESET={preset}'s settings" if preset else "one run's settings"
     return (
         f"usage: [{free}] torchrun --standalone --nproc_per_node=N train_gpt.py\n"
-        f"train_gpt.py specialised to {what}: other values of the other settings are refused; "
-        "the readable script it was made from (train_gpt_readable.py) takes them (its --help)"
+        f"train_gpt.py specialised to {what}; train_gpt_readable.py, which it was made from, "
+        "takes other values (its --help)"
     )
 
 
