@@ -3544,10 +3544,8 @@ def data_fingerprint(tokenizer_path, val_pattern: str, train_pattern: str) -> st
     (in name order), of the train shards' names and byte sizes, and 16 hex digits of the sha256 of
     those digests, one a line, as data/build_local_dataset.py prints (docs/measured.md)."""
     val, train = hashlib.sha256(), hashlib.sha256()
-    for path in sorted(glob.glob(val_pattern)):
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 24), b""):
-                val.update(block)
+    for path in sorted(glob.glob(val_pattern)):  # (a shard at a time: the split is in memory)
+        val.update(Path(path).read_bytes())
     for path in sorted(glob.glob(train_pattern)):
         train.update(f"{Path(path).name} {os.path.getsize(path)}\n".encode())
     digests = [hashlib.sha256(Path(tokenizer_path).read_bytes()).hexdigest()]
@@ -3726,8 +3724,9 @@ def collect_hessians(cfg: Hyperparameters, rt: Runtime, model: GPT, names: list)
         x = (out if module is model.final_norm else args[0]).detach().float()
         x = x.reshape(-1, x.size(-1))
         hessians.setdefault(name, torch.zeros(x.size(1), x.size(1), device=x.device)).addmm_(x.T, x)
-        squares[name] = squares.get(name, 0) + x.square().sum(0)  # AWQ-lite's activation RMS
-        rows[name] += x.size(0)
+        if cfg.awq_lite_enabled:  # AWQ-lite's activation RMS
+            squares[name] = squares.get(name, 0) + x.square().sum(0)
+            rows[name] += x.size(0)
 
     for name in names:  # (an untied embedding has none: it rounds to nearest)
         if name != "tok_emb.weight" or model.lm_head is None:

@@ -557,6 +557,20 @@ def test_a_literal_dict_indexed_by_a_constant_and_an_unused_class_attribute_fold
     assert "window" not in out and "used = property" in out
 
 
+def test_an_aggregate_of_a_comprehension_over_constants_folds_and_one_over_names_stays():
+    tree = sp.Fold({}, set(), {}).visit(
+        ast.parse(
+            textwrap.dedent("""
+        a = not all(doc > 0 < chunk <= 2048 for doc, chunk in [(1e309, 48)])
+        b = any(span % n for _, n in [(1.0, 2048)])
+        c = sum(len(x) for x in ("ab", "c"))
+    """)
+        )
+    )
+    out = ast.unparse(tree)
+    assert "a = False" in out and "b = any(" in out and "c = 3" in out
+
+
 # -----------------------------
 # refusals of the generated from_env
 # -----------------------------

@@ -26,17 +26,29 @@ environment. A record runs one configuration, so its counted code need not carry
    (FIXED_VARIABLES, as a literal of the accepted values: `NAME='x': not read here (fixed at
    '0'); unset it`, without the readable script's reason), and builds the frozen configuration.
 4. Folding, to a fixpoint: constant expressions (not/and/or, comparisons, `in` on literal
-   tuples, ternaries, arithmetic, f-strings, a few pure builtins and str methods, subscripts of
-   module-level literal dicts), `if`/`while` on constants, statements after return/raise,
-   single-assignment constant locals (and the constant parts of what a function always
-   returns: `val, windows, plan = load_data(...)`), calls of functions that only return a
-   constant, validation checks of the form `(broken, NAME, want)` whose `broken` folded to
-   False. Functions that read files beside the script (presets/) are evaluated on constant
-   arguments, as the record folder has no such files.
+   tuples, ternaries, arithmetic, f-strings and their format specs, a few pure builtins and str
+   methods, `all`/`any`/`sum` of comprehensions over constants, subscripts of module-level
+   literal dicts and of a literal dict by a constant key), tests by their truth (`x and True` is
+   x; `x and False` is False when x only reads; an `elif` on its `if`'s test never runs),
+   `if`/`while` on constants, statements after return/raise (or a `with` that returns, an `if`
+   whose branches all end), single-assignment constant locals whose reads follow them in their
+   block (and the constant parts of what a function always returns: `val, windows, plan =
+   load_data(...)`), locals no code reads, stores overwritten at once, calls of functions that
+   only return a constant, validation checks of the form `(broken, NAME, want)` whose `broken`
+   folded to False. Functions that read files beside the script (presets/) are evaluated on
+   constant arguments, as the record folder has no such files. Then, across functions:
+   - a parameter every call passes the same constant (or leaves at that default) becomes it, and
+     one the body never reads goes (functions and classes only ever called by name);
+   - `self.x = <constant>` in `__init__`, stored nowhere else, is that constant in the class's
+     methods; `hasattr(self, "x")` folds when `__init__` always stores x or no code does;
+   - a hook that does nothing (`pass`, or `return contextlib.nullcontext()`: Trainer.phase, the
+     guard once GUARD_LOG is off) is no longer called or entered; an exception class only
+     named in except clauses (nothing raises it) loses them.
 5. Reachability, to a fixpoint: from the module's statements that are not definitions (the
    `if __name__ == "__main__"` block), every function, class, constant and import referenced by
-   name; a method is kept when its name is used as an attribute or a string anywhere live (getattr),
-   is a dunder, or is one a framework calls (forward, step, ...).
+   name; a method, or a plain class attribute (a property), is kept when its name is used as an
+   attribute or a string anywhere live (getattr), is a dunder, or is one a framework calls
+   (forward, step, ...).
 6. The result is unparsed (`ast.unparse`), minified with the record's options, its local and
    module-level names renamed too (SPECIALIZED_MINIFY: nothing imports it or reads it), and
    packed as the record's form (records/golf/pack.py: `record_pack_source`): its bytes are the
@@ -83,6 +95,7 @@ PROTOCOL_METHODS = frozenset(
      "extra_repr", "reset_parameters", "train", "eval"}
 )  # fmt: skip
 PURE_BUILTINS = {"int", "float", "bool", "str", "len", "max", "min", "abs", "round", "repr"}
+AGGREGATES = {"all", "any", "sum", "sorted", "tuple"}  # of a comprehension over constants
 STR_METHODS = {"startswith", "endswith", "upper", "lower", "strip", "replace", "split"}
 # The records' own counted code (their logs' `Code size (compressed)`), for the table.
 RECORDS_OWN = {"pr1855": 31_999, "pr2014": 38_134, "pr2135": 37_155}
@@ -478,6 +491,34 @@ def _reads_only(node) -> bool:
     return False
 
 
+_CLOSED_NODES = (
+    ast.Constant, ast.Tuple, ast.List, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare,
+    ast.IfExp, ast.Subscript, ast.Slice, ast.expr_context, ast.operator, ast.unaryop, ast.boolop,
+    ast.cmpop,
+)  # fmt: skip
+
+
+def _closed(node, bound: frozenset = frozenset()) -> bool:
+    """An expression of constants alone, comprehensions over them and pure builtins included
+    (its only names are its comprehensions' variables): evaluable here, as it would be there."""
+    if isinstance(node, ast.Name):
+        return node.id in bound
+    if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
+        for gen in node.generators:
+            if gen.is_async or not _closed(gen.iter, bound):
+                return False
+            bound |= {n.id for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
+            if not all(_closed(test, bound) for test in gen.ifs):
+                return False
+        return _closed(node.elt, bound)
+    if isinstance(node, ast.Call):
+        known = isinstance(node.func, ast.Name) and node.func.id in PURE_BUILTINS | AGGREGATES
+        return known and not node.keywords and all(_closed(a, bound) for a in node.args)
+    return isinstance(node, _CLOSED_NODES) and all(
+        _closed(child, bound) for child in ast.iter_child_nodes(node)
+    )
+
+
 def _no_effects(node) -> bool:
     """An expression whose evaluation changes nothing: reads, arithmetic and subscripts of them
     (an operator of a tensor or number computes a new value)."""
@@ -662,11 +703,15 @@ class Fold(ast.NodeTransformer):
 
     def visit_Call(self, node):
         self.generic_visit(node)
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in AGGREGATES - self.shadowed and _closed(node):
+            code = compile(ast.fix_missing_locations(ast.Expression(node)), "<fold>", "eval")
+            names = {n: getattr(builtins, n) for n in PURE_BUILTINS | AGGREGATES}
+            return self._result(node, lambda: eval(code, {"__builtins__": names}))
         args = [const_value(a) for a in node.args]
         if node.keywords or not all(ok for ok, _ in args):
             return node
         values = [v for _, v in args]
-        f = node.func
         literal_get = isinstance(f, ast.Attribute) and f.attr == "get" and 1 <= len(args) <= 2
         if literal_get and isinstance(f.value, ast.Name):  # table.get(key, default)
             found = self._entry(f.value.id, values[0])
