@@ -571,6 +571,27 @@ def test_an_aggregate_of_a_comprehension_over_constants_folds_and_one_over_names
     assert "a = False" in out and "b = any(" in out and "c = 3" in out
 
 
+def test_a_local_table_of_constants_only_looked_up_folds_and_goes():
+    tree = ast.parse(
+        textwrap.dedent("""
+        def line(env):
+            preset = {"TRAIN_SEQ_LEN": "2048", "NUM_LAYERS": "11"}
+            plan = preset.get("TRAIN_SEQ_SCHEDULE", "")
+            return plan, preset["TRAIN_SEQ_LEN"]
+
+        def passed_on():
+            table = {"a": "1"}
+            return table.get("a"), use(table)  # passed on: left alone
+    """)
+    )
+    sp.fold_local_tables(tree)
+    sp.propagate_locals(tree)
+    sp.drop_dead_locals(tree)
+    out = ast.unparse(tree)
+    assert "preset" not in out and "return ('', '2048')" in out
+    assert "table.get('a')" in out
+
+
 # -----------------------------
 # refusals of the generated from_env
 # -----------------------------

@@ -33,10 +33,11 @@ environment. A record runs one configuration, so its counted code need not carry
    `if`/`while` on constants, statements after return/raise (or a `with` that returns, an `if`
    whose branches all end), single-assignment constant locals whose reads follow them in their
    block (and the constant parts of what a function always returns: `val, windows, plan =
-   load_data(...)`), locals no code reads, stores overwritten at once, calls of functions that
-   only return a constant, validation checks of the form `(broken, NAME, want)` whose `broken`
-   folded to False. Functions that read files beside the script (presets/) are evaluated on
-   constant arguments, as the record folder has no such files. Then, across functions:
+   load_data(...)`), a local dict of constants only looked up (its lookups), locals no code
+   reads, stores overwritten at once, calls of functions that only return a constant,
+   validation checks of the form `(broken, NAME, want)` whose `broken` folded to False.
+   Functions that read files beside the script (presets/) are evaluated on constant arguments,
+   as the record folder has no such files. Then, across functions:
    - a parameter every call passes the same constant (or leaves at that default) becomes it, and
      one the body never reads goes (functions and classes only ever called by name);
    - `self.x = <constant>` in `__init__`, stored nowhere else, is that constant in the class's
@@ -478,8 +479,9 @@ MISSING = object()  # (Fold._entry: the key is not in the dict)
 
 
 def _reads_only(node) -> bool:
-    """An expression that only reads names, attributes and constants, and compares them."""
-    if isinstance(node, (ast.Name, ast.Constant)):
+    """An expression that only reads names, attributes and constants (literal tuples, lists and
+    dicts of them too), and compares them."""
+    if isinstance(node, (ast.Name, ast.Constant)) or const_value(node)[0]:
         return True
     if isinstance(node, ast.Attribute):
         return _reads_only(node.value)
@@ -929,6 +931,64 @@ class InlineConstantCalls(ast.NodeTransformer):
         )
         if isinstance(f, ast.Name) and f.id in self.constants and plain:
             return ast.copy_location(copy.deepcopy(self.constants[f.id]), node)
+        return node
+
+
+def fold_local_tables(tree) -> None:
+    """A local bound once to a dict of constants and only looked up (`t[key]`, `t.get(key,
+    default)` with constant keys): each lookup becomes its value; the dict, unread, then goes."""
+    for fn in _scopes(tree):
+        stores: dict[str, list] = {}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+                stores.setdefault(n.id, []).append(n)
+        tables = {}
+        for stmt in ast.walk(fn):
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                target = stmt.targets[0]
+                ok, value = const_value(stmt.value)
+                if isinstance(target, ast.Name) and ok and isinstance(value, dict):
+                    tables[target.id] = value
+        lookups = {id(n.value) for n in ast.walk(fn) if isinstance(n, ast.Subscript)}
+        lookups |= {id(n.value) for n in ast.walk(fn) if isinstance(n, ast.Attribute)
+                    and n.attr == "get"}  # fmt: skip
+        other = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
+                 and isinstance(n.ctx, ast.Load) and id(n) not in lookups}  # fmt: skip
+        tables = {k: v for k, v in tables.items() if len(stores[k]) == 1 and k not in other}
+        if tables:
+            _LookUp(tables).visit(fn)
+
+
+class _LookUp(ast.NodeTransformer):
+    """Lookups of the tables (name -> dict of constants) by constant keys; any other read of a
+    table (passed on, iterated) leaves it alone."""
+
+    def __init__(self, tables: dict):
+        self.tables = tables
+
+    def visit_Subscript(self, node):
+        self.generic_visit(node)
+        table = self.tables.get(node.value.id) if isinstance(node.value, ast.Name) else None
+        found = table and is_const(node.slice) and isinstance(node.ctx, ast.Load)
+        if found and node.slice.value in table:  # (a missing key raises, as it did)
+            return node_of(table[node.slice.value])
+        return node
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        table = (
+            isinstance(f, ast.Attribute)
+            and f.attr == "get"
+            and isinstance(f.value, ast.Name)
+            and f.value.id in self.tables
+        )
+        constant = not node.keywords and 1 <= len(node.args) <= 2 and all(map(is_const, node.args))
+        if table and constant:
+            found, key = self.tables[f.value.id], node.args[0].value
+            if key in found:
+                return node_of(found[key])
+            return node.args[1] if len(node.args) == 2 else ast.Constant(None)
         return node
 
 
@@ -1673,6 +1733,7 @@ def specialize_tree(source: str, settings: Settings) -> ast.Module:
         tree = InlineConstantCalls(constant_functions(tree)).visit(tree)
         prune_checks(tree)
         propagate_locals(tree)
+        fold_local_tables(tree)
         drop_dead_locals(tree)
         constant_arguments(tree)
         constant_attributes(tree)
