@@ -592,6 +592,35 @@ def test_a_local_table_of_constants_only_looked_up_folds_and_goes():
     assert "table.get('a')" in out
 
 
+def test_what_code_out_of_sight_could_set_is_left_alone():
+    tree = ast.parse(
+        textwrap.dedent("""
+        class Net(nn.Module):
+            def forward(self):
+                return hasattr(self, "training")  # nn.Module's: no store here, yet there
+
+        def f():
+            table = {"a": "1"}
+            table["a"] = "2"
+            return table["a"]
+
+        class Box:
+            def __init__(self, name):
+                self.banks = True
+                setattr(self, name, False)  # it could be banks
+
+            def step(self):
+                return self.banks
+    """)
+    )
+    sp.known_attributes(tree)
+    sp.fold_local_tables(tree)
+    sp.constant_attributes(tree)
+    out = ast.unparse(tree)
+    assert "hasattr(self, 'training')" in out and "return table['a']" in out
+    assert "return self.banks" in out
+
+
 # -----------------------------
 # refusals of the generated from_env
 # -----------------------------

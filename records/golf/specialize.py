@@ -949,7 +949,8 @@ def fold_local_tables(tree) -> None:
                 ok, value = const_value(stmt.value)
                 if isinstance(target, ast.Name) and ok and isinstance(value, dict):
                     tables[target.id] = value
-        lookups = {id(n.value) for n in ast.walk(fn) if isinstance(n, ast.Subscript)}
+        lookups = {id(n.value) for n in ast.walk(fn)
+                   if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load)}  # fmt: skip
         lookups |= {id(n.value) for n in ast.walk(fn) if isinstance(n, ast.Attribute)
                     and n.attr == "get"}  # fmt: skip
         other = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
@@ -1291,10 +1292,26 @@ def _methods(cls: ast.ClassDef):
             yield fn, fn.args.args[0].arg
 
 
+def _sets_attributes_by_name(tree: ast.Module) -> bool:
+    """Whether a method stores or deletes an attribute of its instance by a computed name
+    (`setattr(self, name, v)`): then no attribute's stores are all in sight."""
+    selves = {fn.args.args[0].arg for cls in tree.body if isinstance(cls, ast.ClassDef)
+              for fn, _ in _methods(cls)}  # fmt: skip
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+        and n.func.id in ("setattr", "delattr") and len(n.args) >= 2
+        and isinstance(n.args[0], ast.Name) and n.args[0].id in selves
+        and not is_const(n.args[1])
+        for n in ast.walk(tree)
+    )  # fmt: skip
+
+
 def constant_attributes(tree: ast.Module) -> None:
     """`self.x = <constant>` in a module class's __init__ (not in a branch), when no other code
     stores an attribute x: `self.x` in the class's methods becomes the constant, and the store
     goes when nothing else reads an attribute x."""
+    if _sets_attributes_by_name(tree):
+        return
     stores: dict[str, int] = {}
     for n in ast.walk(tree):
         if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load):
@@ -1349,9 +1366,12 @@ def known_attributes(tree: ast.Module) -> None:
     for n in ast.walk(tree):
         if is_const(n) and isinstance(n.value, str):
             strings[n.value] = strings.get(n.value, 0) + 1
+    ours = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
     for cls in (s for s in tree.body if isinstance(s, ast.ClassDef)):
         init = next((f for f, _ in _methods(cls) if f.name == "__init__"), None)
         always = _init_stores(init) - deleted if init is not None else set()
+        # (a base class of a library's, nn.Module, has attributes no code here stores)
+        own_bases = all(isinstance(b, ast.Name) and b.id in ours for b in cls.bases)
         for fn, me in _methods(cls):
             for call in ast.walk(fn):
                 if not (
@@ -1372,7 +1392,7 @@ def known_attributes(tree: ast.Module) -> None:
                 )  # fmt: skip
                 if name in always:
                     call.func, call.args = ast.Name("bool", ast.Load()), [ast.Constant(True)]
-                elif name not in stored and strings.get(name) == asked:
+                elif own_bases and name not in stored and strings.get(name) == asked:
                     call.func, call.args = ast.Name("bool", ast.Load()), [ast.Constant(False)]
 
 
@@ -1466,6 +1486,8 @@ def idle_hooks(tree: ast.Module) -> None:
     for n in ast.walk(tree):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
             defined[n.name] = defined.get(n.name, 0) + 1
+    if _sets_attributes_by_name(tree):
+        return
     classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
     # (`Other.name = ...` on another class of the module's sets that class's attribute only)
     stored = {n.attr for n in ast.walk(tree)
