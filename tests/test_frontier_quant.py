@@ -426,7 +426,7 @@ def test_every_rank_collects_rank_0s_hessians_and_the_world_size_picks_the_data(
     cfg = tg.Hyperparameters(
         data_path=str(tiny_dataset.dataset_dir), num_layers=2, model_dim=32, num_heads=4,
         num_kv_heads=2, train_seq_len=32, gptq_calibration_batches=2, quantizer="gptq",
-        num_loops=1, loop_start=0, loop_end=0,
+        num_loops=1, loop_start=0, loop_end=0, awq_lite_enabled=True,
     )  # fmt: skip
     model = tg.build_model(cfg, CPU)
     model.looping = True
@@ -449,6 +449,9 @@ def test_every_rank_collects_rank_0s_hessians_and_the_world_size_picks_the_data(
         torch.testing.assert_close(rms[name], ref.act_rms_of(xs[: len(xs) // 2]))
     alone = collect(0, 1)[0]
     assert set(r0) == set(names) and model.training
+    off = dataclasses.replace(cfg, awq_lite_enabled=False)  # no AWQ-lite: no activation RMS
+    rt = tg.Runtime(0, 0, 1, 1, CPU, False)
+    assert tg.collect_hessians(off, rt, model, names)[1] == {}
     assert all(torch.equal(r0[n], r1[n]) for n in names)
     assert not torch.equal(r0["blocks.1.mlp.proj.weight"], alone["blocks.1.mlp.proj.weight"])
     assert torch.equal(r0["blocks.0.attn.c_q.weight"], r0["blocks.0.attn.c_k.weight"])
