@@ -1,0 +1,189 @@
+"""records/golf/positional.py: a specialised script's parameters become positional-only where no
+caller names them (the minifier then shortens them), and nowhere a caller could name them."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from records.golf.pack import minify_source  # noqa: E402
+from records.golf.positional import positional_parameters  # noqa: E402
+
+
+def signatures(source: str) -> dict[str, tuple[list[str], list[str]]]:
+    """{function name: (its positional-only parameters, its other positional ones)}; methods as
+    Class.name."""
+    tree = ast.parse(positional_parameters(textwrap.dedent(source)))
+    out = {}
+    for node in ast.walk(tree):
+        owner = f"{node.name}." if isinstance(node, ast.ClassDef) else ""
+        for stmt in (
+            getattr(node, "body", []) if isinstance(node, (ast.Module, ast.ClassDef)) else []
+        ):
+            if isinstance(stmt, ast.FunctionDef):
+                args = stmt.args
+                out[owner + stmt.name] = (
+                    [a.arg for a in args.posonlyargs],
+                    [a.arg for a in args.args],
+                )
+    return out
+
+
+def run(source: str) -> dict:
+    namespace: dict = {}
+    exec(compile(source, "<toy>", "exec"), namespace)  # (the toy source written above)
+    return namespace["result"]
+
+
+def test_parameters_no_call_names_become_positional_and_the_minifier_shortens_them():
+    source = """
+    def scaled(tokens_per_rank, grad_accum_steps):
+        return tokens_per_rank * grad_accum_steps
+    result = scaled(3, 4) + scaled(1, grad_accum_steps=2)
+    """
+    assert signatures(source)["scaled"] == (["tokens_per_rank"], ["grad_accum_steps"])
+    shown = textwrap.dedent(source)
+    packed = minify_source(positional_parameters(shown).encode(), renamed=True).decode()
+    assert "tokens_per_rank" not in packed and "grad_accum_steps" in packed
+    assert "tokens_per_rank" in minify_source(shown.encode(), renamed=True).decode()
+    assert run(positional_parameters(shown)) == run(shown) == 14
+
+
+def test_a_named_parameter_keeps_those_after_it_keyword_passable():
+    source = """
+    def f(a, b, c=3):
+        return a + b + c
+    result = f(1, b=2)
+    """
+    assert signatures(source)["f"] == (["a"], ["b", "c"])
+
+
+def test_functions_others_could_call_stay_whole():
+    source = """
+    import functools, threading
+
+    def callback(value):
+        return value
+    def spread(value):
+        return value
+    def strung(value):
+        return value
+    def wrapped(value):
+        return value
+    def partial_ok(value, scale):
+        return value * scale
+    def dunder_free(value):
+        return value
+    threading.Thread(target=callback, args=(1,))
+    spread(**{"value": 1})
+    getattr(__import__("sys"), "strung", None)
+    wrapped = functools.lru_cache(wrapped)
+    functools.partial(partial_ok, 2)(3)
+    dunder_free(4)
+    """
+    sig = signatures(source)
+    assert sig["callback"][0] == [] and sig["spread"][0] == [] and sig["strung"][0] == []
+    assert sig["wrapped"][0] == []
+    assert sig["partial_ok"][0] == ["value", "scale"] and sig["dunder_free"][0] == ["value"]
+
+
+def test_a_method_counts_every_call_of_its_name_whatever_the_object():
+    source = """
+    class Loader:
+        def next_batch(self, tokens, seq_len):
+            return tokens // seq_len
+        def state(self, verbose):
+            return verbose
+        def __repr__(self):
+            return "Loader"
+    class Other:
+        def state(self, verbose):
+            return verbose
+    loader = Loader()
+    loader.next_batch(8, 2)
+    Other().state(verbose=True)
+    """
+    sig = signatures(source)
+    assert sig["Loader.next_batch"] == (["self", "tokens", "seq_len"], [])
+    assert sig["Loader.state"] == (["self"], ["verbose"])
+    assert sig["Loader.__repr__"] == ([], ["self"])
+
+
+def test_a_library_based_class_keeps_every_parameter_named_anywhere():
+    source = """
+    import torch
+    class Net(torch.nn.Module):
+        def forward(self, x, targets, hint=None):
+            return x
+        def helper(self, x, scale):
+            return x * scale
+    class Child(Net):
+        def extra(self, x, targets):
+            return x
+    net = Net()
+    net(1, 2, hint=None)
+    torch.zeros(1).to(targets=None) if False else None
+    """
+    sig = signatures(source)
+    assert sig["Net.forward"] == (["self", "x"], ["targets", "hint"])
+    assert sig["Net.helper"] == (["self", "x", "scale"], [])
+    assert sig["Child.extra"] == (["self", "x"], ["targets"])
+
+
+def test_init_takes_its_class_calls_and_a_class_read_as_a_value_stays_whole():
+    source = """
+    class Plain:
+        def __init__(self, width, depth):
+            self.size = width * depth
+    class Kept:
+        def __init__(self, width):
+            self.width = width
+    class Table:
+        def __init__(self, width):
+            self.width = width
+    Plain(2, depth=3)
+    Kept(1)
+    kinds = {"table": Table}
+    result = Plain(2, 3).size + kinds["table"](width=4).width
+    """
+    sig = signatures(source)
+    assert sig["Plain.__init__"] == (["self", "width"], ["depth"])
+    assert sig["Kept.__init__"] == (["self", "width"], [])
+    assert sig["Table.__init__"] == ([], ["self", "width"])
+    assert run(positional_parameters(textwrap.dedent(source))) == 10
+
+
+def test_a_classmethod_building_its_class_by_keyword_keeps_init_keyword_passable():
+    source = """
+    class Settings:
+        def __init__(self, seed):
+            self.seed = seed
+        @classmethod
+        def make(cls, seed):
+            return cls(seed=seed)
+    result = Settings(1).make(5).seed
+    """
+    sig = signatures(source)
+    assert sig["Settings.__init__"] == (["self"], ["seed"])  # (cls(...) may build any class)
+    assert sig["Settings.make"] == (["cls", "seed"], [])
+    assert run(positional_parameters(textwrap.dedent(source))) == 5
+
+
+def test_unknown_decorators_leave_a_function_whole():
+    source = """
+    import functools
+    @functools.lru_cache
+    def cached(n):
+        return n
+    @staticmethod
+    def plain(n):
+        return n
+    cached(1)
+    """
+    sig = signatures(source)
+    assert sig["cached"] == ([], ["n"]) and sig["plain"] == (["n"], [])
