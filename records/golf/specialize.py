@@ -1135,14 +1135,6 @@ class _Inline(ast.NodeTransformer):
 # -----------------------------
 
 
-def _pure(node) -> bool:
-    """An argument whose evaluation only reads: a call that no longer passes it does the same."""
-    if isinstance(node, ast.Attribute):
-        return _pure(node.value)
-    ok, value = const_value(node)
-    return isinstance(node, ast.Name) or (ok and _immutable(value))
-
-
 def _only_called(tree: ast.Module) -> dict:
     """Module functions, and classes with their own __init__, that are only ever called by name:
     {name: (the function whose parameters the calls fill, how many it takes first, the calls)}.
@@ -1230,7 +1222,7 @@ def constant_arguments(tree: ast.Module) -> None:
             if constant is not None:
                 _Inline({param.arg: constant}).visit(body)
                 dropped.add(param.arg)
-            elif not names and all(map(_pure, passed)):
+            elif not names and all(map(_reads_only, passed)):  # (a call without it does the same)
                 dropped.add(param.arg)
         if dropped:
             _drop_parameters(fn, skip, calls, dropped)
