@@ -52,7 +52,8 @@ environment. A record runs one configuration, so its counted code need not carry
    (forward, step, ...).
 6. The result is unparsed (`ast.unparse`), minified with the record's options, its local and
    module-level names renamed too (SPECIALIZED_MINIFY: nothing imports it or reads it), and so
-   are the parameters no call names (records/golf/positional.py makes them positional-only), and
+   are the parameters no call names and the attributes only its plain classes use on `self`
+   (records/golf/shorten.py), and
    packed as the record's form (records/golf/pack.py: `record_pack_source`): its bytes are the
    counted code.
 
@@ -78,7 +79,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import SubmissionError
-from .positional import positional_parameters
+from .shorten import shortened
 
 # What a reproduction of a run may set to other values: where the data is, the log's name, the seed.
 FREE = ("data_path", "tokenizer_path", "run_id", "seed")
@@ -1871,11 +1872,11 @@ def write_specialized(script: Path, out: Path, settings: dict, log: str | None =
 
 
 def counted(source: str) -> bytes:
-    """The record's packed file of a specialised source, its names renamed (its parameters too
-    where no caller names them: records/golf/positional.py): what the artifact counts."""
+    """The record's packed file of a specialised source, its names renamed (parameters and
+    attributes too where that is safe: records/golf/shorten.py): what the artifact counts."""
     from .pack import record_pack_source
 
-    return record_pack_source(positional_parameters(source).encode("utf-8"), renamed=True)
+    return record_pack_source(shortened(source).encode("utf-8"), renamed=True)
 
 
 # -----------------------------

@@ -1,5 +1,6 @@
-"""records/golf/positional.py: a specialised script's parameters become positional-only where no
-caller names them (the minifier then shortens them), and nowhere a caller could name them."""
+"""records/golf/shorten.py: a specialised script's parameters become positional-only where no
+caller names them (the minifier then shortens them), and nowhere a caller could name them; the
+attributes only its plain classes use on `self` get short names, and no other attribute does."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from records.golf.pack import minify_source  # noqa: E402
-from records.golf.positional import positional_parameters  # noqa: E402
+from records.golf.shorten import positional_parameters, short_attributes  # noqa: E402
 
 
 def signatures(source: str) -> dict[str, tuple[list[str], list[str]]]:
@@ -187,3 +188,101 @@ def test_unknown_decorators_leave_a_function_whole():
     """
     sig = signatures(source)
     assert sig["cached"] == ([], ["n"]) and sig["plain"] == (["n"], [])
+
+
+def attributes(source: str) -> set[str]:
+    """Every attribute name of `source` after the renaming."""
+    tree = ast.parse(short_attributes(textwrap.dedent(source)))
+    return {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+
+
+def test_an_attribute_only_used_on_self_in_a_plain_class_gets_a_short_name_and_still_works():
+    source = """
+    import contextlib
+    class Clock(contextlib.AbstractContextManager):
+        POLL_SECONDS = 2
+        def __init__(self):
+            self.elapsed_seconds = 0
+        def tick_twice(self):
+            for _ in range(2):
+                self.advance()
+            return self.elapsed_seconds
+        def advance(self):
+            self.elapsed_seconds += self.POLL_SECONDS
+        def __exit__(self, *exc):
+            self.elapsed_seconds = None
+    result = Clock().tick_twice()
+    """
+    names = attributes(source)
+    assert not names & {"elapsed_seconds", "POLL_SECONDS", "advance"}
+    assert "tick_twice" in names  # (called on an object other than self)
+    renamed = short_attributes(textwrap.dedent(source))
+    assert run(renamed) == run(textwrap.dedent(source)) == 4
+
+
+def test_attributes_others_could_read_keep_their_names():
+    source = """
+    import dataclasses, torch
+    class Module(torch.nn.Module):  # a library base: state_dict names
+        def __init__(self):
+            super().__init__()
+            self.weight_scale = 1.0
+    class Shared:  # one attribute read from outside, one by a string
+        def __init__(self):
+            self.outside = 1
+            self.by_name = 2
+            self.inside = 3
+    class Base:  # a subclass has a library base
+        def __init__(self):
+            self.under_library = 4
+    class Later(Base, torch.nn.Module):
+        pass
+    class Fields:  # a field (annotation), its name bound in the class body
+        width: int
+        def __init__(self):
+            self.width = 1
+    class Peeks:  # self read by a computed name
+        def __init__(self):
+            self.computed = 2
+        def peek(self, name):
+            return getattr(self, name)
+    @dataclasses.dataclass
+    class Settings:  # a decorator
+        seed: int = 1
+        def doubled(self):
+            self.cache = 2 * self.seed
+    s = Shared()
+    s.outside
+    getattr(s, "by_name")
+    """
+    names = attributes(source)
+    kept = {"weight_scale", "outside", "by_name", "under_library", "width", "computed", "cache"}
+    assert kept <= names and "inside" not in names
+
+
+def test_the_new_names_are_used_nowhere_in_the_source():
+    source = """
+    class Box:
+        def __init__(self, a, b):
+            self.first_value = a
+            self.second_value = b
+        def total(self):
+            return self.first_value + self.second_value
+    A = 1
+    result = Box(1, 2).total() + A
+    """
+    new = attributes(source) - {"total"}
+    assert len(new) == 2 and not new & {"a", "b", "A", "Box", "total", "result", "self"}
+    assert run(short_attributes(textwrap.dedent(source))) == 4
+
+
+def test_an_attribute_read_from_outside_or_by_a_string_still_reads_after_the_renaming():
+    source = """
+    class Shared:
+        def __init__(self):
+            self.outside = 1
+            self.by_name = 2
+    s = Shared()
+    result = s.outside + getattr(s, "by_name")
+    """
+    assert run(short_attributes(textwrap.dedent(source))) == 3

@@ -1,0 +1,261 @@
+"""A specialised script's names shortened beyond what python-minifier can prove safe.
+
+python-minifier renames locals and module-level names, but keeps a parameter's name (a caller
+could pass it by keyword) and every attribute's. A specialised script (records/golf/specialize.py)
+is never imported and nothing reads its objects but itself, so two more steps are safe there;
+the counted form (`shortened`, used by specialize.py's `counted`) applies both, the `-o` output,
+for reading, neither. #1855's settings: about 1,000 counted bytes together.
+
+**Parameters no call names become positional-only**, and the minifier then renames them like any
+local. The calls of a function are those of its name (or functools.partial of it); of a method,
+those of any attribute of its name (whatever the object); of `__init__`, those of its class's
+name and of any `.__init__`. Only a leading run of parameters can be positional-only: the first
+one a call names ends it. A function stays whole when code other than ours could call it or when
+its calls' keywords are unknown: it is read as a value (a callback, a thread's target, a class
+kept in a table), named in a string (getattr), called with a `**mapping`, a dunder other than
+`__init__`, or decorated by anything but the wrappers below, which pass their arguments through.
+A method of a class with a library base (nn.Module: `model(...)` reaches `forward`) may be called
+by the library: its parameters stay keyword-passable if any call or string anywhere names them.
+
+**Attributes only ever used as `self.x` in plain classes get short names.** A plain class has no
+base but the module's own plain classes (or bases whose code uses no attribute of a subclass but
+dunders: SILENT_BASES), no decorator, no subclass with a library base, and no `getattr`-like
+access to `self` by a computed name. An attribute qualifies when every use of its name as an
+attribute anywhere is `self.<name>` in a plain class's methods, and no string, field, or binding
+in a class body of another class names it; methods and class constants called or read that way
+are renamed with it. The new names are the shortest not used anywhere in the source.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import keyword
+import string
+
+PASS_THROUGH = frozenset(
+    {"staticmethod", "classmethod", "property", "contextlib.contextmanager", "torch.no_grad"}
+)
+PARTIAL = frozenset({"functools.partial", "partial"})
+# calls that may make an instance of any class: super().__init__, cls(...) in a classmethod,
+# self.__class__(...), type(x)(...)
+INSTANTIATIONS = (("attr", "__init__"), ("name", "cls"), ("attr", "__class__"), ("call", ""))
+# library bases whose code calls no method and reads no attribute of a subclass but dunders
+SILENT_BASES = frozenset({"contextlib.AbstractContextManager"})
+# attribute access by a computed name
+DYNAMIC_ACCESS = frozenset({"getattr", "setattr", "hasattr", "delattr", "vars"})
+
+
+def shortened(source: str) -> str:
+    """`source` with both steps of the module docstring: what the counted form packs."""
+    return short_attributes(positional_parameters(source))
+
+
+def positional_parameters(source: str) -> str:
+    """`source` with the parameters no caller names positional-only (module docstring)."""
+    tree = ast.parse(source)
+    strings = _strings(tree)
+    anywhere = {k.arg for n in ast.walk(tree) if isinstance(n, ast.Call) for k in n.keywords}
+    values, calls = _passed_as_values(tree), _calls(tree)
+    fields = {n.target.id for n in ast.walk(tree) if isinstance(n, ast.AnnAssign)
+              and isinstance(n.target, ast.Name)}  # fmt: skip
+    library_based = _library_based(tree)
+    for owner, fn in _functions(tree):
+        if not _only_we_call(fn, values | strings):
+            continue
+        if owner is not None and owner.name in library_based:  # (fields: `**asdict(...)`)
+            _make_positional(fn.args, anywhere | strings | fields)
+            continue
+        if fn.name == "__init__":
+            if owner.name in values:
+                continue
+            sites = [call for key in (("name", owner.name), *INSTANTIATIONS)
+                     for call in calls.get(key, [])]  # fmt: skip
+        else:
+            sites = calls.get(("attr" if owner else "name", fn.name), [])
+        keywords = [k.arg for call in sites for k in call.keywords]
+        if None not in keywords:  # (a **mapping: its keys are unknown)
+            _make_positional(fn.args, set(keywords))
+    return ast.unparse(tree)
+
+
+def _functions(tree: ast.Module):
+    """(the class a function is a method of, or None; the function), for every def."""
+    for node in ast.walk(tree):
+        body = node.body if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) else []
+        for stmt in body if isinstance(body, list) else []:
+            if isinstance(stmt, ast.FunctionDef):
+                yield (node if isinstance(node, ast.ClassDef) else None), stmt
+
+
+def _calls(tree: ast.Module) -> dict[tuple[str, str], list[ast.Call]]:
+    """{("name", f) or ("attr", m): the calls of that name or attribute}, functools.partial's
+    of it counted as calls (its keywords are the call's)."""
+    out: dict[tuple[str, str], list[ast.Call]] = {}
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Call):
+            continue
+        func = n.args[0] if ast.unparse(n.func) in PARTIAL and n.args else n.func
+        if isinstance(func, ast.Name):
+            out.setdefault(("name", func.id), []).append(n)
+        elif isinstance(func, ast.Call):
+            out.setdefault(("call", ""), []).append(n)
+        elif isinstance(func, ast.Attribute):
+            out.setdefault(("attr", func.attr), []).append(n)
+    return out
+
+
+def _passed_as_values(tree: ast.Module) -> set[str]:
+    """Names, and attribute names, read other than as what a call calls (or what partial wraps,
+    or a decorator): whoever calls those may name their parameters."""
+    called = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call):
+            called.add(id(n.func))
+            if ast.unparse(n.func) in PARTIAL and n.args:
+                called.add(id(n.args[0]))
+        elif isinstance(n, (ast.FunctionDef, ast.ClassDef)):
+            called |= {id(d) for d in n.decorator_list}
+    values = set()
+    for n in ast.walk(tree):
+        if id(n) in called or not isinstance(getattr(n, "ctx", None), ast.Load):
+            continue
+        if isinstance(n, ast.Name):
+            values.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            values.add(n.attr)
+    return values
+
+
+def _library_based(tree: ast.Module) -> set[str]:
+    """The module's classes with a base that is not one of its classes (nor a silent one), or
+    derived from one."""
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    ours = set(classes)
+    out: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, cls in classes.items():
+            bases = [b.id if isinstance(b, ast.Name) else ast.unparse(b) for b in cls.bases]
+            bases = [b for b in bases if b not in SILENT_BASES]
+            if name not in out and any(b not in ours or b in out for b in bases):
+                out.add(name)
+                changed = True
+    return out
+
+
+def _only_we_call(fn: ast.FunctionDef, refused: set[str]) -> bool:
+    dunder = fn.name.startswith("__") and fn.name.endswith("__")
+    if fn.name in refused or (dunder and fn.name != "__init__"):
+        return False
+    wrappers = (ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in fn.decorator_list)
+    return all(w in PASS_THROUGH for w in wrappers)
+
+
+def _make_positional(args: ast.arguments, named: set[str]) -> None:
+    """The leading parameters no caller names become positional-only (the defaults stay aligned:
+    they count from the end of the positional parameters, which keep their order)."""
+    params = args.posonlyargs + args.args
+    k = len(args.posonlyargs)
+    while k < len(params) and params[k].arg not in named:
+        k += 1
+    args.posonlyargs, args.args = params[:k], params[k:]
+
+
+def short_attributes(source: str) -> str:
+    """`source` with the attributes only plain classes use on `self` renamed (module docstring)."""
+    tree = ast.parse(source)
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    plain = _plain_classes(tree, classes)
+    own = [n for c in plain for n in ast.walk(c) if _on_self(n)]
+    refused = _strings(tree) | {
+        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and not _on_self(n)
+    }
+    for cls in classes:
+        for stmt in cls.body:
+            if cls not in plain or isinstance(stmt, ast.AnnAssign):
+                refused |= set(_class_bindings(stmt))
+    counts: dict[str, int] = {}
+    for n in own:
+        if n.attr not in refused and not n.attr.startswith("__"):
+            counts[n.attr] = counts.get(n.attr, 0) + 1
+    ranked = sorted(counts, key=lambda name: (-counts[name], name))  # the shortest: most used
+    mapping = dict(zip(ranked, _fresh_names(tree), strict=False))  # (an endless supply)
+    for node in own:
+        node.attr = mapping.get(node.attr, node.attr)
+    for stmt in (stmt for cls in plain for stmt in cls.body):
+        if isinstance(stmt, ast.FunctionDef):
+            stmt.name = mapping.get(stmt.name, stmt.name)
+        elif isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    target.id = mapping.get(target.id, target.id)
+    return ast.unparse(tree)
+
+
+def _on_self(node) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    )
+
+
+def _class_bindings(stmt) -> list[str]:
+    """The names a statement of a class body binds (a method, a constant, a field)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [stmt.name]
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+    return [t.id for t in targets if isinstance(t, ast.Name)]
+
+
+def _plain_classes(tree: ast.Module, classes: list[ast.ClassDef]) -> list[ast.ClassDef]:
+    """Classes whose instances only our code reads (module docstring): no library base, no
+    decorator, no subclass with a library base, no access to `self` by a computed name."""
+    library = _library_based(tree)
+    by_name = {c.name: c for c in classes}
+    ancestors = {c.name: _ancestors(c, by_name) for c in classes}
+    below_library = {a for c in library for a in ancestors.get(c, ())}
+    return [
+        c for c in classes
+        if c.name not in library | below_library and not c.decorator_list
+        and not any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+            and n.func.id in DYNAMIC_ACCESS and n.args and ast.unparse(n.args[0]) == "self"
+            for n in ast.walk(c)
+        )
+    ]  # fmt: skip
+
+
+def _ancestors(cls: ast.ClassDef, by_name: dict) -> set[str]:
+    out, todo = set(), [b.id for b in cls.bases if isinstance(b, ast.Name)]
+    while todo:
+        name = todo.pop()
+        if name in by_name and name not in out:
+            out.add(name)
+            todo += [b.id for b in by_name[name].bases if isinstance(b, ast.Name)]
+    return out
+
+
+def _fresh_names(tree: ast.Module):
+    """The shortest identifiers the source uses nowhere (no name, attribute, argument, keyword,
+    word of a string), shortest first."""
+    used = set(keyword.kwlist)
+    for n in ast.walk(tree):
+        for field in ("id", "attr", "arg", "name", "asname"):
+            value = getattr(n, field, None)
+            if isinstance(value, str):
+                used.add(value)
+    used |= {word for text in _strings(tree) for word in text.replace(".", " ").split()}
+    first = string.ascii_letters
+    for length in itertools.count(1):
+        for letters in itertools.product(first, repeat=length):
+            name = "".join(letters)
+            if name not in used:
+                yield name
+
+
+def _strings(tree: ast.Module) -> set[str]:
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)}  # fmt: skip
