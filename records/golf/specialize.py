@@ -65,6 +65,7 @@ from __future__ import annotations
 import argparse
 import ast
 import builtins
+import collections
 import contextlib
 import copy
 import dataclasses
@@ -258,7 +259,7 @@ def _a_reader(fn: ast.FunctionDef, derived: set, helpers=frozenset()) -> bool:
     """A function of parameters calling only builtins, methods, `derived` and `helpers`."""
     if not fn.args.args:
         return False
-    for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
+    for call in (n for n in walk(fn) if isinstance(n, ast.Call)):
         if isinstance(call.func, ast.Name):
             name = call.func.id
             if name not in derived and name not in helpers and not hasattr(builtins, name):
@@ -267,7 +268,7 @@ def _a_reader(fn: ast.FunctionDef, derived: set, helpers=frozenset()) -> bool:
 
 
 def _names_in(node) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return {n.id for n in walk(node) if isinstance(n, ast.Name)}
 
 
 def file_constants(module) -> dict:
@@ -317,6 +318,21 @@ def file_calls(module) -> dict:
 # -----------------------------
 # CONSTANTS AS NODES
 # -----------------------------
+
+
+def walk(node):
+    """ast.walk's nodes in ast.walk's order (breadth first), without its generator per node: the
+    passes walk the tree a few hundred times."""
+    todo = collections.deque([node])
+    while todo:
+        node = todo.popleft()
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, ast.AST):
+                todo.append(value)
+            elif isinstance(value, list):
+                todo.extend(item for item in value if isinstance(item, ast.AST))
+        yield node
 
 
 def node_of(value) -> ast.expr:
@@ -512,7 +528,7 @@ def _closed(node, bound: frozenset = frozenset()) -> bool:
         for gen in node.generators:
             if gen.is_async or not _closed(gen.iter, bound):
                 return False
-            bound |= {n.id for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
+            bound |= {n.id for n in walk(gen.target) if isinstance(n, ast.Name)}
             if not all(_closed(test, bound) for test in gen.ifs):
                 return False
         return _closed(node.elt, bound)
@@ -763,7 +779,7 @@ def _overwrites(stmt, before) -> bool:
         isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
     )
     same = ast.dump(target, include_attributes=False).replace("Store", "Load")
-    reads = any(ast.dump(n) == same for n in ast.walk(stmt.value))
+    reads = any(ast.dump(n) == same for n in walk(stmt.value))
     return (
         plain
         and ast.dump(before.targets[0]) == ast.dump(target)
@@ -817,7 +833,7 @@ class FoldBodies(ast.NodeVisitor):
 def prune_checks(tree) -> None:
     """`checks = [(broken, NAME, want), ...]` read only as `for broken, ... in checks if broken`:
     the items whose `broken` is a false constant can no longer fail, and go."""
-    for fn in ast.walk(tree):
+    for fn in walk(tree):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for stmt in fn.body:
@@ -838,8 +854,8 @@ def prune_checks(tree) -> None:
 
 
 def _only_filtered_reads(fn, name: str, assign) -> bool:
-    comps = [n for n in ast.walk(fn) if isinstance(n, ast.comprehension)]
-    reads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name]
+    comps = [n for n in walk(fn) if isinstance(n, ast.comprehension)]
+    reads = [n for n in walk(fn) if isinstance(n, ast.Name) and n.id == name]
     stores = [n for n in reads if not isinstance(n.ctx, ast.Load)]
     loads = [n for n in reads if isinstance(n.ctx, ast.Load)]
     if len(stores) != 1 or stores[0] is not assign.targets[0] or not loads:
@@ -866,7 +882,7 @@ def _immutable(value) -> bool:
 
 
 def _scopes(tree):
-    yield from (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    yield from (n for n in walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
 def constant_returns(tree: ast.Module) -> dict[str, dict[int, ast.expr]]:
@@ -942,21 +958,21 @@ def fold_local_tables(tree) -> None:
     default)` with constant keys): each lookup becomes its value; the dict, unread, then goes."""
     for fn in _scopes(tree):
         stores: dict[str, list] = {}
-        for n in ast.walk(fn):
+        for n in walk(fn):
             if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
                 stores.setdefault(n.id, []).append(n)
         tables = {}
-        for stmt in ast.walk(fn):
+        for stmt in walk(fn):
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
                 target = stmt.targets[0]
                 ok, value = const_value(stmt.value)
                 if isinstance(target, ast.Name) and ok and isinstance(value, dict):
                     tables[target.id] = value
-        lookups = {id(n.value) for n in ast.walk(fn)
+        lookups = {id(n.value) for n in walk(fn)
                    if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load)}  # fmt: skip
-        lookups |= {id(n.value) for n in ast.walk(fn) if isinstance(n, ast.Attribute)
+        lookups |= {id(n.value) for n in walk(fn) if isinstance(n, ast.Attribute)
                     and n.attr == "get"}  # fmt: skip
-        other = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
+        other = {n.id for n in walk(fn) if isinstance(n, ast.Name)
                  and isinstance(n.ctx, ast.Load) and id(n) not in lookups}  # fmt: skip
         tables = {k: v for k, v in tables.items() if len(stores[k]) == 1 and k not in other}
         if tables:
@@ -1001,12 +1017,12 @@ def drop_dead_locals(tree) -> None:
     assignment, or its part, goes."""
     for fn in _scopes(tree):
         loads, declared = set(), set()
-        for n in ast.walk(fn):
+        for n in walk(fn):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
                 loads.add(n.id)
             elif isinstance(n, (ast.Global, ast.Nonlocal)):
                 declared.update(n.names)
-        for stmt in ast.walk(fn):
+        for stmt in walk(fn):
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
                 _drop_dead_targets(stmt, loads | declared)
         _drop_emptied(fn)
@@ -1036,7 +1052,7 @@ def _drop_dead_targets(stmt: ast.Assign, read: set) -> None:
 
 def _drop_emptied(fn) -> None:
     """Assignments emptied by a transform (no value left) go from every body of `fn`."""
-    for node in ast.walk(fn):
+    for node in walk(fn):
         for field in ("body", "orelse", "finalbody"):
             stmts = getattr(node, field, None)
             if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
@@ -1052,7 +1068,7 @@ def propagate_locals(tree) -> None:
     for fn in _scopes(tree):
         stores: dict[str, int] = {}
         declared = set()
-        for n in ast.walk(fn):
+        for n in walk(fn):
             if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
                 stores[n.id] = stores.get(n.id, 0) + 1
             elif isinstance(n, ast.arg):
@@ -1062,14 +1078,12 @@ def propagate_locals(tree) -> None:
             elif isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n is not fn:
                 stores[n.name] = stores.get(n.name, 0) + 2
         once = {name for name, count in stores.items() if count == 1} - declared
-        loads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+        loads = [n for n in walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
         found = {}
         for block in _blocks(fn):
+            first = _first_reads(block, [n for n in loads if n.id in once])
             for i, stmt in enumerate(block):
-                later = {id(n) for s in block[i + 1 :] for n in ast.walk(s)}
-                ready = {
-                    name for name in once if all(id(n) in later for n in loads if n.id == name)
-                }
+                ready = {name for name in once if first.get(name, i + 1) > i}
                 if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
                     found |= _constant_bindings(stmt, ready, returned if block is fn.body else {})
         if found:
@@ -1077,9 +1091,20 @@ def propagate_locals(tree) -> None:
             _Inline(found).visit(fn)
 
 
+def _first_reads(block: list, loads: list) -> dict:
+    """{name: the index in `block` of the first statement reading it}; -1 for a name also read
+    outside the block (no statement of it comes before all its reads)."""
+    position = {id(n): i for i, stmt in enumerate(block) for n in walk(stmt)}
+    first: dict = {}
+    for n in loads:
+        i = position.get(id(n), -1)
+        first[n.id] = -1 if i < 0 or first.get(n.id, i) < 0 else min(i, first.get(n.id, i))
+    return first
+
+
 def _blocks(fn):
     """Every statement list of `fn` (its body, its branches' and loops' bodies, ...)."""
-    for node in ast.walk(fn):
+    for node in walk(fn):
         for field in ("body", "orelse", "finalbody"):
             stmts = getattr(node, field, None)
             if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
@@ -1146,16 +1171,16 @@ def _only_called(tree: ast.Module) -> dict:
         for name in _bound_names(stmt):
             defs.setdefault(name, []).append(stmt)
     calls: dict[str, list] = {}
-    for n in ast.walk(tree):
+    for n in walk(tree):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
             calls.setdefault(n.func.id, []).append(n)
     called = {id(c.func) for cs in calls.values() for c in cs}
     # (a field's annotation is never evaluated: `from __future__ import annotations`)
-    called |= {id(n) for a in ast.walk(tree) if isinstance(a, ast.AnnAssign)
-               for n in ast.walk(a.annotation)}  # fmt: skip
-    refused = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in called}
-    refused |= {n.value for n in ast.walk(tree) if is_const(n) and isinstance(n.value, str)}
-    for n in ast.walk(tree):
+    called |= {id(n) for a in walk(tree) if isinstance(a, ast.AnnAssign)
+               for n in walk(a.annotation)}  # fmt: skip
+    refused = {n.id for n in walk(tree) if isinstance(n, ast.Name) and id(n) not in called}
+    refused |= {n.value for n in walk(tree) if is_const(n) and isinstance(n.value, str)}
+    for n in walk(tree):
         if isinstance(n, ast.ClassDef):
             refused |= {b.id for b in n.bases if isinstance(b, ast.Name)}
         elif isinstance(n, ast.arg):
@@ -1215,7 +1240,7 @@ def constant_arguments(tree: ast.Module) -> None:
         body, dropped = ast.Module(fn.body, []), set()
         for param, default, index in params:
             passed = [_passed(c, param, default, index) for c in calls]
-            names = [n for n in ast.walk(body) if isinstance(n, ast.Name) and n.id == param.arg]
+            names = [n for n in walk(body) if isinstance(n, ast.Name) and n.id == param.arg]
             rebound = any(not isinstance(n.ctx, ast.Load) for n in names)
             if MISSING in passed or rebound:
                 continue
@@ -1297,7 +1322,7 @@ def _sets_attributes_by_name(tree: ast.Module) -> bool:
         and n.func.id in ("setattr", "delattr") and len(n.args) >= 2
         and isinstance(n.args[0], ast.Name) and n.args[0].id in selves
         and not is_const(n.args[1])
-        for n in ast.walk(tree)
+        for n in walk(tree)
     )  # fmt: skip
 
 
@@ -1308,10 +1333,10 @@ def constant_attributes(tree: ast.Module) -> None:
     if _sets_attributes_by_name(tree):
         return
     stores: dict[str, int] = {}
-    for n in ast.walk(tree):
+    for n in walk(tree):
         if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load):
             stores[n.attr] = stores.get(n.attr, 0) + 1
-    strings = {n.value for n in ast.walk(tree) if is_const(n) and isinstance(n.value, str)}
+    strings = {n.value for n in walk(tree) if is_const(n) and isinstance(n.value, str)}
     for cls in (s for s in tree.body if isinstance(s, ast.ClassDef)):
         init = next((f for f, _ in _methods(cls) if f.name == "__init__"), None)
         if init is None:
@@ -1326,11 +1351,11 @@ def constant_attributes(tree: ast.Module) -> None:
             rebound = any(
                 (isinstance(n, ast.Name) and n.id == me and not isinstance(n.ctx, ast.Load))
                 or (isinstance(n, ast.arg) and n.arg == me and n is not fn.args.args[0])
-                for n in ast.walk(fn)
+                for n in walk(fn)
             )
             if not rebound:
                 _InlineAttributes(me, {k: v for k, (v, _) in found.items()}).visit(fn)
-        loads = {n.attr for n in ast.walk(tree)
+        loads = {n.attr for n in walk(tree)
                  if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}  # fmt: skip
         for name, (_, stmt) in found.items():
             if name not in loads:
@@ -1353,12 +1378,12 @@ def _init_stores(init: ast.FunctionDef) -> set[str]:
 def known_attributes(tree: ast.Module) -> None:
     """`hasattr(self, "x")` in a class's methods: True when its __init__ always stores x (and
     nothing deletes an x); False when no code stores an x and the string "x" is only hasattr's."""
-    deleted = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+    deleted = {n.attr for n in walk(tree) if isinstance(n, ast.Attribute)
                and isinstance(n.ctx, ast.Del)}  # fmt: skip
-    stored = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+    stored = {n.attr for n in walk(tree) if isinstance(n, ast.Attribute)
               and isinstance(n.ctx, ast.Store)}  # fmt: skip
     strings: dict[str, int] = {}
-    for n in ast.walk(tree):
+    for n in walk(tree):
         if is_const(n) and isinstance(n.value, str):
             strings[n.value] = strings.get(n.value, 0) + 1
     ours = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
@@ -1368,7 +1393,7 @@ def known_attributes(tree: ast.Module) -> None:
         # (a base class of a library's, nn.Module, has attributes no code here stores)
         own_bases = all(isinstance(b, ast.Name) and b.id in ours for b in cls.bases)
         for fn, me in _methods(cls):
-            for call in ast.walk(fn):
+            for call in walk(fn):
                 if not (
                     isinstance(call, ast.Call)
                     and isinstance(call.func, ast.Name)
@@ -1381,7 +1406,7 @@ def known_attributes(tree: ast.Module) -> None:
                     continue
                 name = call.args[1].value
                 asked = sum(
-                    1 for c in ast.walk(tree) if isinstance(c, ast.Call)
+                    1 for c in walk(tree) if isinstance(c, ast.Call)
                     and isinstance(c.func, ast.Name) and c.func.id == "hasattr"
                     and len(c.args) == 2 and is_const(c.args[1]) and c.args[1].value == name
                 )  # fmt: skip
@@ -1478,17 +1503,17 @@ def idle_hooks(tree: ast.Module) -> None:
     returns `contextlib.nullcontext()`, defined once in the module and never reassigned: its
     class's methods no longer call it as a statement or enter it in a `with`."""
     defined: dict[str, int] = {}
-    for n in ast.walk(tree):
+    for n in walk(tree):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
             defined[n.name] = defined.get(n.name, 0) + 1
     if _sets_attributes_by_name(tree):
         return
     classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
     # (`Other.name = ...` on another class of the module's sets that class's attribute only)
-    stored = {n.attr for n in ast.walk(tree)
+    stored = {n.attr for n in walk(tree)
               if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load)
               and not (isinstance(n.value, ast.Name) and n.value.id in classes)}  # fmt: skip
-    strings = {n.value for n in ast.walk(tree) if is_const(n) and isinstance(n.value, str)}
+    strings = {n.value for n in walk(tree) if is_const(n) and isinstance(n.value, str)}
     for cls in (s for s in tree.body if isinstance(s, ast.ClassDef)):
         hooks = {
             fn.name: kind for fn, _ in _methods(cls)
@@ -1503,11 +1528,11 @@ def unraised_exceptions(tree: ast.Module) -> None:
     """An exception class of the module named only in except clauses (nothing raises it): those
     clauses go."""
     classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
-    handlers = [n for n in ast.walk(tree) if isinstance(n, ast.ExceptHandler)]
+    handlers = [n for n in walk(tree) if isinstance(n, ast.ExceptHandler)]
     caught = {id(h.type) for h in handlers if isinstance(h.type, ast.Name)}
-    named = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in caught}
+    named = {n.id for n in walk(tree) if isinstance(n, ast.Name) and id(n) not in caught}
     unraised = classes - named
-    for n in ast.walk(tree):
+    for n in walk(tree):
         if isinstance(n, ast.Try):
             n.handlers = [
                 h for h in n.handlers
@@ -1550,7 +1575,7 @@ class Uses:
         self.names, self.attrs = set(), set()
 
     def scan(self, node) -> None:
-        for n in ast.walk(node):
+        for n in walk(node):
             if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store):
                 self.names.add(n.id)
             elif isinstance(n, ast.Attribute):
@@ -1678,7 +1703,7 @@ def _literal_dicts(tree: ast.Module) -> dict:
             and bound[stmt.targets[0].id] == 1
         ):
             out[stmt.targets[0].id] = stmt.value
-    for n in ast.walk(tree):  # d[k] = ..., del d[k], d.update(...): not a constant
+    for n in walk(tree):  # d[k] = ..., del d[k], d.update(...): not a constant
         stored = isinstance(n, ast.Subscript) and not isinstance(n.ctx, ast.Load)
         if stored and isinstance(n.value, ast.Name):
             out.pop(n.value.id, None)
