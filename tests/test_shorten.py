@@ -35,6 +35,15 @@ def signatures(source: str) -> dict[str, tuple[list[str], list[str]]]:
     return out
 
 
+def signatures_anywhere(source: str) -> dict[str, tuple[list[str], list[str]]]:
+    """{function name: (positional-only, other positional)} of every def, nested ones too."""
+    tree = ast.parse(positional_parameters(textwrap.dedent(source)))
+    return {
+        n.name: ([a.arg for a in n.args.posonlyargs], [a.arg for a in n.args.args])
+        for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+    }  # fmt: skip
+
+
 def run(source: str) -> dict:
     namespace: dict = {}
     exec(compile(source, "<toy>", "exec"), namespace)  # (the toy source written above)
@@ -286,3 +295,58 @@ def test_an_attribute_read_from_outside_or_by_a_string_still_reads_after_the_ren
     result = s.outside + getattr(s, "by_name")
     """
     assert run(short_attributes(textwrap.dedent(source))) == 3
+
+
+def test_a_plain_class_with_a_decorated_subclass_keeps_its_names_and_nested_classes_theirs():
+    source = """
+    import types
+    def tag(cls):
+        return cls
+    class Base:
+        def __init__(self):
+            self.shared = 1
+    @tag
+    class Child(Base):
+        def read(self):
+            return self.shared
+    class Outer:
+        def __init__(self):
+            self.outer_only = 2
+        def make(self):
+            class Inner(types.SimpleNamespace):  # (its repr names its attributes)
+                def __init__(self):
+                    self.inner_only = 3
+            return Inner()
+    result = (Child().read(), repr(Outer().make()))
+    """
+    names = attributes(source)
+    assert {"shared", "inner_only"} <= names and "outer_only" not in names
+    assert run(short_attributes(textwrap.dedent(source))) == (1, "Inner(inner_only=3)")
+
+
+def test_a_getattr_by_a_computed_name_of_another_object_turns_the_renaming_off():
+    source = """
+    import torch
+    class Box:
+        def __init__(self):
+            self.width = 2
+    field = "wid" + "th"
+    setattr(torch, "x" + "y", 1) if False else None
+    result = getattr(Box(), field)
+    """
+    assert short_attributes(textwrap.dedent(source)) == textwrap.dedent(source)
+    assert run(short_attributes(textwrap.dedent(source))) == 2
+
+
+def test_a_class_defined_in_a_function_counts_as_having_a_library_base_when_it_has_a_base():
+    source = """
+    import types
+    def build():
+        class Net(types.SimpleNamespace):
+            def forward(self, x, hint=None):
+                return x
+        return Net()
+    net = build()
+    net(1, hint=None) if False else None
+    """
+    assert signatures_anywhere(source)["forward"] == (["self", "x"], ["hint"])

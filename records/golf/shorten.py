@@ -18,12 +18,15 @@ A method of a class with a library base (nn.Module: `model(...)` reaches `forwar
 by the library: its parameters stay keyword-passable if any call or string anywhere names them.
 
 **Attributes only ever used as `self.x` in plain classes get short names.** A plain class has no
-base but the module's own plain classes (or bases whose code uses no attribute of a subclass but
-dunders: SILENT_BASES), no decorator, no subclass with a library base, and no `getattr`-like
-access to `self` by a computed name. An attribute qualifies when every use of its name as an
-attribute anywhere is `self.<name>` in a plain class's methods, and no string, field, or binding
-in a class body of another class names it; methods and class constants called or read that way
-are renamed with it. The new names are the shortest not used anywhere in the source.
+base but the module's classes (and bases whose code uses no attribute of a subclass but dunders:
+SILENT_BASES), no decorator, no `getattr`-like access to `self` by a computed name, and every
+ancestor and descendant among the module's classes is plain too (a method of one reads what
+another's set). An attribute qualifies when every use of its name as an attribute anywhere is
+`self.<name>` in a plain class's methods (a class defined inside one has its own `self`), and no
+string, field, or binding in another class's body names it; methods and class constants called
+or read that way are renamed with it. The new names are the shortest the source uses nowhere.
+Any getattr (setattr, ..., vars) by a computed name of an object other than `self` or a module
+turns the step off: it could read any instance's attribute.
 """
 
 from __future__ import annotations
@@ -60,11 +63,14 @@ def positional_parameters(source: str) -> str:
     fields = {n.target.id for n in ast.walk(tree) if isinstance(n, ast.AnnAssign)
               and isinstance(n.target, ast.Name)}  # fmt: skip
     library_based = _library_based(tree)
+    module_classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
     for owner, fn in _functions(tree):
         if not _only_we_call(fn, values | strings):
             continue
-        if owner is not None and owner.name in library_based:  # (fields: `**asdict(...)`)
-            _make_positional(fn.args, anywhere | strings | fields)
+        # (a class defined in a function, with a base: any base may call it)
+        nested = owner is not None and owner not in module_classes and owner.bases
+        if nested or (owner is not None and owner.name in library_based):
+            _make_positional(fn.args, anywhere | strings | fields)  # (fields: **asdict)
             continue
         if fn.name == "__init__":
             if owner.name in values:
@@ -166,11 +172,14 @@ def _make_positional(args: ast.arguments, named: set[str]) -> None:
 def short_attributes(source: str) -> str:
     """`source` with the attributes only plain classes use on `self` renamed (module docstring)."""
     tree = ast.parse(source)
+    if _reads_attributes_by_computed_names(tree):
+        return source
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
     plain = _plain_classes(tree, classes)
-    own = [n for c in plain for n in ast.walk(c) if _on_self(n)]
+    own = [n for c in plain for n in _in_class(c) if _on_self(n)]
+    owned = {id(n) for n in own}
     refused = _strings(tree) | {
-        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and not _on_self(n)
+        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and id(n) not in owned
     }
     for cls in classes:
         for stmt in cls.body:
@@ -202,6 +211,16 @@ def _on_self(node) -> bool:
     )
 
 
+def _in_class(cls: ast.ClassDef):
+    """The nodes of a class, not those of a class defined inside it (its own `self`)."""
+    todo = list(ast.iter_child_nodes(cls))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, ast.ClassDef):
+            todo.extend(ast.iter_child_nodes(node))
+
+
 def _class_bindings(stmt) -> list[str]:
     """The names a statement of a class body binds (a method, a constant, a field)."""
     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -210,22 +229,50 @@ def _class_bindings(stmt) -> list[str]:
     return [t.id for t in targets if isinstance(t, ast.Name)]
 
 
+def _reads_attributes_by_computed_names(tree: ast.Module) -> bool:
+    """getattr (setattr, ..., vars) by a computed name of anything but `self` or a module."""
+    modules = {
+        (alias.asname or alias.name).split(".")[0]
+        for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+        for alias in n.names
+    }  # fmt: skip
+    for n in ast.walk(tree):
+        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.args):
+            continue
+        if n.func.id not in DYNAMIC_ACCESS or (n.func.id != "vars" and _constant_name(n)):
+            continue
+        root = n.args[0]
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        on_self = isinstance(n.args[0], ast.Name) and n.args[0].id == "self"
+        if not on_self and not (isinstance(root, ast.Name) and root.id in modules):
+            return True
+    return False
+
+
+def _constant_name(call: ast.Call) -> bool:
+    return len(call.args) > 1 and isinstance(call.args[1], ast.Constant)
+
+
 def _plain_classes(tree: ast.Module, classes: list[ast.ClassDef]) -> list[ast.ClassDef]:
     """Classes whose instances only our code reads (module docstring): no library base, no
-    decorator, no subclass with a library base, no access to `self` by a computed name."""
+    decorator, no access to `self` by a computed name, and every ancestor and descendant of
+    the module's plain too (a method of one reads what another's set)."""
     library = _library_based(tree)
     by_name = {c.name: c for c in classes}
     ancestors = {c.name: _ancestors(c, by_name) for c in classes}
-    below_library = {a for c in library for a in ancestors.get(c, ())}
-    return [
-        c for c in classes
-        if c.name not in library | below_library and not c.decorator_list
+    candidates = {
+        c.name for c in classes
+        if c.name not in library and not c.decorator_list
         and not any(
             isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
             and n.func.id in DYNAMIC_ACCESS and n.args and ast.unparse(n.args[0]) == "self"
             for n in ast.walk(c)
         )
-    ]  # fmt: skip
+    }  # fmt: skip
+    tainted = {a for c in by_name if c not in candidates for a in ancestors[c]}
+    tainted |= {c for c in candidates if ancestors[c] - candidates}
+    return [c for c in classes if c.name in candidates - tainted]
 
 
 def _ancestors(cls: ast.ClassDef, by_name: dict) -> set[str]:
