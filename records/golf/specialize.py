@@ -25,11 +25,12 @@ environment. A record runs one configuration, so its counted code need not carry
    NAME=frozen; the readable train_gpt.py takes others`), keeps the fixed-variable refusals
    (FIXED_VARIABLES, as a literal of the accepted values: `NAME='x': not read here (fixed at
    '0'); unset it`, without the readable script's reason), and builds the frozen configuration.
-4. Folding, to a fixpoint: constant expressions (not/and/or, comparisons, `in` on literal
-   tuples, ternaries, arithmetic, f-strings and their format specs, a few pure builtins and str
-   methods, `all`/`any`/`sum` of comprehensions over constants, subscripts of module-level
-   literal dicts and of a literal dict by a constant key), tests by their truth (`x and True` is
-   x; `x and False` is False when x only reads; an `elif` on its `if`'s test never runs),
+4. Folding (records/golf/fold.py), to a fixpoint: constant expressions (not/and/or,
+   comparisons, `in` on literal tuples, ternaries, arithmetic, f-strings and their format
+   specs, a few pure builtins and str methods, `all`/`any`/`sum` of comprehensions over
+   constants, subscripts of module-level literal dicts and of a literal dict by a constant
+   key), tests by their truth (`x and True` is x; `x and False` is False when x only reads;
+   an `elif` on its `if`'s test never runs),
    `if`/`while` on constants, statements after return/raise (or a `with` that returns, an `if`
    whose branches all end), single-assignment constant locals whose reads follow them in their
    block (and the constant parts of what a function always returns: `val, windows, plan =
@@ -65,21 +66,38 @@ from __future__ import annotations
 import argparse
 import ast
 import builtins
-import collections
 import contextlib
-import copy
 import dataclasses
 import hashlib
 import importlib.util
 import json
-import math
-import operator
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 from .errors import SubmissionError
+from .fold import (
+    Fold,
+    FoldBodies,
+    InlineConstantCalls,
+    bound_names,
+    constant_arguments,
+    constant_attributes,
+    constant_functions,
+    drop_dead_locals,
+    fold_local_tables,
+    idle_hooks,
+    is_const,
+    known_attributes,
+    literal,
+    node_of,
+    propagate_locals,
+    prune_checks,
+    scopes,
+    unraised_exceptions,
+    walk,
+)
 from .shorten import shortened
 
 # What a reproduction of a run may set to other values: where the data is, the log's name, the seed.
@@ -99,9 +117,6 @@ PROTOCOL_METHODS = frozenset(
     {"forward", "step", "zero_grad", "close", "run", "state_dict", "load_state_dict",
      "extra_repr", "reset_parameters", "train", "eval"}
 )  # fmt: skip
-PURE_BUILTINS = {"int", "float", "bool", "str", "len", "max", "min", "abs", "round", "repr"}
-AGGREGATES = {"all", "any", "sum", "sorted", "tuple"}  # of a comprehension over constants
-STR_METHODS = {"startswith", "endswith", "upper", "lower", "strip", "replace", "split"}
 # The records' own counted code (their logs' `Code size (compressed)`), for the table.
 RECORDS_OWN = {"pr1855": 31_999, "pr2014": 38_134, "pr2135": 37_155}
 
@@ -171,19 +186,6 @@ def values_from_log(text: str) -> dict:
     raise SubmissionError("the log has no `hyperparameters:{json}` line to specialise to")
 
 
-def literal(value) -> bool:
-    """Whether `value` can be written as a Python literal that evaluates back to it."""
-    if value is None or isinstance(value, (bool, int, str, bytes)):
-        return True
-    if isinstance(value, float):
-        return not math.isnan(value)
-    if isinstance(value, (list, tuple)):
-        return all(map(literal, value))
-    if isinstance(value, dict):
-        return all(literal(k) and literal(v) for k, v in value.items())
-    return False
-
-
 def settings_for(module, values: dict, free=FREE) -> Settings:
     """The Settings of a run of `module` whose fields have `values` (missing ones: defaults)."""
     cls = settings_class(module)
@@ -244,7 +246,7 @@ def file_derived(tree: ast.Module) -> set[str]:
     while True:
         size = len(derived)
         for stmt in tree.body:
-            names = _bound_names(stmt)
+            names = bound_names(stmt)
             if isinstance(stmt, ast.FunctionDef):
                 uses_files = _names_in(stmt) & (derived - {"__file__"})
                 if uses_files and _a_reader(stmt, derived, helpers):
@@ -279,7 +281,7 @@ def file_constants(module) -> dict:
     derived, out = file_derived(tree), {}
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and not isinstance(stmt.value, ast.Constant):
-            for name in set(_bound_names(stmt)) & derived:
+            for name in set(bound_names(stmt)) & derived:
                 if literal(value := getattr(module, name, None)):
                     out[name] = value
     return out | built_dicts(tree, module)
@@ -291,7 +293,7 @@ def built_dicts(tree: ast.Module, module) -> dict:
     out = {}
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, (ast.Call, ast.BinOp, ast.Dict)):
-            for name in _bound_names(stmt):
+            for name in bound_names(stmt):
                 value = getattr(module, name, None)
                 if isinstance(value, dict) and value and literal(value) and _settings_table(value):
                     out[name] = value
@@ -313,61 +315,6 @@ def file_calls(module) -> dict:
         for s in tree.body
         if isinstance(s, ast.FunctionDef) and s.name in derived
     }
-
-
-# -----------------------------
-# CONSTANTS AS NODES
-# -----------------------------
-
-
-def walk(node):
-    """ast.walk's nodes in ast.walk's order (breadth first), without its generator per node: the
-    passes walk the tree a few hundred times."""
-    todo = collections.deque([node])
-    while todo:
-        node = todo.popleft()
-        for field in node._fields:
-            value = getattr(node, field, None)
-            if isinstance(value, ast.AST):
-                todo.append(value)
-            elif isinstance(value, list):
-                todo.extend(item for item in value if isinstance(item, ast.AST))
-        yield node
-
-
-def node_of(value) -> ast.expr:
-    if isinstance(value, tuple):
-        return ast.Tuple([node_of(v) for v in value], ast.Load())
-    if isinstance(value, list):
-        return ast.List([node_of(v) for v in value], ast.Load())
-    if isinstance(value, dict):
-        return ast.Dict([node_of(k) for k in value], [node_of(v) for v in value.values()])
-    if isinstance(value, float) and value < 0:  # (a negative constant is not a literal)
-        return ast.UnaryOp(ast.USub(), ast.Constant(-value))
-    return ast.Constant(value)
-
-
-def is_const(node) -> bool:
-    return isinstance(node, ast.Constant)
-
-
-def const_value(node):
-    """(True, value) for a constant or a tuple/list/set of constants; (False, None) otherwise."""
-    if isinstance(node, ast.Constant):
-        return True, node.value
-    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        items = [const_value(e) for e in node.elts]
-        if all(ok for ok, _ in items):
-            kind = {ast.Tuple: tuple, ast.List: list, ast.Set: frozenset}[type(node)]
-            return True, kind(v for _, v in items)
-    if isinstance(node, ast.Dict) and None not in node.keys:
-        keys, values = [const_value(k) for k in node.keys], [const_value(v) for v in node.values]
-        if all(ok for ok, _ in keys + values):
-            return True, {k: v for (_, k), (_, v) in zip(keys, values, strict=True)}
-    negative = isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
-    if negative and is_const(node.operand) and type(node.operand.value) in (int, float):
-        return True, -node.operand.value
-    return False, None
 
 
 # -----------------------------
@@ -467,1101 +414,8 @@ def _same(a, b) -> bool:
 
 
 # -----------------------------
-# 4. FOLDING
-# -----------------------------
-
-_BINOPS = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-    ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
-    ast.BitXor: operator.xor, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
-}  # fmt: skip
-_CMPOPS = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-    ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
-    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
-}  # fmt: skip
-_UNOPS = {ast.Not: operator.not_, ast.USub: operator.neg, ast.UAdd: operator.pos,
-          ast.Invert: operator.invert}  # fmt: skip
-
-
-def _small(value) -> bool:
-    """A folded value worth writing as a literal (no huge strings or numbers)."""
-    if isinstance(value, (str, bytes)):
-        return len(value) <= 4096
-    if isinstance(value, int) and not isinstance(value, bool):
-        return abs(value) < 1 << 64
-    return literal(value)
-
-
-MISSING = object()  # (Fold._entry: the key is not in the dict)
-
-
-def _reads_only(node) -> bool:
-    """An expression that only reads names, attributes and constants (literal tuples, lists and
-    dicts of them too), and compares them."""
-    if isinstance(node, (ast.Name, ast.Constant)) or const_value(node)[0]:
-        return True
-    if isinstance(node, ast.Attribute):
-        return _reads_only(node.value)
-    if isinstance(node, ast.Compare):
-        return all(map(_reads_only, [node.left, *node.comparators]))
-    if isinstance(node, (ast.BoolOp, ast.UnaryOp)):
-        operands = node.values if isinstance(node, ast.BoolOp) else [node.operand]
-        return all(map(_reads_only, operands))
-    return False
-
-
-_CLOSED_NODES = (
-    ast.Constant, ast.Tuple, ast.List, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare,
-    ast.IfExp, ast.Subscript, ast.Slice, ast.expr_context, ast.operator, ast.unaryop, ast.boolop,
-    ast.cmpop,
-)  # fmt: skip
-
-
-def _closed(node, bound: frozenset = frozenset()) -> bool:
-    """An expression of constants alone, comprehensions over them and pure builtins included
-    (its only names are its comprehensions' variables): evaluable here, as it would be there."""
-    if isinstance(node, ast.Name):
-        return node.id in bound
-    if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
-        for gen in node.generators:
-            if gen.is_async or not _closed(gen.iter, bound):
-                return False
-            bound |= {n.id for n in walk(gen.target) if isinstance(n, ast.Name)}
-            if not all(_closed(test, bound) for test in gen.ifs):
-                return False
-        return _closed(node.elt, bound)
-    if isinstance(node, ast.Call):
-        known = isinstance(node.func, ast.Name) and node.func.id in PURE_BUILTINS | AGGREGATES
-        return known and not node.keywords and all(_closed(a, bound) for a in node.args)
-    return isinstance(node, _CLOSED_NODES) and all(
-        _closed(child, bound) for child in ast.iter_child_nodes(node)
-    )
-
-
-def _no_effects(node) -> bool:
-    """An expression whose evaluation changes nothing: reads, arithmetic and subscripts of them
-    (an operator of a tensor or number computes a new value)."""
-    if isinstance(node, (ast.BinOp, ast.Subscript)):
-        parts = [node.left, node.right] if isinstance(node, ast.BinOp) else [node.value, node.slice]
-        return all(map(_no_effects, parts))
-    return _reads_only(node)
-
-
-def as_test(node):
-    """`node` where only its truth counts (if, while, a ternary's or comprehension's test): `x and
-    True` is x, and `x and False` is False when x only reads (as `or` with True and False)."""
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        operand = as_test(node.operand)
-        return ast.Constant(not operand.value) if is_const(operand) else node
-    ok, value = const_value(node)
-    if ok and not is_const(node):  # a literal tuple, list, ...: its truth
-        return ast.Constant(bool(value))
-    if not isinstance(node, ast.BoolOp):
-        return node
-    deciding = not isinstance(node.op, ast.And)  # a constant of this truth decides the `and`/`or`
-    values = [as_test(v) for v in node.values]
-    for i, v in enumerate(values):
-        if is_const(v) and bool(v.value) == deciding and all(map(_reads_only, values[:i])):
-            return ast.Constant(deciding)
-    values = [v for v in values if not (is_const(v) and bool(v.value) != deciding)]
-    if not values:
-        return ast.Constant(not deciding)
-    if len(values) == 1:
-        return values[0]
-    node.values = values
-    return node
-
-
-class Fold(ast.NodeTransformer):
-    """Constant expressions to constants, branches on constants to the branch taken."""
-
-    def __init__(self, literal_dicts: dict, shadowed: set, file_calls: dict):
-        self.literal_dicts, self.shadowed, self.file_calls = literal_dicts, shadowed, file_calls
-
-    def _result(self, node, fn):
-        try:
-            value = fn()
-        except Exception:
-            return node
-        if isinstance(value, (frozenset, set)) or not _small(value):
-            return node
-        return ast.copy_location(node_of(value), node)
-
-    def visit_UnaryOp(self, node):
-        self.generic_visit(node)
-        if is_const(node.operand):
-            return self._result(node, lambda: _UNOPS[type(node.op)](node.operand.value))
-        return node
-
-    def visit_BinOp(self, node):
-        self.generic_visit(node)
-        (ok_l, left), (ok_r, right) = const_value(node.left), const_value(node.right)
-        if isinstance(node.op, ast.Mult) and isinstance(left, str):  # "=" * 100 stays short
-            return node
-        if ok_l and ok_r and not isinstance(left, list) and not isinstance(right, list):
-            return self._result(node, lambda: _BINOPS[type(node.op)](left, right))
-        return node
-
-    def visit_BoolOp(self, node):
-        self.generic_visit(node)
-        keep_on = isinstance(node.op, ast.And)  # And goes on past truthy constants
-        values = []
-        for i, v in enumerate(node.values):
-            last = i == len(node.values) - 1
-            known, value = const_value(v)  # (a literal tuple too: `() and x` is ())
-            if known and bool(value) == keep_on and not last:
-                continue  # `True and x` is x
-            values.append(v)
-            if known and bool(value) != keep_on:
-                break  # `False and x` is False
-        if len(values) == 1:
-            return values[0]
-        node.values = values
-        return node
-
-    def visit_Compare(self, node):
-        self.generic_visit(node)
-        items = [const_value(node.left), *map(const_value, node.comparators)]
-        if not all(ok for ok, _ in items):
-            return node
-        values = [v for _, v in items]
-
-        def compare():
-            return all(
-                _CMPOPS[type(op)](a, b)
-                for op, a, b in zip(node.ops, values, values[1:], strict=False)
-            )
-
-        return self._result(node, compare)
-
-    def visit_If(self, node):
-        self.generic_visit(node)
-        node.test = as_test(node.test)
-        inner = node.orelse[0] if len(node.orelse) == 1 else None
-        same = isinstance(inner, ast.If) and ast.dump(inner.test) == ast.dump(node.test)
-        if same and _reads_only(node.test):  # `if x: ... elif x: ...`: the elif never runs
-            node.orelse = inner.orelse
-        return node
-
-    visit_While = visit_If
-
-    def visit_comprehension(self, node):
-        self.generic_visit(node)
-        node.ifs = [as_test(test) for test in node.ifs]
-        return node
-
-    def visit_IfExp(self, node):
-        self.generic_visit(node)
-        node.test = as_test(node.test)
-        if is_const(node.test):
-            return node.body if node.test.value else node.orelse
-        return node
-
-    def visit_FormattedValue(self, node):
-        node.value = self.visit(node.value)  # (a format spec stays a JoinedStr, as it must)
-        if node.format_spec is not None:
-            for v in node.format_spec.values:
-                self.visit(v)
-        return node
-
-    def visit_JoinedStr(self, node):
-        self.generic_visit(node)
-        parts = []
-        for v in node.values:
-            if isinstance(v, ast.FormattedValue) and is_const(v.value):
-                spec = v.format_spec
-                spec_ok = spec is None or (
-                    isinstance(spec, ast.JoinedStr) and all(map(is_const, spec.values))
-                )
-                if spec_ok:
-                    value = v.value.value
-                    conv = {-1: lambda x: x, 115: str, 114: repr, 97: ascii}[v.conversion]
-                    text = "".join(c.value for c in spec.values) if spec else ""
-                    with contextlib.suppress(Exception):
-                        v = ast.Constant(format(conv(value), text))
-            if is_const(v) and parts and is_const(parts[-1]):
-                parts[-1] = ast.Constant(parts[-1].value + v.value)
-            else:
-                parts.append(v)
-        if all(map(is_const, parts)):
-            return ast.copy_location(ast.Constant("".join(p.value for p in parts)), node)
-        node.values = parts
-        return node
-
-    def visit_Subscript(self, node):
-        self.generic_visit(node)
-        if not isinstance(node.ctx, ast.Load):
-            return node
-        ok_v, value = const_value(node.value)
-        ok_k, key = const_value(node.slice)
-        if ok_v and ok_k and isinstance(value, (str, tuple, dict)):
-            return self._result(node, lambda: value[key])
-        if ok_k and isinstance(node.value, ast.Name):
-            found = self._entry(node.value.id, key)
-            return node if found is None or found is MISSING else found
-        literal_keys = isinstance(node.value, ast.Dict) and all(map(is_const, node.value.keys))
-        if ok_k and literal_keys and all(map(_no_effects, node.value.values)):
-            # {"mean": a, "attn": b}["mean"]: a (the other values, computed, were dropped)
-            keys = [k.value for k in node.value.keys]
-            if keys.count(key) == 1:
-                return node.value.values[keys.index(key)]
-        return node
-
-    def _entry(self, name: str, key):
-        """The value node of `name[key]` in a module literal dict; None if not known, MISSING
-        if the dict has no such key."""
-        entries = self.literal_dicts.get(name)
-        if entries is None or not all(map(is_const, entries.keys)):
-            return None
-        for k, v in zip(entries.keys, entries.values, strict=True):
-            if k.value == key:
-                return (
-                    copy.deepcopy(v) if isinstance(v, (ast.Constant, ast.Name, ast.Dict)) else None
-                )
-        return MISSING
-
-    def visit_Call(self, node):
-        self.generic_visit(node)
-        f = node.func
-        if isinstance(f, ast.Name) and f.id in AGGREGATES - self.shadowed and _closed(node):
-            code = compile(ast.fix_missing_locations(ast.Expression(node)), "<fold>", "eval")
-            names = {n: getattr(builtins, n) for n in PURE_BUILTINS | AGGREGATES}
-            return self._result(node, lambda: eval(code, {"__builtins__": names}))
-        args = [const_value(a) for a in node.args]
-        if node.keywords or not all(ok for ok, _ in args):
-            return node
-        values = [v for _, v in args]
-        literal_get = isinstance(f, ast.Attribute) and f.attr == "get" and 1 <= len(args) <= 2
-        if literal_get and isinstance(f.value, ast.Name):  # table.get(key, default)
-            found = self._entry(f.value.id, values[0])
-            if found is MISSING:
-                return node.args[1] if len(args) == 2 else ast.Constant(None)
-            return node if found is None else found
-        if isinstance(f, ast.Name) and f.id in self.file_calls:  # what presets/ would say
-            return self._result(node, lambda: self.file_calls[f.id](*values))
-        if isinstance(f, ast.Name) and f.id in PURE_BUILTINS and f.id not in self.shadowed:
-            return self._result(node, lambda: getattr(builtins, f.id)(*values))
-        if (
-            isinstance(f, ast.Attribute)
-            and is_const(f.value)
-            and isinstance(f.value.value, str)
-            and f.attr in STR_METHODS
-        ):
-            return self._result(node, lambda: getattr(f.value.value, f.attr)(*values))
-        return node
-
-
-def _ends_block(stmt) -> bool:
-    """Whether the statements after `stmt` never run: a return, raise, continue or break; an if
-    whose branches all end so; a with whose body returns (a context manager may swallow an
-    exception, never a return)."""
-    if isinstance(stmt, ast.If):
-        return bool(stmt.orelse) and _ends_block(stmt.body[-1]) and _ends_block(stmt.orelse[-1])
-    if isinstance(stmt, ast.With):
-        last = stmt.body[-1]
-        return isinstance(last, ast.Return) or (isinstance(last, ast.With) and _ends_block(last))
-    return isinstance(stmt, (ast.Return, ast.Raise, ast.Continue, ast.Break))
-
-
-def _idle(stmts: list) -> bool:
-    return all(isinstance(s, ast.Pass) for s in stmts)
-
-
-def _overwrites(stmt, before) -> bool:
-    """`x = b` right after `x = a` (x a name or `name.attribute`), a only reading, b not reading x:
-    the first store is never seen."""
-    if not all(isinstance(s, ast.Assign) and len(s.targets) == 1 for s in (stmt, before)):
-        return False
-    target = stmt.targets[0]
-    plain = isinstance(target, ast.Name) or (
-        isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
-    )
-    same = ast.dump(target, include_attributes=False).replace("Store", "Load")
-    reads = any(ast.dump(n) == same for n in walk(stmt.value))
-    return (
-        plain
-        and ast.dump(before.targets[0]) == ast.dump(target)
-        and _reads_only(before.value)
-        and not reads
-    )
-
-
-def fold_body(stmts: list) -> list:
-    """Branches on constants to the branch taken; statements after a return or raise dropped."""
-    out = []
-    for stmt in stmts:
-        named = isinstance(stmt, ast.If) and isinstance(stmt.test, ast.NamedExpr)
-        if named and is_const(stmt.test.value):  # `if (x := c):` binds x, then decides on c
-            out.append(ast.Assign([ast.Name(stmt.test.target.id, ast.Store())], stmt.test.value))
-            stmt.test = stmt.test.value
-        if isinstance(stmt, ast.If) and is_const(stmt.test):
-            out += fold_body(stmt.body if stmt.test.value else stmt.orelse)
-        elif isinstance(stmt, ast.While) and is_const(stmt.test) and not stmt.test.value:
-            out += fold_body(stmt.orelse)
-        elif isinstance(stmt, ast.Assert) and is_const(stmt.test) and stmt.test.value:
-            continue
-        elif isinstance(stmt, ast.Expr) and is_const(stmt.value) and out:
-            continue  # a literal statement that is not a docstring
-        elif isinstance(stmt, ast.If) and _idle(stmt.body + stmt.orelse) and _reads_only(stmt.test):
-            continue  # a test that decides nothing
-        elif out and _overwrites(stmt, out[-1]):
-            out[-1] = stmt
-        else:
-            out.append(stmt)
-        if out and _ends_block(out[-1]):
-            break
-    return out
-
-
-class FoldBodies(ast.NodeVisitor):
-    def generic_visit(self, node):
-        for field in ("body", "orelse", "finalbody"):
-            stmts = getattr(node, field, None)
-            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
-                folded = fold_body(stmts)
-                needed = field == "body" or (field == "finalbody" and False)
-                setattr(node, field, folded or ([ast.Pass()] if needed else []))
-        if isinstance(node, ast.If) and not node.body:
-            node.body = [ast.Pass()]
-        if isinstance(node, ast.Try) and not node.body:
-            node.body = [ast.Pass()]
-        super().generic_visit(node)
-
-
-def prune_checks(tree) -> None:
-    """`checks = [(broken, NAME, want), ...]` read only as `for broken, ... in checks if broken`:
-    the items whose `broken` is a false constant can no longer fail, and go."""
-    for fn in walk(tree):
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        for stmt in fn.body:
-            if not (
-                isinstance(stmt, ast.Assign)
-                and len(stmt.targets) == 1
-                and isinstance(stmt.targets[0], ast.Name)
-                and isinstance(stmt.value, ast.List)
-                and stmt.value.elts
-                and all(isinstance(e, ast.Tuple) and e.elts for e in stmt.value.elts)
-            ):
-                continue
-            name = stmt.targets[0].id
-            if _only_filtered_reads(fn, name, stmt):
-                stmt.value.elts = [
-                    e for e in stmt.value.elts if not (is_const(e.elts[0]) and not e.elts[0].value)
-                ]
-
-
-def _only_filtered_reads(fn, name: str, assign) -> bool:
-    comps = [n for n in walk(fn) if isinstance(n, ast.comprehension)]
-    reads = [n for n in walk(fn) if isinstance(n, ast.Name) and n.id == name]
-    stores = [n for n in reads if not isinstance(n.ctx, ast.Load)]
-    loads = [n for n in reads if isinstance(n.ctx, ast.Load)]
-    if len(stores) != 1 or stores[0] is not assign.targets[0] or not loads:
-        return False
-    for load in loads:
-        comp = next((c for c in comps if c.iter is load), None)
-        if comp is None or not isinstance(comp.target, ast.Tuple) or not comp.target.elts:
-            return False
-        first = comp.target.elts[0]
-        if not (
-            isinstance(first, ast.Name)
-            and len(comp.ifs) == 1
-            and isinstance(comp.ifs[0], ast.Name)
-            and comp.ifs[0].id == first.id
-        ):
-            return False
-    return True
-
-
-def _immutable(value) -> bool:
-    if isinstance(value, tuple):
-        return all(map(_immutable, value))
-    return not isinstance(value, (list, dict, set, frozenset))
-
-
-def _scopes(tree):
-    yield from (n for n in walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
-
-
-def constant_returns(tree: ast.Module) -> dict[str, dict[int, ast.expr]]:
-    """Module functions that always return a tuple with a constant at some positions (it
-    ends with such a return, and every return is one): {name: {position: constant}}."""
-    out = {}
-    for fn in tree.body:
-        if not isinstance(fn, ast.FunctionDef) or not fn.body:
-            continue
-        last = fn.body[-1]
-        if not (isinstance(last, ast.Return) and isinstance(last.value, ast.Tuple)):
-            continue
-        returns, yields = [], False
-        stack = list(fn.body)
-        while stack:  # (not into nested functions, lambdas or classes)
-            node = stack.pop()
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                continue
-            yields |= isinstance(node, (ast.Yield, ast.YieldFrom))
-            if isinstance(node, ast.Return):
-                returns.append(node.value)
-            stack.extend(ast.iter_child_nodes(node))
-        size = len(last.value.elts)
-        if yields or not all(isinstance(r, ast.Tuple) and len(r.elts) == size for r in returns):
-            continue
-        fixed = {}
-        for i in range(size):
-            values = [const_value(r.elts[i]) for r in returns]
-            if (
-                all(ok and _immutable(v) for ok, v in values)
-                and len({repr(v) for _, v in values}) == 1
-            ):
-                fixed[i] = returns[0].elts[i]
-        if fixed:
-            out[fn.name] = fixed
-    return out
-
-
-def constant_functions(tree: ast.Module) -> dict[str, ast.expr]:
-    """Module functions whose whole body (a docstring aside) is `return <constant>`."""
-    out = {}
-    for fn in tree.body:
-        if isinstance(fn, ast.FunctionDef) and not fn.decorator_list:
-            body = [s for s in fn.body if not (isinstance(s, ast.Expr) and is_const(s.value))]
-            if len(body) == 1 and isinstance(body[0], ast.Return):
-                value = body[0].value or ast.Constant(None)
-                ok, v = const_value(value)
-                if ok and _immutable(v):
-                    out[fn.name] = value
-    return out
-
-
-class InlineConstantCalls(ast.NodeTransformer):
-    """`f(a, b)` of a constant function, its arguments plain names or constants: the constant."""
-
-    def __init__(self, constants: dict):
-        self.constants = constants
-
-    def visit_Call(self, node):
-        self.generic_visit(node)
-        f = node.func
-        plain = all(
-            isinstance(a, (ast.Name, ast.Constant))
-            for a in [*node.args, *(k.value for k in node.keywords)]
-        )
-        if isinstance(f, ast.Name) and f.id in self.constants and plain:
-            return ast.copy_location(copy.deepcopy(self.constants[f.id]), node)
-        return node
-
-
-def fold_local_tables(tree) -> None:
-    """A local bound once to a dict of constants and only looked up (`t[key]`, `t.get(key,
-    default)` with constant keys): each lookup becomes its value; the dict, unread, then goes."""
-    for fn in _scopes(tree):
-        stores: dict[str, list] = {}
-        for n in walk(fn):
-            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
-                stores.setdefault(n.id, []).append(n)
-        tables = {}
-        for stmt in walk(fn):
-            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-                target = stmt.targets[0]
-                ok, value = const_value(stmt.value)
-                if isinstance(target, ast.Name) and ok and isinstance(value, dict):
-                    tables[target.id] = value
-        lookups = {id(n.value) for n in walk(fn)
-                   if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load)}  # fmt: skip
-        lookups |= {id(n.value) for n in walk(fn) if isinstance(n, ast.Attribute)
-                    and n.attr == "get"}  # fmt: skip
-        other = {n.id for n in walk(fn) if isinstance(n, ast.Name)
-                 and isinstance(n.ctx, ast.Load) and id(n) not in lookups}  # fmt: skip
-        tables = {k: v for k, v in tables.items() if len(stores[k]) == 1 and k not in other}
-        if tables:
-            _LookUp(tables).visit(fn)
-
-
-class _LookUp(ast.NodeTransformer):
-    """Lookups of the tables (name -> dict of constants) by constant keys; any other read of a
-    table (passed on, iterated) leaves it alone."""
-
-    def __init__(self, tables: dict):
-        self.tables = tables
-
-    def visit_Subscript(self, node):
-        self.generic_visit(node)
-        table = self.tables.get(node.value.id) if isinstance(node.value, ast.Name) else None
-        found = table and is_const(node.slice) and isinstance(node.ctx, ast.Load)
-        if found and node.slice.value in table:  # (a missing key raises, as it did)
-            return node_of(table[node.slice.value])
-        return node
-
-    def visit_Call(self, node):
-        self.generic_visit(node)
-        f = node.func
-        table = (
-            isinstance(f, ast.Attribute)
-            and f.attr == "get"
-            and isinstance(f.value, ast.Name)
-            and f.value.id in self.tables
-        )
-        constant = not node.keywords and 1 <= len(node.args) <= 2 and all(map(is_const, node.args))
-        if table and constant:
-            found, key = self.tables[f.value.id], node.args[0].value
-            if key in found:
-                return node_of(found[key])
-            return node.args[1] if len(node.args) == 2 else ast.Constant(None)
-        return node
-
-
-def drop_dead_locals(tree) -> None:
-    """A local no code reads, assigned what only reads (alone or in a tuple assignment): the
-    assignment, or its part, goes."""
-    for fn in _scopes(tree):
-        loads, declared = set(), set()
-        for n in walk(fn):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-                loads.add(n.id)
-            elif isinstance(n, (ast.Global, ast.Nonlocal)):
-                declared.update(n.names)
-        for stmt in walk(fn):
-            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-                _drop_dead_targets(stmt, loads | declared)
-        _drop_emptied(fn)
-
-
-def _drop_dead_targets(stmt: ast.Assign, read: set) -> None:
-    target, value = stmt.targets[0], stmt.value
-
-    def dead(t, v) -> bool:
-        return isinstance(t, ast.Name) and t.id not in read and _reads_only(v)
-
-    if dead(target, value):
-        stmt.targets, stmt.value = [], None
-        return
-    pairs = isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
-    if not pairs or len(target.elts) != len(value.elts):
-        return
-    keep = [i for i, tv in enumerate(zip(target.elts, value.elts, strict=True)) if not dead(*tv)]
-    if len(keep) < len(target.elts):
-        target.elts = [target.elts[i] for i in keep]
-        value.elts = [value.elts[i] for i in keep]
-        if len(keep) == 1:
-            stmt.targets, stmt.value = [target.elts[0]], value.elts[0]
-        elif not keep:
-            stmt.targets, stmt.value = [], None
-
-
-def _drop_emptied(fn) -> None:
-    """Assignments emptied by a transform (no value left) go from every body of `fn`."""
-    for node in walk(fn):
-        for field in ("body", "orelse", "finalbody"):
-            stmts = getattr(node, field, None)
-            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
-                kept = [s for s in stmts if not (isinstance(s, ast.Assign) and s.value is None)]
-                setattr(node, field, kept or ([ast.Pass()] if field == "body" else []))
-
-
-def propagate_locals(tree) -> None:
-    """A local assigned once, to a constant (or to the constant part of what a function always
-    returns), with every read after the assignment in its block: its reads become the constant,
-    and the assignment goes when it was a constant."""
-    returned = constant_returns(tree) if isinstance(tree, ast.Module) else {}
-    for fn in _scopes(tree):
-        stores: dict[str, int] = {}
-        declared = set()
-        for n in walk(fn):
-            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
-                stores[n.id] = stores.get(n.id, 0) + 1
-            elif isinstance(n, ast.arg):
-                stores[n.arg] = stores.get(n.arg, 0) + 2
-            elif isinstance(n, (ast.Global, ast.Nonlocal)):
-                declared.update(n.names)
-            elif isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n is not fn:
-                stores[n.name] = stores.get(n.name, 0) + 2
-        once = {name for name, count in stores.items() if count == 1} - declared
-        loads = [n for n in walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
-        found = {}
-        for block in _blocks(fn):
-            first = _first_reads(block, [n for n in loads if n.id in once])
-            for i, stmt in enumerate(block):
-                ready = {name for name in once if first.get(name, i + 1) > i}
-                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-                    found |= _constant_bindings(stmt, ready, returned if block is fn.body else {})
-        if found:
-            _drop_emptied(fn)
-            _Inline(found).visit(fn)
-
-
-def _first_reads(block: list, loads: list) -> dict:
-    """{name: the index in `block` of the first statement reading it}; -1 for a name also read
-    outside the block (no statement of it comes before all its reads)."""
-    position = {id(n): i for i, stmt in enumerate(block) for n in walk(stmt)}
-    first: dict = {}
-    for n in loads:
-        i = position.get(id(n), -1)
-        first[n.id] = -1 if i < 0 or first.get(n.id, i) < 0 else min(i, first.get(n.id, i))
-    return first
-
-
-def _blocks(fn):
-    """Every statement list of `fn` (its body, its branches' and loops' bodies, ...)."""
-    for node in walk(fn):
-        for field in ("body", "orelse", "finalbody"):
-            stmts = getattr(node, field, None)
-            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
-                yield stmts
-
-
-def _constant_bindings(stmt: ast.Assign, ready: set, returned: dict) -> dict:
-    """{name: constant} that `stmt` binds for good (names in `ready`); the constants' part of the
-    assignment goes (what a call returns stays assigned: the call remains)."""
-    target, found = stmt.targets[0], {}
-    call = stmt.value
-    if isinstance(target, ast.Tuple) and isinstance(call, ast.Call):
-        fixed = returned.get(call.func.id, {}) if isinstance(call.func, ast.Name) else {}
-        for i, t in enumerate(target.elts):
-            if i in fixed and isinstance(t, ast.Name) and t.id in ready:
-                found[t.id] = fixed[i]
-    pairs = []
-    both = isinstance(target, ast.Tuple) and isinstance(stmt.value, ast.Tuple)
-    if isinstance(target, ast.Name):
-        pairs = [(target, stmt.value, None)]
-    elif both and len(target.elts) == len(stmt.value.elts):
-        pairs = list(zip(target.elts, stmt.value.elts, range(len(target.elts)), strict=True))
-    drop = []
-    for t, v, i in pairs:
-        ok, value = const_value(v)
-        plain = isinstance(v, (ast.Constant, ast.Tuple, ast.UnaryOp))
-        if isinstance(t, ast.Name) and t.id in ready and plain and ok and _immutable(value):
-            found[t.id] = v
-            drop.append(i)
-    if drop == [None]:
-        stmt.targets, stmt.value = [], None
-    elif drop:
-        target.elts = [e for i, e in enumerate(target.elts) if i not in drop]
-        stmt.value.elts = [e for i, e in enumerate(stmt.value.elts) if i not in drop]
-        if len(target.elts) == 1:
-            stmt.targets, stmt.value = [target.elts[0]], stmt.value.elts[0]
-        elif not target.elts:
-            stmt.targets, stmt.value = [], None
-    return found
-
-
-class _Inline(ast.NodeTransformer):
-    def __init__(self, found: dict):
-        self.found = found
-
-    def visit_Name(self, node):
-        if isinstance(node.ctx, ast.Load) and node.id in self.found:
-            return copy.deepcopy(self.found[node.id])
-        return node
-
-
-# -----------------------------
-# 4b. CONSTANT ARGUMENTS
-# -----------------------------
-
-
-def _only_called(tree: ast.Module) -> dict:
-    """Module functions, and classes with their own __init__, that are only ever called by name:
-    {name: (the function whose parameters the calls fill, how many it takes first, the calls)}.
-    A name bound twice, bound as a parameter anywhere, a base class, or written in a string
-    (getattr) is left alone."""
-    defs: dict[str, list] = {}
-    for stmt in tree.body:
-        for name in _bound_names(stmt):
-            defs.setdefault(name, []).append(stmt)
-    calls: dict[str, list] = {}
-    for n in walk(tree):
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
-            calls.setdefault(n.func.id, []).append(n)
-    called = {id(c.func) for cs in calls.values() for c in cs}
-    # (a field's annotation is never evaluated: `from __future__ import annotations`)
-    called |= {id(n) for a in walk(tree) if isinstance(a, ast.AnnAssign)
-               for n in walk(a.annotation)}  # fmt: skip
-    refused = {n.id for n in walk(tree) if isinstance(n, ast.Name) and id(n) not in called}
-    refused |= {n.value for n in walk(tree) if is_const(n) and isinstance(n.value, str)}
-    for n in walk(tree):
-        if isinstance(n, ast.ClassDef):
-            refused |= {b.id for b in n.bases if isinstance(b, ast.Name)}
-        elif isinstance(n, ast.arg):
-            refused.add(n.arg)
-    out = {}
-    for name, stmts in defs.items():
-        stmt = stmts[0]
-        if len(stmts) != 1 or name in refused or name not in calls:
-            continue
-        if isinstance(stmt, ast.FunctionDef):
-            out[name] = (stmt, 0, calls[name])
-        elif isinstance(stmt, ast.ClassDef) and not stmt.decorator_list:
-            init = [s for s in stmt.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"]
-            if len(init) == 1 and not init[0].decorator_list:
-                out[name] = (init[0], 1, calls[name])  # (self)
-    return out
-
-
-def _parameters(fn, skip: int) -> list:
-    """(parameter, default or None, index among the positional arguments a call passes, or None
-    if keyword-only) of each named parameter after the first `skip`."""
-    a = fn.args
-    positional = [*a.posonlyargs, *a.args]
-    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
-    named = [(p, d, i - skip) for i, (p, d) in enumerate(zip(positional, defaults, strict=True))]
-    return named[skip:] + [(p, d, None) for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)]
-
-
-def _passed(call: ast.Call, param: ast.arg, default, index):
-    """What `call` passes for a parameter: its argument, else the default; MISSING if neither."""
-    for k in call.keywords:
-        if k.arg == param.arg:
-            return k.value
-    if index is not None and index < len(call.args):
-        return call.args[index]
-    return MISSING if default is None else default
-
-
-def _one_constant(nodes: list):
-    """The constant all `nodes` are (one of them), else None."""
-    values = [const_value(n) for n in nodes]
-    same = len({(type(v), repr(v)) for _, v in values}) == 1
-    return nodes[0] if same and all(ok and _immutable(v) for ok, v in values) else None
-
-
-def constant_arguments(tree: ast.Module) -> None:
-    """A parameter that every call of its function passes the same constant (or leaves at that
-    default) becomes that constant in the body; one the body never reads, every call passing it
-    something pure, goes. Either way it leaves the signature and the calls."""
-    for fn, skip, calls in _only_called(tree).values():
-        splats = any(isinstance(x, ast.Starred) for c in calls for x in c.args)
-        splats |= any(k.arg is None for c in calls for k in c.keywords)
-        params = _parameters(fn, skip)
-        too_many = any(len(c.args) > sum(i is not None for _, _, i in params) for c in calls)
-        if fn.args.vararg or fn.args.kwarg or splats or too_many:
-            continue
-        body, dropped = ast.Module(fn.body, []), set()
-        for param, default, index in params:
-            passed = [_passed(c, param, default, index) for c in calls]
-            names = [n for n in walk(body) if isinstance(n, ast.Name) and n.id == param.arg]
-            rebound = any(not isinstance(n.ctx, ast.Load) for n in names)
-            if MISSING in passed or rebound:
-                continue
-            constant = _one_constant(passed)
-            if constant is not None:
-                _Inline({param.arg: constant}).visit(body)
-                dropped.add(param.arg)
-            elif not names and all(map(_reads_only, passed)):  # (a call without it does the same)
-                dropped.add(param.arg)
-        if dropped:
-            _drop_parameters(fn, skip, calls, dropped)
-
-
-def _drop_parameters(fn, skip: int, calls: list, dropped: set) -> None:
-    gone = [i for p, _, i in _parameters(fn, skip) if p.arg in dropped and i is not None]
-    for call in calls:
-        call.keywords = [k for k in call.keywords if k.arg not in dropped]
-        call.args = [x for i, x in enumerate(call.args) if i not in gone]
-    kept = [(p, d) for p, d, _ in _parameters(fn, 0) if p.arg not in dropped]
-    a = fn.args
-    a.posonlyargs = [p for p in a.posonlyargs if p.arg not in dropped]
-    a.args = [p for p in a.args if p.arg not in dropped]
-    a.defaults = [d for p, d in kept if d is not None and p not in a.kwonlyargs]
-    a.kw_defaults = [d for p, d in kept if p in a.kwonlyargs]
-    a.kwonlyargs = [p for p in a.kwonlyargs if p.arg not in dropped]
-
-
-# -----------------------------
-# 4c. CONSTANT ATTRIBUTES
-# -----------------------------
-
-
-def _self_attribute(node, owner: str) -> str | None:
-    if (
-        isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == owner
-    ):
-        return node.attr
-    return None
-
-
-def _init_constants(init: ast.FunctionDef) -> dict:
-    """{attribute: (its constant, the statement storing it)} of `self.x = <constant>` statements
-    of an __init__'s own body (tuple assignments too), not in a branch."""
-    me, out = init.args.args[0].arg, {}
-    for stmt in init.body:
-        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
-            continue
-        target, value = stmt.targets[0], stmt.value
-        pairs = [(target, value)]
-        both = isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
-        if both and len(target.elts) == len(value.elts):
-            pairs = list(zip(target.elts, value.elts, strict=True))
-        for t, v in pairs:
-            name, (ok, constant) = _self_attribute(t, me), const_value(v)
-            if name is not None and ok and _immutable(constant):
-                out[name] = (v, stmt)
-    return out
-
-
-def _methods(cls: ast.ClassDef):
-    """(method, its instance's name) of each method taking the instance first."""
-    for fn in cls.body:
-        if not isinstance(fn, ast.FunctionDef) or not fn.args.args:
-            continue
-        kinds = {d.id for d in fn.decorator_list if isinstance(d, ast.Name)}
-        if not kinds & {"staticmethod", "classmethod"}:
-            yield fn, fn.args.args[0].arg
-
-
-def _sets_attributes_by_name(tree: ast.Module) -> bool:
-    """Whether a method stores or deletes an attribute of its instance by a computed name
-    (`setattr(self, name, v)`): then no attribute's stores are all in sight."""
-    selves = {fn.args.args[0].arg for cls in tree.body if isinstance(cls, ast.ClassDef)
-              for fn, _ in _methods(cls)}  # fmt: skip
-    return any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-        and n.func.id in ("setattr", "delattr") and len(n.args) >= 2
-        and isinstance(n.args[0], ast.Name) and n.args[0].id in selves
-        and not is_const(n.args[1])
-        for n in walk(tree)
-    )  # fmt: skip
-
-
-def constant_attributes(tree: ast.Module) -> None:
-    """`self.x = <constant>` in a module class's __init__ (not in a branch), when no other code
-    stores an attribute x: `self.x` in the class's methods becomes the constant, and the store
-    goes when nothing else reads an attribute x."""
-    if _sets_attributes_by_name(tree):
-        return
-    stores: dict[str, int] = {}
-    for n in walk(tree):
-        if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load):
-            stores[n.attr] = stores.get(n.attr, 0) + 1
-    strings = {n.value for n in walk(tree) if is_const(n) and isinstance(n.value, str)}
-    for cls in (s for s in tree.body if isinstance(s, ast.ClassDef)):
-        init = next((f for f, _ in _methods(cls) if f.name == "__init__"), None)
-        if init is None:
-            continue
-        found = {
-            name: found for name, found in _init_constants(init).items()
-            if stores.get(name) == 1 and name not in strings
-        }  # fmt: skip
-        if not found:
-            continue
-        for fn, me in _methods(cls):
-            rebound = any(
-                (isinstance(n, ast.Name) and n.id == me and not isinstance(n.ctx, ast.Load))
-                or (isinstance(n, ast.arg) and n.arg == me and n is not fn.args.args[0])
-                for n in walk(fn)
-            )
-            if not rebound:
-                _InlineAttributes(me, {k: v for k, (v, _) in found.items()}).visit(fn)
-        loads = {n.attr for n in walk(tree)
-                 if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}  # fmt: skip
-        for name, (_, stmt) in found.items():
-            if name not in loads:
-                _drop_store(stmt, init.args.args[0].arg, name)
-        init.body = [s for s in init.body if not (isinstance(s, ast.Assign) and s.value is None)]
-        init.body = init.body or [ast.Pass()]
-
-
-def _init_stores(init: ast.FunctionDef) -> set[str]:
-    """The attributes an __init__'s own body (not a branch) always stores on its instance."""
-    me, out = init.args.args[0].arg, set()
-    for stmt in init.body:
-        if isinstance(stmt, ast.Assign):
-            for target in stmt.targets:
-                for t in target.elts if isinstance(target, ast.Tuple) else [target]:
-                    out.add(_self_attribute(t, me))
-    return out - {None}
-
-
-def known_attributes(tree: ast.Module) -> None:
-    """`hasattr(self, "x")` in a class's methods: True when its __init__ always stores x (and
-    nothing deletes an x); False when no code stores an x and the string "x" is only hasattr's."""
-    deleted = {n.attr for n in walk(tree) if isinstance(n, ast.Attribute)
-               and isinstance(n.ctx, ast.Del)}  # fmt: skip
-    stored = {n.attr for n in walk(tree) if isinstance(n, ast.Attribute)
-              and isinstance(n.ctx, ast.Store)}  # fmt: skip
-    strings: dict[str, int] = {}
-    for n in walk(tree):
-        if is_const(n) and isinstance(n.value, str):
-            strings[n.value] = strings.get(n.value, 0) + 1
-    ours = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
-    for cls in (s for s in tree.body if isinstance(s, ast.ClassDef)):
-        init = next((f for f, _ in _methods(cls) if f.name == "__init__"), None)
-        always = _init_stores(init) - deleted if init is not None else set()
-        # (a base class of a library's, nn.Module, has attributes no code here stores)
-        own_bases = all(isinstance(b, ast.Name) and b.id in ours for b in cls.bases)
-        for fn, me in _methods(cls):
-            for call in walk(fn):
-                if not (
-                    isinstance(call, ast.Call)
-                    and isinstance(call.func, ast.Name)
-                    and call.func.id == "hasattr"
-                    and len(call.args) == 2
-                    and isinstance(call.args[0], ast.Name)
-                    and call.args[0].id == me
-                    and is_const(call.args[1])
-                ):
-                    continue
-                name = call.args[1].value
-                asked = sum(
-                    1 for c in walk(tree) if isinstance(c, ast.Call)
-                    and isinstance(c.func, ast.Name) and c.func.id == "hasattr"
-                    and len(c.args) == 2 and is_const(c.args[1]) and c.args[1].value == name
-                )  # fmt: skip
-                if name in always:
-                    call.func, call.args = ast.Name("bool", ast.Load()), [ast.Constant(True)]
-                elif own_bases and name not in stored and strings.get(name) == asked:
-                    call.func, call.args = ast.Name("bool", ast.Load()), [ast.Constant(False)]
-
-
-class _InlineAttributes(ast.NodeTransformer):
-    def __init__(self, owner: str, constants: dict):
-        self.owner, self.constants = owner, constants
-
-    def visit_Attribute(self, node):
-        self.generic_visit(node)
-        name = _self_attribute(node, self.owner)
-        if isinstance(node.ctx, ast.Load) and name in self.constants:
-            return ast.copy_location(copy.deepcopy(self.constants[name]), node)
-        return node
-
-
-def _drop_store(stmt: ast.Assign, owner: str, name: str) -> None:
-    target = stmt.targets[0]
-    if not isinstance(target, ast.Tuple):
-        stmt.value = None  # (the statement goes)
-        return
-    keep = [i for i, t in enumerate(target.elts) if _self_attribute(t, owner) != name]
-    target.elts = [target.elts[i] for i in keep]
-    stmt.value.elts = [stmt.value.elts[i] for i in keep]
-    if len(keep) == 1:
-        stmt.targets, stmt.value = [target.elts[0]], stmt.value.elts[0]
-    elif not keep:
-        stmt.value = None
-
-
-# -----------------------------
-# 4d. HOOKS THAT DO NOTHING
-# -----------------------------
-
-NULL_CONTEXT = "contextlib.nullcontext()"
-
-
-def _hook_kind(fn: ast.FunctionDef) -> str | None:
-    """ "noop" for a method whose body (a docstring aside) is `pass` or a bare return, "context"
-    for one returning `contextlib.nullcontext()`, else None."""
-    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and is_const(s.value))]
-    if fn.decorator_list or len(body) != 1:
-        return None
-    stmt = body[0]
-    if isinstance(stmt, ast.Pass) or (
-        isinstance(stmt, ast.Return) and (stmt.value is None or ast.unparse(stmt.value) == "None")
-    ):
-        return "noop"
-    if isinstance(stmt, ast.Return) and ast.unparse(stmt.value) == NULL_CONTEXT:
-        return "context"
-    return None
-
-
-def _hook_call(node, me: str, hooks: dict) -> str | None:
-    """The kind of hook `node` calls as `me.hook(...)` with arguments that only read."""
-    if not (isinstance(node, ast.Call) and _self_attribute(node.func, me) in hooks):
-        return None
-    if all(map(_reads_only, [*node.args, *(k.value for k in node.keywords)])):
-        return hooks[node.func.attr]
-    return None
-
-
-def _without_hooks(stmts: list, me: str, hooks: dict) -> list:
-    out = []
-    for stmt in stmts:
-        if isinstance(stmt, ast.Expr) and _hook_call(stmt.value, me, hooks):
-            continue  # a call that does nothing
-        if isinstance(stmt, ast.With):
-            stmt.items = [
-                item for item in stmt.items
-                if not (item.optional_vars is None
-                        and _hook_call(item.context_expr, me, hooks) == "context")
-            ]  # fmt: skip
-            if not stmt.items:
-                out += _without_hooks(stmt.body, me, hooks)
-                continue
-        for field in ("body", "orelse", "finalbody"):
-            inner = getattr(stmt, field, None)
-            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                setattr(stmt, field, _without_hooks(inner, me, hooks) or [ast.Pass()])
-        for handler in getattr(stmt, "handlers", ()):
-            handler.body = _without_hooks(handler.body, me, hooks) or [ast.Pass()]
-        out.append(stmt)
-    return out
-
-
-def idle_hooks(tree: ast.Module) -> None:
-    """A method that does nothing (`pass`, a bare return: a hook another tool fills) or only
-    returns `contextlib.nullcontext()`, defined once in the module and never reassigned: its
-    class's methods no longer call it as a statement or enter it in a `with`."""
-    defined: dict[str, int] = {}
-    for n in walk(tree):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            defined[n.name] = defined.get(n.name, 0) + 1
-    if _sets_attributes_by_name(tree):
-        return
-    classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
-    # (`Other.name = ...` on another class of the module's sets that class's attribute only)
-    stored = {n.attr for n in walk(tree)
-              if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load)
-              and not (isinstance(n.value, ast.Name) and n.value.id in classes)}  # fmt: skip
-    strings = {n.value for n in walk(tree) if is_const(n) and isinstance(n.value, str)}
-    for cls in (s for s in tree.body if isinstance(s, ast.ClassDef)):
-        hooks = {
-            fn.name: kind for fn, _ in _methods(cls)
-            if (kind := _hook_kind(fn)) and defined[fn.name] == 1
-            and fn.name not in stored | strings
-        }  # fmt: skip
-        for fn, me in _methods(cls) if hooks else ():
-            fn.body = _without_hooks(fn.body, me, hooks) or [ast.Pass()]
-
-
-def unraised_exceptions(tree: ast.Module) -> None:
-    """An exception class of the module named only in except clauses (nothing raises it): those
-    clauses go."""
-    classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
-    handlers = [n for n in walk(tree) if isinstance(n, ast.ExceptHandler)]
-    caught = {id(h.type) for h in handlers if isinstance(h.type, ast.Name)}
-    named = {n.id for n in walk(tree) if isinstance(n, ast.Name) and id(n) not in caught}
-    unraised = classes - named
-    for n in walk(tree):
-        if isinstance(n, ast.Try):
-            n.handlers = [
-                h for h in n.handlers
-                if not (isinstance(h.type, ast.Name) and h.type.id in unraised)
-            ]  # fmt: skip
-            if not n.handlers and not n.finalbody:
-                n.finalbody = [ast.Pass()]  # (a try with neither: the body as it is)
-
-
-# -----------------------------
 # 5. REACHABILITY
 # -----------------------------
-
-
-def _bound_names(stmt) -> list[str]:
-    """The module-level names a definition binds ([] for other statements)."""
-    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return [stmt.name]
-    if isinstance(stmt, ast.Assign):
-        names = []
-        for t in stmt.targets:
-            elts = t.elts if isinstance(t, ast.Tuple) else [t]
-            if not all(isinstance(e, ast.Name) for e in elts):
-                return []
-            names += [e.id for e in elts]
-        return names
-    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value:
-        return [stmt.target.id]
-    return []
 
 
 def _import_name(alias) -> str:
@@ -1627,7 +481,7 @@ def prune_unreachable(tree: ast.Module) -> None:
     uses = Uses()
     defs: dict[str, list] = {}
     for stmt in tree.body:
-        names = _bound_names(stmt)
+        names = bound_names(stmt)
         if names:
             for name in names:
                 defs.setdefault(name, []).append(stmt)
@@ -1658,7 +512,7 @@ def prune_unreachable(tree: ast.Module) -> None:
             break
     body = []
     for stmt in tree.body:
-        names = _bound_names(stmt)
+        names = bound_names(stmt)
         if names and id(stmt) not in done:
             continue
         if isinstance(stmt, ast.ClassDef):
@@ -1691,7 +545,7 @@ def _literal_dicts(tree: ast.Module) -> dict:
     """Module names bound once to a dict literal and never stored into: foldable lookups."""
     bound = {}
     for stmt in tree.body:
-        for name in _bound_names(stmt):
+        for name in bound_names(stmt):
             bound[name] = bound.get(name, 0) + 1
     out = {}
     for stmt in tree.body:
@@ -1724,7 +578,7 @@ def _inline_file_constants(tree: ast.Module, constants: dict) -> None:
 
 def _strip_annotations(tree) -> None:
     """Function annotations are never evaluated (`from __future__ import annotations`)."""
-    for fn in _scopes(tree):
+    for fn in scopes(tree):
         fn.returns = None
         for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs):
             a.annotation = None
@@ -1767,7 +621,7 @@ def specialize_tree(source: str, settings: Settings) -> ast.Module:
     if settings.fixed_table is not None:
         _inline_file_constants(tree, {"FIXED_VARIABLES": settings.fixed_table})
     tree = ConfigReads(settings).visit(tree)
-    shadowed = {n for s in tree.body for n in _bound_names(s)}
+    shadowed = {n for s in tree.body for n in bound_names(s)}
     for _ in range(20):
         before = ast.dump(tree)
         tree = Fold(_literal_dicts(tree), shadowed, settings.file_calls).visit(tree)
@@ -1941,7 +795,7 @@ def regions(source: str, top: int = 12) -> list[tuple[int, str]]:
     whole = len(counted(source))
 
     def name(stmt) -> str:
-        return ", ".join(_bound_names(stmt)) or ast.unparse(stmt).split("\n")[0][:40]
+        return ", ".join(bound_names(stmt)) or ast.unparse(stmt).split("\n")[0][:40]
 
     sizes = [
         (len(minify_source(ast.unparse(s).encode(), renamed=True)), i)
