@@ -1,6 +1,6 @@
-"""records/golf/specialize.py: each transform on a small script written here (so that a broken
-transform fails its own test), then the specialised train_gpt.py: it imports without side
-effects, refuses what the readable script refuses for its settings, and refuses a frozen
+"""records/golf/specialize.py and fold.py: each transform on a small script written here (so that
+a broken transform fails its own test), then the specialised train_gpt.py: it imports without
+side effects, refuses what the readable script refuses for its settings, and refuses a frozen
 variable set to another value in one line."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from records.golf import fold  # noqa: E402
 from records.golf import specialize as sp  # noqa: E402
 from records.golf.errors import SubmissionError  # noqa: E402
 
@@ -214,7 +215,7 @@ def test_a_local_bound_once_to_a_constant_is_inlined_but_a_mutable_one_is_not():
             return seen
     """)
     )
-    sp.propagate_locals(tree)
+    fold.propagate_locals(tree)
     out = ast.unparse(tree)
     assert "n = 3" not in out and "append(3)" in out
     assert "seen = {}" in out and "{}.setdefault" not in out
@@ -231,14 +232,14 @@ def test_fold_keeps_the_branch_taken_and_drops_code_after_a_return():
             print("never")
     """)
     )
-    tree = sp.Fold({}, set(), {}).visit(tree)
-    sp.FoldBodies().visit(tree)
+    tree = fold.Fold({}, set(), {}).visit(tree)
+    fold.FoldBodies().visit(tree)
     assert ast.unparse(tree).split() == ["def", "f():", "return", "'yes'"]
 
 
 def constant_arguments(source: str) -> str:
     tree = ast.parse(textwrap.dedent(source))
-    sp.constant_arguments(tree)
+    fold.constant_arguments(tree)
     return ast.unparse(tree)
 
 
@@ -326,7 +327,7 @@ def test_an_attribute_set_once_to_a_constant_in_init_becomes_it_in_the_class_s_m
             return model.lm_head  # read elsewhere: the store stays
     """)
     )
-    sp.constant_attributes(tree)
+    fold.constant_attributes(tree)
     out = ast.unparse(tree)
     assert "if True:" in out and "self.looping, None" in out and "self.lm_head = None" in out
     assert "self.decay = decay" in out and "self.banks" not in out
@@ -334,8 +335,8 @@ def test_an_attribute_set_once_to_a_constant_in_init_becomes_it_in_the_class_s_m
 
 def test_a_test_folds_by_its_truth_when_what_it_drops_only_reads():
     def folded(source):
-        tree = sp.Fold({}, set(), {}).visit(ast.parse(textwrap.dedent(source)))
-        sp.FoldBodies().visit(tree)
+        tree = fold.Fold({}, set(), {}).visit(ast.parse(textwrap.dedent(source)))
+        fold.FoldBodies().visit(tree)
         return ast.unparse(tree)
 
     assert folded("if rank == 0 and False:\n    a()\nelse:\n    b()") == "b()"
@@ -351,7 +352,7 @@ def test_a_test_folds_by_its_truth_when_what_it_drops_only_reads():
 def test_code_after_a_with_that_returns_or_an_if_whose_branches_end_is_dropped():
     def folded(source):
         tree = ast.parse(textwrap.dedent(source))
-        sp.FoldBodies().visit(tree)
+        fold.FoldBodies().visit(tree)
         return ast.unparse(tree)
 
     out = folded("""
@@ -403,7 +404,7 @@ def test_a_hook_that_does_nothing_is_no_longer_called_or_entered():
         RunState.phase = "training"  # another class's attribute: not a hook's
     """)
     )
-    sp.idle_hooks(tree)
+    fold.idle_hooks(tree)
     out = ast.unparse(tree)
     assert "with autocast():" in out and "self.phase(" not in out and "loss.backward()" in out
     assert "self.guard(loss)\n" not in out and "self.guard(loss.item())" in out
@@ -425,7 +426,7 @@ def test_a_hook_reassigned_or_defined_twice_is_kept():
         a.phase = something
     """
     tree = ast.parse(textwrap.dedent(source))
-    sp.idle_hooks(tree)
+    fold.idle_hooks(tree)
     assert "self.phase()" in ast.unparse(tree)
 
 
@@ -448,7 +449,7 @@ def test_except_clauses_of_an_exception_nothing_raises_go():
             raise Raised()
     """)
     )
-    sp.unraised_exceptions(tree)
+    fold.unraised_exceptions(tree)
     out = ast.unparse(tree)
     assert "except GuardStop" not in out and "except Raised:" in out
 
@@ -466,8 +467,8 @@ def test_a_store_overwritten_at_once_and_a_test_deciding_nothing_go():
             return f"{0.5:.0f}s {self.cap:.0f}ms"
     """)
     )
-    tree = sp.Fold({}, set(), {}).visit(tree)
-    sp.FoldBodies().visit(tree)
+    tree = fold.Fold({}, set(), {}).visit(tree)
+    fold.FoldBodies().visit(tree)
     out = ast.unparse(tree)
     assert "self.cap = None" not in out and "n = 1\n    n = n + 1" in out
     assert "if x" not in out and "f'0s {self.cap:.0f}ms'" in out
@@ -482,7 +483,7 @@ def test_a_local_no_code_reads_goes_when_its_value_only_reads():
             return rt.rank
     """)
     )
-    sp.drop_dead_locals(tree)
+    fold.drop_dead_locals(tree)
     out = ast.unparse(tree)
     assert "rt = self.rt" in out and "cfg" not in out and "unused = load()" in out
 
@@ -502,7 +503,7 @@ def test_hasattr_of_what_init_always_stores_or_nothing_stores_folds():
                 )
     """)
     )
-    sp.known_attributes(tree)
+    fold.known_attributes(tree)
     out = ast.unparse(tree)
     assert "(bool(True), hasattr(self, 'skip_gates'), bool(False))" in out
 
@@ -524,16 +525,16 @@ def test_a_constant_bound_once_in_a_block_reaches_the_reads_after_it_in_that_blo
             return later
     """)
     )
-    sp.propagate_locals(tree)
-    tree = sp.Fold({}, set(), {}).visit(tree)
-    sp.FoldBodies().visit(tree)
+    fold.propagate_locals(tree)
+    tree = fold.Fold({}, set(), {}).visit(tree)
+    fold.FoldBodies().visit(tree)
     out = ast.unparse(tree)
     assert "quantize(name, ())" in out and "keys" not in out and "high" not in out
     assert "limit = 3" in out and "return limit" in out
 
 
 def test_a_literal_dict_indexed_by_a_constant_and_an_unused_class_attribute_fold():
-    tree = sp.Fold({}, set(), {}).visit(
+    tree = fold.Fold({}, set(), {}).visit(
         ast.parse(
             textwrap.dedent("""
         x = {"mean": 0.5 * (a[0] + a[1]), "attn": a[0]}["mean"]
@@ -558,7 +559,7 @@ def test_a_literal_dict_indexed_by_a_constant_and_an_unused_class_attribute_fold
 
 
 def test_an_aggregate_of_a_comprehension_over_constants_folds_and_one_over_names_stays():
-    tree = sp.Fold({}, set(), {}).visit(
+    tree = fold.Fold({}, set(), {}).visit(
         ast.parse(
             textwrap.dedent("""
         a = not all(doc > 0 < chunk <= 2048 for doc, chunk in [(1e309, 48)])
@@ -584,9 +585,9 @@ def test_a_local_table_of_constants_only_looked_up_folds_and_goes():
             return table.get("a"), use(table)  # passed on: left alone
     """)
     )
-    sp.fold_local_tables(tree)
-    sp.propagate_locals(tree)
-    sp.drop_dead_locals(tree)
+    fold.fold_local_tables(tree)
+    fold.propagate_locals(tree)
+    fold.drop_dead_locals(tree)
     out = ast.unparse(tree)
     assert "preset" not in out and "return ('', '2048')" in out
     assert "table.get('a')" in out
@@ -613,9 +614,9 @@ def test_what_code_out_of_sight_could_set_is_left_alone():
                 return self.banks
     """)
     )
-    sp.known_attributes(tree)
-    sp.fold_local_tables(tree)
-    sp.constant_attributes(tree)
+    fold.known_attributes(tree)
+    fold.fold_local_tables(tree)
+    fold.constant_attributes(tree)
     out = ast.unparse(tree)
     assert "hasattr(self, 'training')" in out and "return table['a']" in out
     assert "return self.banks" in out
