@@ -73,7 +73,7 @@ def positional_parameters(source: str) -> str:
             _make_positional(fn.args, anywhere | strings | fields)  # (fields: **asdict)
             continue
         if fn.name == "__init__":
-            if owner.name in values:
+            if owner is None or owner.name in values:
                 continue
             sites = [call for key in (("name", owner.name), *INSTANTIATIONS)
                      for call in calls.get(key, [])]  # fmt: skip
