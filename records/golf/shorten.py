@@ -101,7 +101,7 @@ def _calls(tree: ast.Module) -> dict[tuple[str, str], list[ast.Call]]:
     for n in ast.walk(tree):
         if not isinstance(n, ast.Call):
             continue
-        func = n.args[0] if ast.unparse(n.func) in PARTIAL and n.args else n.func
+        func = _callee(n)
         if isinstance(func, ast.Name):
             out.setdefault(("name", func.id), []).append(n)
         elif isinstance(func, ast.Call):
@@ -117,9 +117,7 @@ def _passed_as_values(tree: ast.Module) -> set[str]:
     called = set()
     for n in ast.walk(tree):
         if isinstance(n, ast.Call):
-            called.add(id(n.func))
-            if ast.unparse(n.func) in PARTIAL and n.args:
-                called.add(id(n.args[0]))
+            called |= {id(n.func), id(_callee(n))}
         elif isinstance(n, (ast.FunctionDef, ast.ClassDef)):
             called |= {id(d) for d in n.decorator_list}
     values = set()
@@ -133,22 +131,23 @@ def _passed_as_values(tree: ast.Module) -> set[str]:
     return values
 
 
+def _callee(call: ast.Call) -> ast.expr:
+    """What a call calls: functools.partial's wrapped function for a partial."""
+    partial = isinstance(call.func, (ast.Name, ast.Attribute)) and ast.unparse(call.func) in PARTIAL
+    return call.args[0] if partial and call.args else call.func
+
+
 def _library_based(tree: ast.Module) -> set[str]:
     """The module's classes with a base that is not one of its classes (nor a silent one), or
     derived from one."""
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-    ours = set(classes)
-    out: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for name, cls in classes.items():
-            bases = [b.id if isinstance(b, ast.Name) else ast.unparse(b) for b in cls.bases]
-            bases = [b for b in bases if b not in SILENT_BASES]
-            if name not in out and any(b not in ours or b in out for b in bases):
-                out.add(name)
-                changed = True
-    return out
+    direct = {
+        name for name, cls in classes.items()
+        if any(not (isinstance(b, ast.Name) and b.id in classes)
+               and ast.unparse(b) not in SILENT_BASES for b in cls.bases)
+    }  # fmt: skip
+    return {name for name, cls in classes.items()
+            if name in direct or _ancestors(cls, classes) & direct}  # fmt: skip
 
 
 def _only_we_call(fn: ast.FunctionDef, refused: set[str]) -> bool:
@@ -204,11 +203,7 @@ def short_attributes(source: str) -> str:
 
 
 def _on_self(node) -> bool:
-    return (
-        isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "self"
-    )
+    return isinstance(node, ast.Attribute) and _is_self(node.value)
 
 
 def _in_class(cls: ast.ClassDef):
@@ -237,21 +232,28 @@ def _reads_attributes_by_computed_names(tree: ast.Module) -> bool:
         for alias in n.names
     }  # fmt: skip
     for n in ast.walk(tree):
-        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.args):
+        if (obj := _computed_access(n)) is None or _is_self(obj):
             continue
-        if n.func.id not in DYNAMIC_ACCESS or (n.func.id != "vars" and _constant_name(n)):
-            continue
-        root = n.args[0]
+        root = obj
         while isinstance(root, ast.Attribute):
             root = root.value
-        on_self = isinstance(n.args[0], ast.Name) and n.args[0].id == "self"
-        if not on_self and not (isinstance(root, ast.Name) and root.id in modules):
+        if not (isinstance(root, ast.Name) and root.id in modules):
             return True
     return False
 
 
-def _constant_name(call: ast.Call) -> bool:
-    return len(call.args) > 1 and isinstance(call.args[1], ast.Constant)
+def _computed_access(node) -> ast.expr | None:
+    """The object a getattr (setattr, ..., vars) call reaches by a computed name; else None."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
+        return None
+    if node.func.id not in DYNAMIC_ACCESS:
+        return None
+    named = node.func.id != "vars" and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
+    return None if named else node.args[0]  # (a constant name is a string: refused by it)
+
+
+def _is_self(node) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
 
 
 def _plain_classes(tree: ast.Module, classes: list[ast.ClassDef]) -> list[ast.ClassDef]:
@@ -264,11 +266,7 @@ def _plain_classes(tree: ast.Module, classes: list[ast.ClassDef]) -> list[ast.Cl
     candidates = {
         c.name for c in classes
         if c.name not in library and not c.decorator_list
-        and not any(
-            isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-            and n.func.id in DYNAMIC_ACCESS and n.args and ast.unparse(n.args[0]) == "self"
-            for n in ast.walk(c)
-        )
+        and not any(_is_self(_computed_access(n)) for n in ast.walk(c))
     }  # fmt: skip
     tainted = {a for c in by_name if c not in candidates for a in ancestors[c]}
     tainted |= {c for c in candidates if ancestors[c] - candidates}
