@@ -459,11 +459,8 @@ class FoldBodies(ast.NodeVisitor):
             stmts = getattr(node, field, None)
             if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
                 folded = fold_body(stmts)
-                needed = field == "body" or (field == "finalbody" and False)
-                setattr(node, field, folded or ([ast.Pass()] if needed else []))
-        if isinstance(node, ast.If) and not node.body:
-            node.body = [ast.Pass()]
-        if isinstance(node, ast.Try) and not node.body:
+                setattr(node, field, folded or ([ast.Pass()] if field == "body" else []))
+        if isinstance(node, (ast.If, ast.Try)) and not node.body:  # (emptied by another pass)
             node.body = [ast.Pass()]
         super().generic_visit(node)
 
