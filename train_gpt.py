@@ -1985,10 +1985,21 @@ def flash_attention(kernels: tuple, q: Tensor, k: Tensor, v: Tensor, docs=None) 
     if docs is None:
         out = kernels[0](q, k, v, causal=True)
     else:  # the varlen kernel: one packed row, tensors (tokens, heads, head_dim)
-        cu, max_seqlen = docs
-        out = kernels[1](q[0], k[0], v[0], cu, cu, max_seqlen, max_seqlen, causal=True)
+        cu_q, cu_k, max_seqlen = docs
+        out = kernels[1](q[0], k[0], v[0], cu_q, cu_k, max_seqlen, max_seqlen, causal=True)
     out = out[0] if isinstance(out, tuple) else out  # some FA3 releases also return the LSE
     return out if docs is None else out[None]
+
+
+def flash_documents(cu_seqlens: Tensor, max_seqlen: int, n: int) -> tuple:
+    """The varlen kernels' (cu_seqlens_q, cu_seqlens_k, max_seqlen), once per forward. The keys'
+    table is a copy: FA2's and FA3's varlen functions hand both tables to one autograd.Function,
+    and torch.compile (from torch 2.10 on) refuses one tensor passed twice to an apply."""
+    return cu_seqlens, cu_seqlens.clone(), max_seqlen
+
+
+def per_segment_documents(cu_seqlens: Tensor, max_seqlen: int, n: int) -> tuple:
+    return cu_seqlens, max_seqlen  # the CPU's SDPA per segment reads the bounds on the host
 
 
 class Attention(NamedTuple):
@@ -1997,25 +2008,31 @@ class Attention(NamedTuple):
     documents: Callable
 
 
+FLASH_MODULES = {3: "flash_attn_interface", 2: "flash_attn"}  # FlashAttention-3's, -2's
+
+
+def flash_backend(version: int, lib) -> Attention:
+    """FlashAttention-`version` from its module `lib`: the dense and the varlen kernel."""
+    kernels = (lib.flash_attn_func, lib.flash_attn_varlen_func)
+    label = f"flash_attn_{version} documents:flash_attn_{version}_varlen"
+    return Attention(label, functools.partial(flash_attention, kernels), flash_documents)
+
+
 def select_attention(requested: str, device: torch.device) -> Attention:
     """FlashAttention-3 on Hopper, else FlashAttention-2, else PyTorch SDPA (always on CPU); with
     documents, their varlen kernels, else flex_attention (CUDA) or one SDPA per segment (CPU)."""
     cuda = device.type == "cuda"
     hopper = cuda and torch.cuda.get_device_capability(device)[0] == 9
-    keep = lambda cu, max_seqlen, n: (cu, max_seqlen)  # noqa: E731
-    for version, module, usable in ((3, "flash_attn_interface", hopper), (2, "flash_attn", cuda)):
+    for version, usable in ((3, hopper), (2, cuda)):
         if usable and requested in ("auto", f"fa{version}"):
             with contextlib.suppress(ImportError):
-                lib = importlib.import_module(module)
-                kernels = (lib.flash_attn_func, lib.flash_attn_varlen_func)
-                label = f"flash_attn_{version} documents:flash_attn_{version}_varlen"
-                return Attention(label, functools.partial(flash_attention, kernels), keep)
+                return flash_backend(version, importlib.import_module(FLASH_MODULES[version]))
     if requested not in ("auto", "sdpa"):
         raise ConfigError(f"ATTENTION_BACKEND={requested}: not available here (needs CUDA and "
                           f"flash-attn; fa3: a Hopper GPU); use auto or sdpa")  # fmt: skip
     if cuda:  # compiled, flex_attention skips the blocks that no document spans
         return Attention("sdpa documents:flex_attention", sdpa_attention, document_block_mask)
-    return Attention("sdpa documents:sdpa_per_segment", sdpa_attention, keep)
+    return Attention("sdpa documents:sdpa_per_segment", sdpa_attention, per_segment_documents)
 
 
 def adapted(out: Tensor, lora, site: str, h: Tensor) -> Tensor:
@@ -2385,6 +2402,12 @@ class Runtime:
             dist.all_reduce(t)
         return t
 
+    def all_max(self, t: Tensor) -> Tensor:
+        """t's largest over the ranks, in place (one process: t as it is)."""
+        if self.distributed:
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t
+
     def share(self, n: int) -> tuple[int, int]:
         """This rank's contiguous part of n items: [n r // world_size, n (r + 1) // world_size)."""
         return n * self.rank // self.world_size, n * (self.rank + 1) // self.world_size
@@ -2465,19 +2488,19 @@ class LoRA:
         self.B_all = torch.zeros(slots, b, device=device, requires_grad=True)
         self.rank, self.dim, self.scale = rank, dim, alpha / rank
 
-    def select(self, lo: int, hi: int) -> None:
-        """Slots lo..hi-1 (the rows of the next forward): their A and B."""
-        self.A, self.B = self.A_all[lo:hi], self.B_all[lo:hi]
-
     def at(self, block: int | None) -> Callable:
         return functools.partial(self.delta, block)
 
     def delta(self, block: int | None, site: str, h: Tensor) -> Tensor:
+        """The adapter's output for h's rows, which are the last h.size(0) slots: a chunk step
+        runs its batch's last documents (TTTPlan), and a batch of n < slots documents takes the
+        last n slots. Sliced here, from the input's size, the compiled graph's inputs are the
+        whole tensors: no view whose offset would change its shape from step to step."""
         if (key := (block, site)) not in self.offsets:  # TTT_Q_LORA=0 ...: the plain projection
             return 0
-        (a, b), out, r = self.offsets[key], self.shapes[key], self.rank
-        A = self.A[:, a : a + r * self.dim].view(-1, r, self.dim)
-        B = self.B[:, b : b + out * r].view(-1, out, r)
+        (a, b), out, r, rows = self.offsets[key], self.shapes[key], self.rank, h.size(0)
+        A = self.A_all[-rows:, a : a + r * self.dim].view(-1, r, self.dim)
+        B = self.B_all[-rows:, b : b + out * r].view(-1, out, r)
         return self.scale * torch.bmm(torch.bmm(h, A.mT), B.mT)
 
     def optimizer(self, cfg: Hyperparameters) -> torch.optim.AdamW:
@@ -2499,16 +2522,57 @@ def draw_lora_a(cfg: Hyperparameters, document: int) -> Tensor:
     """Every A of a slot whose first document is `document` (one row of LoRA.A_all, on the
     CPU): uniform in +-1/sqrt(MODEL_DIM) from a generator seeded by SEED and the document."""
     generator = torch.Generator().manual_seed(cfg.seed * LORA_SEED_STRIDE + document)
-    size = cfg.ttt_lora_rank * cfg.model_dim * (lora_layers(cfg) * len(cfg.lora_sites) + 1)
-    u = torch.rand(size, generator=generator, dtype=torch.float32)
+    u = torch.rand(lora_a_size(cfg), generator=generator, dtype=torch.float32)
     return (2 * u - 1) / math.sqrt(cfg.model_dim)
+
+
+def lora_a_size(cfg: Hyperparameters) -> int:
+    """The numbers in one slot's A: every site of every layer pass, and the logits'."""
+    return cfg.ttt_lora_rank * cfg.model_dim * (lora_layers(cfg) * len(cfg.lora_sites) + 1)
+
+
+class LoRADraws(ClosedOnExit):
+    """The A of the batches that draw them (TTTBatch.documents), made on a worker thread one
+    batch ahead of their use, pinned on CUDA: the timed loop only copies them in, and at most
+    two batches' draws exist at once (all of them at the full split: gigabytes per rank)."""
+
+    def __init__(self, cfg: Hyperparameters, work: list, pin: bool):
+        self.cfg, self.pin = cfg, pin
+        self.pending = collections.deque(batch for batch in work if batch.documents)
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="lora_draws")
+        self.ahead = None  # (the batch index, the future of its draws)
+        self.draw_next()
+
+    def draw_next(self) -> None:
+        if self.pending:
+            batch = self.pending.popleft()
+            self.ahead = batch.index, self.pool.submit(self.draw, batch.documents)
+
+    def draw(self, documents: tuple) -> Tensor:  # on the worker
+        rows = torch.empty(len(documents), lora_a_size(self.cfg), pin_memory=self.pin)
+        for slot, document in enumerate(documents):
+            rows[slot] = draw_lora_a(self.cfg, document)
+        return rows
+
+    def take(self, batch: TTTBatch) -> Tensor:
+        """Batch's A, a row per slot from slot 0 (its worker's error, if it failed, raised)."""
+        index, future = self.ahead
+        if index != batch.index:
+            raise RuntimeError(f"LoRADraws: batch {batch.index} asked, {index} drawn: in order")
+        rows = future.result()
+        self.ahead = None
+        self.draw_next()
+        return rows
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 class TTTBatch(NamedTuple):  # one of this rank's batches, as eval_ttt runs it
     index: int  # in the run order
     steps: list  # per chunk step: (columns, any slot trains, first row)
     table: Tensor  # (steps, slots, 4): window start, columns, scored columns, 1 if it trains
-    draws: list  # (slot, A) copied in at its start
+    documents: tuple  # the documents whose A its slots 0.. draw at its start (LoRADraws); or ()
     scored: int  # its predictions
     throwaway: bool  # a partial batch: adapters of its own, the reusable set left untouched
 
@@ -2525,7 +2589,7 @@ class TTTPlan:
         starts = np.union1d([0], np.flatnonzero(split[:total] == BOS_ID))
         preds = np.diff(np.append(starts, total))
         order = np.argsort(preds, kind="stable")
-        S, device = cfg.ttt_batch_size, rt.device
+        S = cfg.ttt_batch_size
         batches = [order[i : i + S] for i in range(0, order.size, S)]
         batches.sort(key=lambda b: -preds[b[-1]])  # stable: equal longest keep ascending order
         phases, j = [], -1  # (after batch j, this rank's SGD steps); none after the last batch
@@ -2538,12 +2602,13 @@ class TTTPlan:
             if j < len(batches) - 1:
                 phases.append((j, self.phase_steps(cfg, rt, split, starts[chosen], preds[chosen])))
         size = max([cu.size for _, s in phases for _, _, cu, _ in s], default=0)
-        for _, s in phases:  # on the device, every segment table of one size: one shape
+        for _, s in phases:  # every segment table of one size; rows as warm_up_ttt's (strides)
             for k, (x, y, cu, lr) in enumerate(s):
-                cu = np.pad(cu, (0, size - cu.size), "edge")
-                s[k] = (*(torch.from_numpy(t).to(device) for t in (x[None], y[None], cu)), lr)
+                x, y = (torch.from_numpy(t).view(1, -1) for t in (x, y))
+                s[k] = (x, y, torch.from_numpy(np.pad(cu, (0, size - cu.size), "edge")), lr)
         self.phases = phases
         steps = [self.chunk_steps(cfg, starts[b], preds[b]) for b in batches]
+        self.warmup_shapes = self.shape_classes(steps)  # every rank's: the same
         cost = [sum(width * (b.size - lo) for width, _, lo in s)
                 for b, (s, _) in zip(batches, steps, strict=True)]  # fmt: skip
         stretches = [0, *(j + 1 for j, _ in phases), len(batches)]
@@ -2556,17 +2621,43 @@ class TTTPlan:
                 mine += [j] * (owner == rt.rank)
             for j in sorted(mine):  # the first full batch after a phase draws every slot's A
                 (widths, table), throwaway = steps[j], batches[j].size < S
-                draw = enumerate(batches[j]) if fresh or throwaway else ()
-                draws = [(k, draw_lora_a(cfg, int(d))) for k, d in draw]
-                scored, table = int(table[..., 2].sum()), torch.from_numpy(table).to(device)
-                self.work.append(TTTBatch(j, widths, table, draws, scored, throwaway))
+                drawn = tuple(int(d) for d in batches[j]) if fresh or throwaway else ()
+                scored, table = int(table[..., 2].sum()), torch.from_numpy(table)
+                self.work.append(TTTBatch(j, widths, table, drawn, scored, throwaway))
                 fresh = fresh and throwaway
         self.batch_count, self.used, self.lora, self.hints = len(batches), False, None, None
         self.scored = sum(b.scored for b in self.work)  # this rank's predictions
-        tail = np.zeros(cfg.ttt_eval_seq_len + 1, dtype=np.int64)  # room for padded windows
-        self.split = torch.from_numpy(np.append(split, tail)).to(device)
-        self.total = total
+        self.split_tokens = val.split[: total + 1]  # (a view) on the device when it runs: place
+        self.split, self.device = None, None
+        self.total, self.window = total, cfg.ttt_eval_seq_len
         self.target_tokens, self.target_bytes = val.target_tokens, val.target_bytes  # all, once
+
+    def place(self, device: torch.device) -> None:
+        """The split (with room for padded windows), the tables and the phase rows on `device`:
+        before the evaluation's clock, not through training."""
+        if self.device == device:
+            return
+        tail = np.zeros(self.window + 1, dtype=np.int64)
+        split = np.concatenate([self.split_tokens.astype(np.int64), tail])
+        self.split, self.device = torch.from_numpy(split).to(device), device
+        self.work = [batch._replace(table=batch.table.to(device)) for batch in self.work]
+        for _, steps in self.phases:
+            steps[:] = [(*(t.to(device) for t in step[:3]), step[3]) for step in steps]
+
+    @staticmethod
+    def shape_classes(every_batch_steps) -> list[tuple[int, int]]:
+        """The (rows, columns) that compile every chunk step of the plan, for all ranks: a
+        dynamic-shape graph serves every size above 1, and a size of 1 is a graph of its own
+        (torch.compile specialises it); per class, its most rows and most columns."""
+        largest = {}
+        for steps, table in every_batch_steps:
+            slots = table.shape[1]
+            for width, _, lo in steps:
+                rows = slots - lo
+                key = (rows == 1, width == 1)
+                most = largest.get(key, (0, 0))
+                largest[key] = (max(most[0], rows), max(most[1], width))
+        return sorted(largest.values(), reverse=True)
 
     @staticmethod
     def chunk_steps(cfg: Hyperparameters, starts: np.ndarray, preds: np.ndarray) -> tuple:
@@ -2580,8 +2671,10 @@ class TTTPlan:
         first, live = np.maximum(end - W, 0), c < chunks
         fields = (starts + first, end - first, end - K * c, c < chunks - 1)
         table, n = np.stack(fields, -1) * live[..., None], preds.size
+        # Exactly the columns and rows the step needs: the record's width, min(K (c + 1), W) for
+        # its longest document, and only the documents with chunks left (the last rows).
         steps = [
-            (pow2_at_least(cols.max(), 64, W), bool(trains.any()), n - pow2_at_least(k, 1, n))
+            (int(cols.max()), bool(trains.any()), n - int(k))
             for cols, trains, k in zip(table[..., 1], table[..., 3], live.sum(1), strict=True)
         ]
         return steps, table
@@ -2604,46 +2697,77 @@ class TTTPlan:
         return out
 
 
-def pow2_at_least(n: int, low: int, high: int) -> int:
-    """The smallest power of two >= n, within [low, high]: few shapes, little padding."""
-    return min(high, max(low, 1 << (int(n) - 1).bit_length()))
-
-
 def warm_up_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> None:
-    """Before the clock, every shape eval_ttt runs, forward, backward on scratch inputs (a graph per
-    rows x columns, one for the phase steps), with the plan's adapters: no compile in the timer."""
+    """Before the clock, the graphs eval_ttt runs, compiled with dynamic shapes on scratch inputs:
+    a chunk step (forward, the adapters' backward) per TTTPlan.warmup_shapes class, one phase
+    step. The classes are the whole plan's, so every rank compiles the same graphs; the ranks
+    then meet, so that no rank's clock starts while another still compiles."""
     base, t0 = getattr(model, "_orig_mod", model), time.perf_counter()
     if base is model:  # not compiled (the CPU): nothing to warm up, the shapes would only cost time
         log0("ttt_warmup: skipped (no torch.compile on the CPU)")
         return
+    graphs = compile_ttt_graphs(cfg, rt, model, plan)
+    seconds = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+    slowest = rt.all_max(seconds.to(rt.device)).item()  # every rank waits here for the slowest
+    shapes = len(plan.warmup_shapes) + bool(plan.phases)
+    log0(f"ttt_warmup shapes:{shapes} graphs:{graphs} time:{seconds.item():.1f}s "
+         f"slowest_rank:{slowest:.1f}s")  # fmt: skip
+
+
+def dynamic_sizes(*tensors):
+    """TTT's inputs, their two sizes (a chunk step's rows and columns, a phase step's tokens)
+    dynamic for torch.compile: one graph for them all, but for a size of 1 (a graph of its own)."""
+    for t in tensors:
+        if t is not None:
+            torch._dynamo.maybe_mark_dynamic(t, 0)
+            torch._dynamo.maybe_mark_dynamic(t, 1)
+    return tensors[:2]
+
+
+def compile_ttt_graphs(cfg, rt, model, plan: TTTPlan) -> int:
+    """warm_up_ttt's forward and backward passes on zeros; the graphs they compiled."""
+    base = model._orig_mod
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     plan.lora = lora = LoRA(base, cfg.ttt_batch_size, cfg.ttt_lora_rank, cfg.ttt_lora_alpha)
-    shapes = {(b.table.size(1) - lo, width) for b in plan.work for width, _, lo in b.steps}
     model.eval()
     base.requires_grad_(False)
-    for rows, width in sorted(shapes):
-        x, y, hint = (torch.zeros(rows, width, dtype=torch.int64, device=rt.device) for _ in "xyh")
-        lora.select(0, rows)
-        with rt.autocast():  # (not x twice: an aliasing guard)
-            nll = model(x, y, "none", lora=lora, hint=hint if cfg.ngram_tilt_enabled else None)
+    for rows, width in plan.warmup_shapes:
+        x = torch.zeros(rows, width, dtype=torch.int64, device=rt.device)
+        y = torch.zeros_like(x)  # not x twice: an aliasing guard
+        hint = torch.zeros_like(x) if cfg.ngram_tilt_enabled else None
+        with rt.autocast():
+            nll = model(*dynamic_sizes(x, y, hint), "none", lora=lora, hint=hint)
         torch.autograd.grad(nll.sum(), (lora.A_all, lora.B_all))
     base.requires_grad_(True)
-    for x, y, cu, _ in [s for _, steps in plan.phases for s in steps if s[0].numel()][:1]:
+    if plan.phases:  # one row of EVAL_SEQ_LEN, its segment table as long as the plan's
+        table_size = plan.phases[0][1][0][2].numel() if plan.phases[0][1] else 64
+        x = torch.zeros(1, cfg.window, dtype=torch.int64, device=rt.device)
+        cu = torch.full((max(table_size, 2),), cfg.window, dtype=torch.int32, device=rt.device)
+        cu[0] = 0
+        x, y = dynamic_sizes(x, torch.zeros_like(x))
         with rt.autocast():
             model(x, y, "mean", cu_seqlens=cu, max_seqlen=cfg.window).backward()
         base.zero_grad(set_to_none=True)
     model.train()
     rt.synchronize()
-    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
-    log0(f"ttt_warmup shapes:{len(shapes)} graphs:{graphs} time:{time.perf_counter() - t0:.1f}s")
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
 
 
-def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, float]:
+def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable, draws=None) -> tuple[float, float]:
     """EVAL_TTT: a chunk is scored, then its document's adapters train on it (not the last); between
-    batches, phases train the base weights on scored documents. No host sync; trains `model`."""
-    if plan.used:  # its drawn A were copied in and freed: a second run would have A = 0
+    batches, phases train the base weights on scored documents. No host sync; trains `model`.
+    draws: the LoRADraws already drawing the first batch's A (else it starts here)."""
+    if plan.used:  # the phases trained the weights: a second run would not score the same model
         raise RuntimeError("a TTTPlan scores once: build another")
     plan.used = True
+    plan.place(rt.device)
+    with contextlib.ExitStack() as stack:
+        if draws is None:
+            draws = stack.enter_context(LoRADraws(cfg, plan.work, pin=rt.cuda))
+        return ttt_batches(cfg, rt, model, plan, log0, draws)
+
+
+def ttt_batches(cfg, rt, model, plan: TTTPlan, log0: Callable, draws) -> tuple[float, float]:
     base = getattr(model, "_orig_mod", model)  # compiled: its GPT
     lora = plan.lora or LoRA(base, cfg.ttt_batch_size, cfg.ttt_lora_rank, cfg.ttt_lora_alpha)
     opt, params = lora.optimizer(cfg), (lora.A_all, lora.B_all)
@@ -2652,7 +2776,7 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
     phases = list(plan.phases)  # (the batch index after which it trains, its SGD steps)
     start, barriers, done = time.perf_counter(), [], 0  # barriers: (reached, left) at each
     if cfg.ngram_tilt_enabled and plan.hints is None:  # NGRAM_HINT_PRECOMPUTE_OUTSIDE=0: timed
-        plan.hints = ngram_tilt_hints(cfg, plan, log0)
+        plan.hints = ngram_tilt_hints(cfg, rt.device, plan, log0)
 
     def barrier_and_phase(steps) -> None:  # every rank: the critical path ends here
         rt.synchronize()
@@ -2672,18 +2796,18 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> tuple[float, floa
         with torch.no_grad():
             kept = lora.A_all.clone() if batch.throwaway else None
             lora.reset(opt)
-            for slot, a in batch.draws:
-                lora.A_all[slot].copy_(a)
-            batch.draws.clear()  # each drawn once: not kept for the whole evaluation
+            if batch.documents:  # into its last slots (LoRA.delta)
+                drawn = draws.take(batch)
+                lora.A_all[-drawn.size(0) :].copy_(drawn, non_blocking=True)
         for c, (width, trains, lo) in enumerate(batch.steps):
             begin, cols, scored, train = batch.table[c, lo:].unbind(1)
             at = columns[:width]
             idx = begin[:, None] + at
             keep = (at >= (cols - scored)[:, None]) & (at < cols[:, None])
-            lora.select(lo, batch.table.size(1))
             hint = plan.hints[idx] if cfg.ngram_tilt_enabled else None
-            with rt.autocast():  # gradients on even where none trains: one graph per shape
-                nll = model(plan.split[idx], plan.split[idx + 1], "none", lora=lora, hint=hint)
+            x, y = dynamic_sizes(plan.split[idx], plan.split[idx + 1], hint)
+            with rt.autocast():  # gradients on even where none trains: one graph for all
+                nll = model(x, y, "none", lora=lora, hint=hint)
             nll = nll.view(-1, *idx.shape) * keep  # [the nll, its tilted copy] with hints
             loss_sum += nll[-1].detach().sum(dtype=torch.float64)  # scored before any update
             if trains:  # AdamW over every slot (zero gradients: decay), as the record's
@@ -2713,6 +2837,7 @@ def train_phase(cfg, rt, model, params: list, steps: list) -> None:
     for x, y, cu, factor in steps:
         opt.param_groups[0]["lr"] = cfg.global_ttt_lr * factor
         if x.numel():
+            x, y = dynamic_sizes(x, y)  # the ranks' slices differ in length: one graph
             with rt.autocast():
                 model(x, y, "mean", cu_seqlens=cu, max_seqlen=cfg.window).backward()
         for p in params:  # a rank without a slice adds zeros
@@ -2793,9 +2918,10 @@ def ngram_tilt(nll: Tensor, logits: Tensor, y: Tensor, hint: Tensor, boost: floa
     return tilted[:, 0].detach()
 
 
-def ngram_tilt_hints(cfg: Hyperparameters, plan: TTTPlan, log0: Callable) -> Tensor:
+def ngram_tilt_hints(cfg, device: torch.device, plan: TTTPlan, log0: Callable) -> Tensor:
     """The split's targets' hints (all on every rank; -1 past the end), logged as the record's."""
     t0, n = time.perf_counter(), plan.total
+    plan.place(device)
     hints = ngram_hints(cfg, plan.split[1 : n + 1])
     gated = int((hints >= 0).sum())
     log0(f"ngram_tilt:hints total={n} gated={gated} token_gate={gated} within_gate=0 word_gate=0 "
@@ -2819,15 +2945,21 @@ class Network(NamedTuple):
     attention: str  # the attention backend that runs
 
 
+def allow_many_graphs() -> None:
+    """torch.compile's limit of graphs per function, 8 by default, raised: training's shapes
+    (loops, context stages), the evaluations' and TTT's each take graphs of their own."""
+    for limit in ("recompile_limit", "cache_size_limit"):  # (the name of older releases)
+        if hasattr(torch._dynamo.config, limit):
+            setattr(torch._dynamo.config, limit, 128)
+
+
 def build_network(cfg: Hyperparameters, rt: Runtime) -> Network:
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)  # every device's generator too
     attention = select_attention(cfg.attention_backend, rt.device)
     base = build_model(cfg, rt.device, attention)
-    for limit in ("recompile_limit", "cache_size_limit"):  # a graph per shape (TTT, schedule)
-        if hasattr(torch._dynamo.config, limit):
-            setattr(torch._dynamo.config, limit, 128)
+    allow_many_graphs()
     compiled = torch.compile(base, dynamic=False, fullgraph=True) if rt.cuda else base
     model = compiled
     if rt.distributed:
@@ -3408,6 +3540,7 @@ def configure() -> tuple[Hyperparameters, Runtime]:
         torch.backends.cuda.enable_flash_sdp(True)
         torch.backends.cuda.enable_mem_efficient_sdp(False)
         torch.backends.cuda.enable_math_sdp(False)
+        check_preset_attention(cfg, device)
     if distributed:
         cuda = device.type == "cuda"
         wait = datetime.timedelta(hours=1) if cfg.eval_ttt else None  # EVAL_TTT: a phase's
@@ -3418,6 +3551,27 @@ def configure() -> tuple[Hyperparameters, Runtime]:
         cfg = dataclasses.replace(cfg, run_id=shared[0])
     accum = grad_accum_steps_for(world_size)
     return cfg, Runtime(rank, local_rank, world_size, accum, device, distributed)
+
+
+def check_preset_attention(cfg: Hyperparameters, device: torch.device) -> None:
+    """A preset's records ran FlashAttention-3 on Hopper GPUs: without it the preset would run on
+    kernels nobody timed for it (its evaluation may not fit 600 s), so it stops at start-up
+    unless ATTENTION_BACKEND asks for another one."""
+    if not cfg.preset or cfg.attention_backend != "auto":
+        return
+    major, minor = torch.cuda.get_device_capability(device)
+    if major != 9:
+        missing = f"a Hopper GPU (this one is sm_{major}{minor}; FlashAttention-3 needs sm_90)"
+    else:
+        try:
+            importlib.import_module(FLASH_MODULES[3])
+            return
+        except ImportError as e:  # missing, or built for another torch or CUDA
+            missing = f"FlashAttention-3 (import {FLASH_MODULES[3]}: {e})"
+    raise ConfigError(f"PRESET={cfg.preset}: its records ran FlashAttention-3; missing here: "
+                      f"{missing}. Install it with bash scripts/setup.sh (on the GPU machine), "
+                      f"or run anyway with ATTENTION_BACKEND=sdpa (documents through "
+                      f"flex_attention) or fa2")  # fmt: skip
 
 
 class RunLog:
@@ -3819,8 +3973,25 @@ def load_round_trip(cfg: Hyperparameters, net: Network, quantized: dict) -> str:
     return "" if int8 else "diagnostic quantized"
 
 
-def log_score(label, fields, rt, evaluate, log0, record_label="", digits=4) -> None:
-    """`label` and `label_exact` lines (none if ""); the record's line too under record_label."""
+def score_ttt(cfg: Hyperparameters, rt: Runtime, net: Network, plan: TTTPlan, log0) -> None:
+    """The records' TTT score: hints and compiling before the clock (every rank done with them
+    before any starts it), the first batch's A drawn meanwhile; total_eval_time is the records':
+    the timed evaluation's seconds."""
+    if cfg.ngram_tilt_enabled and cfg.ngram_hint_precompute_outside:
+        log0("ngram_tilt:precomputing hints OUTSIDE eval timer")
+        plan.hints = ngram_tilt_hints(cfg, rt.device, plan, log0)
+    plan.place(rt.device)
+    with LoRADraws(cfg, plan.work, pin=rt.cuda) as draws:
+        warm_up_ttt(cfg, rt, net.compiled, plan, log0)
+        barrier(rt)
+        ttt = functools.partial(eval_ttt, cfg, rt, net.compiled, plan, log0, draws)
+        seconds = log_score("quantized_ttt_phased", "", rt, ttt, log0, digits=8)
+    log0(f"total_eval_time:{seconds:.1f}s")
+
+
+def log_score(label, fields, rt, evaluate, log0, record_label="", digits=4) -> float:
+    """`label` and `label_exact` lines (none if ""); the record's line too under record_label.
+    Returns the evaluation's seconds."""
     rt.synchronize()
     t0 = time.perf_counter()
     val_loss, val_bpb = evaluate()
@@ -3832,6 +4003,7 @@ def log_score(label, fields, rt, evaluate, log0, record_label="", digits=4) -> N
         scores = f"val_loss:{val_loss:.{digits}f} val_bpb:{val_bpb:.{digits}f}"
         log0(f"{label} {fields}{scores} eval_time:{ms:.0f}ms")
         log0(f"{label}_exact {fields}val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
+    return ms / 1000.0
 
 
 def main() -> None:
@@ -3867,21 +4039,13 @@ def main() -> None:
         quantized, over_cap = save_artifacts(cfg, rt, net, code, log0)
     record_label = load_round_trip(cfg, net, quantized)
     RunState.phase = "in the final evaluation"
-    rt.synchronize()
-    evals_start = time.perf_counter()
     log_score("final_int8_zlib_roundtrip", "", rt, evaluate, log0, record_label)
     if windows is not None:  # the records' scored number, on the same round-tripped weights
         sliding = functools.partial(eval_sliding, cfg, rt, net.compiled, windows)
         log_score("final_sliding_window_eval", f"stride:{cfg.eval_stride} ", rt, sliding, log0)
     if plan is not None:  # the frontier's score; last, as its phases train the weights
         RunState.phase = "in the TTT evaluation"
-        if cfg.ngram_tilt_enabled and cfg.ngram_hint_precompute_outside:
-            log0("ngram_tilt:precomputing hints OUTSIDE eval timer")
-            plan.hints = ngram_tilt_hints(cfg, plan, log0)
-        warm_up_ttt(cfg, rt, net.compiled, plan, log0)  # compiles, outside eval_time
-        ttt = functools.partial(eval_ttt, cfg, rt, net.compiled, plan, log0)
-        log_score("quantized_ttt_phased", "", rt, ttt, log0, digits=8)
-        log0(f"total_eval_time:{time.perf_counter() - evals_start:.1f}s")  # every evaluation
+        score_ttt(cfg, rt, net, plan, log0)
     if over_cap:
         log0(over_cap)
     if rt.distributed:  # ordered: loaders are closed, every rank is done, then the group goes

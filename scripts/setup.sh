@@ -5,13 +5,17 @@
 # torch comes first, and a CPU machine never downloads the CUDA stack:
 #   - a Python that already has torch (a GPU pod) keeps it: the venv sees the system site-packages
 #     and pip never replaces that torch;
-#   - otherwise $TORCH_SPEC (default torch==2.13.0) is installed from, in this order of choice:
-#     $TORCH_INDEX_URL if set (or the pip options written in TORCH_SPEC, which is split into words:
-#     TORCH_SPEC="torch==2.13.0 --index-url URL"); the default index on a machine with an NVIDIA
-#     GPU (its CUDA build) and off Linux (PyPI's macOS and Windows builds are CPU builds); a CPU
-#     build among pip's local wheels (its find-links), if there is one; else PyTorch's CPU-only
-#     index, because the default index's Linux torch pulls the multi-GB nvidia-* packages.
-# One line says which it chose. PYTHON picks the interpreter (default python3, 3.10 or newer).
+#   - otherwise $TORCH_SPEC is installed from, in this order of choice: $TORCH_INDEX_URL if set (or
+#     the pip options written in TORCH_SPEC, which is split into words: TORCH_SPEC="torch==2.13.0
+#     --index-url URL"); on a machine with an NVIDIA GPU, torch==2.9.1 from PyTorch's CUDA 12.8
+#     index (the records' pair, which has a FlashAttention-3 wheel) unless TORCH_SPEC names
+#     another (then from the default index); off Linux the default index (PyPI's macOS and
+#     Windows builds are CPU builds); a CPU build of torch==2.13.0 among pip's local wheels (its
+#     find-links), if there is one; else PyTorch's CPU-only index, because the default index's
+#     Linux torch pulls the multi-GB nvidia-* packages.
+# On a Hopper GPU (sm_90) it then installs FlashAttention-3, which the presets' records ran, for
+# the torch and CUDA the venv has (below). One line says what it chose. PYTHON picks the
+# interpreter (default python3, 3.10 or newer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -59,16 +63,24 @@ if not cuda and "+cu" not in meta["version"] and "+rocm" not in meta["version"]:
 ' || true
 }
 
+nvidia_gpu() { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }
+GPU_TORCH_SPEC=torch==2.9.1  # the records' torch; FlashAttention-3 has wheels for it (below)
+GPU_TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
+
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   read -r -a torch_args <<<"${TORCH_SPEC:-torch==2.13.0}"
   spec=${torch_args[*]}
-  if [ -n "${TORCH_INDEX_URL:-}" ]; then
+  if [ -z "${TORCH_SPEC:-}" ] && [ -z "${TORCH_INDEX_URL:-}" ] && nvidia_gpu; then
+    echo "setup: installing $GPU_TORCH_SPEC from $GPU_TORCH_INDEX_URL (an NVIDIA GPU is present:" \
+      "the records' torch and CUDA 12.8; TORCH_SPEC=... picks another)"
+    "${pip[@]}" "$GPU_TORCH_SPEC" --index-url "$GPU_TORCH_INDEX_URL"
+  elif [ -n "${TORCH_INDEX_URL:-}" ]; then
     echo "setup: installing $spec from TORCH_INDEX_URL=$TORCH_INDEX_URL"
     "${pip[@]}" "${torch_args[@]}" --index-url "$TORCH_INDEX_URL"
   elif [[ " $spec" == *" -"* ]]; then
     echo "setup: installing $spec (pip options as TORCH_SPEC gives them)"
     "${pip[@]}" "${torch_args[@]}"
-  elif command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  elif nvidia_gpu; then
     echo "setup: installing $spec from the default index (an NVIDIA GPU is present: its CUDA build)"
     "${pip[@]}" "${torch_args[@]}"
   elif [ "$(uname -s)" != Linux ]; then
@@ -89,6 +101,31 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   fi
 fi
 "${pip[@]}" -r "$requirements"
+# FlashAttention-3 (the flash_attn_interface module), which every preset's record ran: on a Hopper
+# GPU, the flash_attn_3 wheel built for this venv's torch and CUDA, from the wheel index named
+# cu<CUDA>_torch<torch> (FA3_FIND_LINKS overrides it). Where none exists the presets stop at
+# start-up saying so; the line below says what to do. Never fatal, and nothing on a CPU machine.
+if nvidia_gpu && ! .venv/bin/python -c "import flash_attn_interface" 2>/dev/null; then
+  read -r torch_tag cuda_tag sm < <(.venv/bin/python -c '
+import torch
+major = torch.cuda.get_device_capability()[0] if torch.cuda.is_available() else 0
+print(torch.__version__.split("+")[0].replace(".", ""), (torch.version.cuda or "none").replace(".", ""), major)')
+  if [ "$sm" != 9 ]; then
+    echo "setup: FlashAttention-3 not installed: it needs a Hopper GPU (sm_90; this one is" \
+      "sm_${sm}x); the presets need ATTENTION_BACKEND=fa2 or sdpa here"
+  else
+    links=${FA3_FIND_LINKS:-https://windreamer.github.io/flash-attention3-wheels/cu${cuda_tag}_torch${torch_tag}}
+    if "${pip[@]}" --no-deps flash_attn_3 --find-links "$links" 2>/dev/null &&
+      .venv/bin/python -c "import flash_attn_interface" 2>/dev/null; then
+      echo "setup: installed FlashAttention-3 (flash_attn_3 from $links)"
+    else
+      echo "setup: WARNING: no FlashAttention-3 wheel for torch ${torch_tag} + CUDA ${cuda_tag} at" \
+        "$links; the presets stop at start-up without it: a fresh .venv with the records' pair" \
+        "(rm -rf .venv; unset TORCH_SPEC on a pod without torch: torch 2.9.1 + CUDA 12.8)," \
+        "FA3_FIND_LINKS=<a wheel index>, or ATTENTION_BACKEND=sdpa to run anyway" >&2
+    fi
+  fi
+fi
 if [ ! -e .venv/bin/torchrun ]; then  # a kept system torch has its torchrun outside the venv
   # sh, not a python shebang: a shebang cannot hold a path with a space
   printf '#!/bin/sh\nexec "%s" -m torch.distributed.run "$@"\n' "$PWD/.venv/bin/python" \

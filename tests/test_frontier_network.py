@@ -203,12 +203,11 @@ def test_ttt_adapters_attach_to_every_layer_pass():
     assert tg.lora_layers(cfg) == slots == 10
     model = tg.build_model(cfg, CPU)
     model.looping = True
-    lora = tg.LoRA(model, slots=2, rank=2, alpha=4.0)
+    x, y = batch(ref.RecordConfig())
+    lora = tg.LoRA(model, slots=x.size(0), rank=2, alpha=4.0)
     used = []
     at = lora.at
     lora.at = lambda slot: used.append(slot) or at(slot)
-    x, y = batch(ref.RecordConfig())
-    lora.select(0, 2)
     model(x, y, "none", lora=lora)
     assert used == [*range(slots), None]
 

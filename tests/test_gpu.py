@@ -328,11 +328,13 @@ def test_ttt_chunk_steps_never_wait_on_the_gpu_and_compile_a_fixed_set_of_graphs
     quiet = lambda msg: None  # noqa: E731
     eager = tg.eval_ttt(cfg, rt, copy.deepcopy(model), tg.TTTPlan(cfg, rt, val), quiet)
     torch._dynamo.reset()
-    compiled = torch.compile(copy.deepcopy(model), dynamic=False, fullgraph=True)
+    compiled = torch.compile(
+        copy.deepcopy(model), dynamic=False, fullgraph=True
+    )  # as Network.compiled
     plan = tg.TTTPlan(cfg, rt, val)
-    tg.warm_up_ttt(cfg, rt, compiled, plan, quiet)  # every shape, the phases' too
+    tg.warm_up_ttt(cfg, rt, compiled, plan, quiet)  # every shape class, the phases' too
     graphs = counters["stats"]["unique_graphs"]
-    draws = sum(len(batch.draws) for batch in plan.work)
+    draws = sum(bool(batch.documents) for batch in plan.work)
     torch.cuda.set_sync_debug_mode("warn")
     try:
         with warnings.catch_warnings(record=True) as caught:

@@ -189,7 +189,7 @@ def test_hints_computed_before_the_timer_give_the_same_score(tmp_path, model):
     kw = SMALL | TILT | dict(ngram_hint_precompute_outside=True)
     cfg, plan = plan_for(tmp_path, REPEATED, **kw)
     lines = []
-    plan.hints = tg.ngram_tilt_hints(cfg, plan, lines.append)
+    plan.hints = tg.ngram_tilt_hints(cfg, torch.device("cpu"), plan, lines.append)
     assert lines[1].startswith("ngram_tilt:precompute_outside_timer_done elapsed=")
     got = tg.eval_ttt(cfg, runtime(), copy.deepcopy(model), plan, lines.append)
     assert not [line for line in lines[2:] if line.startswith("ngram_tilt")]  # not again

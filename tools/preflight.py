@@ -770,7 +770,8 @@ def project_ttt(tg, cfg, rt, model, plan, n: int, lines: list) -> tuple[float, f
     hints_s = 0.0
     if cfg.ngram_tilt_enabled:
         hints_s = timed(
-            rt, lambda: setattr(plan, "hints", tg.ngram_tilt_hints(cfg, plan, lines.append))
+            rt,
+            lambda: setattr(plan, "hints", tg.ngram_tilt_hints(cfg, rt.device, plan, lines.append)),
         )
     work = plan.work
     n = min(n, len(work))
