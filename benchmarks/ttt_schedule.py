@@ -28,8 +28,11 @@ not a GPU measurement.
   python benchmarks/ttt_schedule.py                                 # the three presets, 8 ranks
   python benchmarks/ttt_schedule.py --logs DIR --json out.json
 
-Exit code: 0 when every preset's critical path is at most the record's, 1 otherwise, 2 on bad
-arguments or unreadable logs.
+Also per preset: the TTT graphs each rank compiles (TTTPlan.warmup_shapes' classes and the phase
+step) and whether they are the same on every rank; rank 0's plan in bytes, host and device.
+
+Exit code: 0 when every preset's critical path is at most the record's and every rank compiles
+the same graphs, 1 otherwise, 2 on bad arguments or unreadable logs.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ TTP = re.compile(r"ttp: b(\d+)/(\d+) .*?dl:(\d+)-(\d+)")
 EVAL_TIME = re.compile(r"quantized_ttt_phased val_loss:\S+ val_bpb:\S+ eval_time:(\d+)ms")
 TOTAL_DOCS = re.compile(r"ttt_phased: total_docs:(\d+)")
 TARGET_TOKENS = re.compile(r"target_tokens:(\d+)")
+BATCH_SIZE = re.compile(r"^\s*ttt_batch_size: (\d+)$", re.MULTILINE)  # the settings dump
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,7 +93,8 @@ def rebuilt_lengths(texts: list[str]) -> tuple[np.ndarray, list[str]]:
         if not docs or not lines:
             continue
         total, batches = int(docs[1]), int(lines[0][1])
-        size = -(-total // batches)
+        stated = BATCH_SIZE.search(text)
+        size = int(stated[1]) if stated else -(-total // batches)
         for b, _, low, high in lines:
             first, last = (int(b) - 1) * size, min(int(b) * size, total) - 1
             points[first], points[last] = int(low), int(high)
@@ -122,6 +127,29 @@ def flops_per_step(cfg, tg):
     return lambda rows, cols: rows * (cols * matrices + cols * cols * 3 * passes * d)
 
 
+def plan_memory(cfg, tg, plan) -> dict:
+    """Rank 0's plan in bytes: on the host (its tables and phase rows, and at most two batches of
+    A draws, LoRADraws' bound) and on the device once placed (the split as int64 and the tables,
+    the hints with the tilt, the adapters with their gradients and AdamW's two moments)."""
+    tables = sum(b.table.numel() * b.table.element_size() for b in plan.work)
+    phases = sum(t.numel() * t.element_size() for _, s in plan.phases for st in s for t in st[:3])
+    draws = 2 * cfg.ttt_batch_size * tg.lora_a_size(cfg) * 4
+    d, kv = cfg.model_dim, cfg.num_kv_heads * (cfg.model_dim // cfg.num_heads)
+    outs = {"q": d, "k": kv, "v": kv, "o": d, "mlp": d}
+    b_size = cfg.ttt_lora_rank * (
+        tg.lora_layers(cfg) * sum(outs[site] for site in cfg.lora_sites) + cfg.vocab_size
+    )
+    adapters = 4 * cfg.ttt_batch_size * (tg.lora_a_size(cfg) + b_size) * 4
+    split = (plan.split_tokens.size + cfg.ttt_eval_seq_len + 1) * 8
+    device = split * (1 + cfg.ngram_tilt_enabled) + tables + phases + adapters
+    return {
+        "host_gb": round((tables + phases + draws) / 1e9, 2),
+        "host_a_draws_gb": round(draws / 1e9, 2),
+        "device_gb": round(device / 1e9, 2),
+        "device_adapters_gb": round(adapters / 1e9, 2),
+    }
+
+
 def batch_costs(plan, cost) -> tuple[dict, dict]:
     """Per batch this rank runs: (ours, the record's) FLOPs."""
     ours, record = {}, {}
@@ -152,7 +180,7 @@ def replay(tg, preset: str, split: np.ndarray, world: int) -> dict:
     val = types.SimpleNamespace(
         scored_targets=split.size - 1, split=split, target_tokens=0, target_bytes=0
     )
-    ours_busy, record_costs, stretches = [], {}, None
+    ours_busy, record_costs, stretches, memory, warmups = [], {}, None, None, []
     for rank in range(world):
         rt = tg.Runtime(rank, rank, world, 1, tg.torch.device("cpu"), False)
         plan = tg.TTTPlan(cfg, rt, val)
@@ -160,6 +188,8 @@ def replay(tg, preset: str, split: np.ndarray, world: int) -> dict:
         stretches = list(itertools.pairwise(bounds))
         ours, record = batch_costs(plan, cost)
         record_costs |= record
+        memory = memory if rank else plan_memory(cfg, tg, plan)
+        warmups.append((plan.warmup_shapes, bool(plan.phases)))
         ours_busy.append([sum(c for j, c in ours.items() if lo <= j < hi) for lo, hi in stretches])
     record_busy = claimed(record_costs, stretches, world)
     ours_path = sum(max(rank[k] for rank in ours_busy) for k in range(len(stretches)))
@@ -175,6 +205,10 @@ def replay(tg, preset: str, split: np.ndarray, world: int) -> dict:
         "ours_critical_pflop": ours_path / 1e15,
         "record_critical_pflop": record_path / 1e15,
         "ratio": ours_path / record_path,
+        "rank0_memory": memory,
+        "warmup_shapes": warmups[0][0],
+        "graphs_per_rank": [len(shapes) + phase for shapes, phase in warmups],
+        "same_graphs_on_every_rank": all(w == warmups[0] for w in warmups),
     }
 
 
@@ -225,13 +259,25 @@ def main(argv=None) -> int:
             f"record {result['record_critical_pflop']:.1f} PFLOP, "
             f"ratio {result['ratio']:.3f}{projected}"
         )
+        memory = result["rank0_memory"]
+        same = "the same on every rank" if result["same_graphs_on_every_rank"] else "DIFFERENT"
+        print(
+            f"  TTT graphs per rank: {result['graphs_per_rank'][0]} (chunk-step shape classes "
+            f"{result['warmup_shapes']} and the phase step), {same}"
+        )
+        print(
+            f"  rank 0's plan: host {memory['host_gb']} GB (A draws at most "
+            f"{memory['host_a_draws_gb']} GB), device {memory['device_gb']} GB (adapters, their "
+            f"gradients and moments {memory['device_adapters_gb']} GB)"
+        )
         for rank, (ours, record) in enumerate(
             zip(result["ours_busy_pflop"], result["record_busy_pflop"], strict=True)
         ):
             print(f"  rank {rank}: per stretch ours {ours} record {record} PFLOP")
     if args.json:
         args.json.write_text(json.dumps({"documents": source, "results": results}, indent=1))
-    return 0 if all(r["ratio"] <= 1.0 for r in results) else 1
+    ok = all(r["ratio"] <= 1.0 and r["same_graphs_on_every_rank"] for r in results)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -261,7 +261,7 @@ SLOW_TESTS = {
     "test_bpb.py::test_project_tokenizer_val_split_bytes_match_an_independent_count",
     "test_compiled_graphs.py::test_a_presets_graphs_all_compile_in_its_warm_ups_and_none_after",
     "test_compiled_graphs.py::test_a_warm_up_whose_sizes_coincide_still_serves_every_other_size",
-    "test_compiled_graphs.py::test_every_kernel_path_compiles_a_training_step_whole_to_sdpas_numbers",
+    "test_compiled_graphs.py::test_every_kernel_path_compiles_its_steps_whole_to_sdpas_numbers",
     "test_data_tools.py::test_builder_same_inputs_give_identical_bytes",
     "test_data_tools.py::test_builder_writes_challenge_layout",
     "test_frontier_network.py::test_documents_in_a_packed_row_match_the_reference",

@@ -5,6 +5,7 @@ need CUDA say SKIP on the CPU; the projections' arithmetic."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -203,6 +204,7 @@ def test_the_evaluations_are_projected_ttt_last(tiny_dataset, monkeypatch, capsy
     )
     assert code == 0, lines
     assert "SKIP ttt_compile: no GPU (no torch.compile on the CPU)" in lines
+    assert any(re.match(r"PASS ttt_plan_memory: host [\d.]+ GB \(A draws", x) for x in lines)
     assert any(x.startswith("PASS ngram_hints: ") for x in lines)
     assert any(x.startswith("PASS eval_time: projection: quantized_ttt_phased ") for x in lines)
     numbers = json.loads(out.read_text())["numbers"]

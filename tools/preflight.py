@@ -212,9 +212,11 @@ def start_runtime(cl: Checklist, tg, cfg):
     if problem := reach_master():
         cl.fail("nodes", problem, "open the port, or fix MASTER_ADDR/MASTER_PORT")
         return None
-    saved = os.environ.get("COMPRESSOR")
+    saved = {name: os.environ.get(name) for name in ("COMPRESSOR", "ATTENTION_BACKEND")}
     if needs_lrzip(cfg) and not shutil.which("lrzip"):
         os.environ["COMPRESSOR"] = "brotli" if importlib.util.find_spec("brotli") else "zlib"
+    if cfg.preset and cfg.attention_backend == "auto":  # a missing FlashAttention-3 is the
+        os.environ["ATTENTION_BACKEND"] = "sdpa"  # attention check's to report, not a stop
     try:
         return tg.configure()[1]
     except tg.ConfigError as e:
@@ -222,10 +224,11 @@ def start_runtime(cl: Checklist, tg, cfg):
     except (RuntimeError, ValueError) as e:  # the process group did not form
         cl.fail("runtime", f"{type(e).__name__}: {e}", "check the launcher and the GPUs")
     finally:
-        if saved is None:
-            os.environ.pop("COMPRESSOR", None)
-        else:
-            os.environ["COMPRESSOR"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     return None
 
 
@@ -302,15 +305,14 @@ def check_attention(cl: Checklist, tg, cfg, rt) -> None:
     except tg.ConfigError as e:
         cl.fail("attention", str(e), "ATTENTION_BACKEND=auto, or install the kernel")
         return
-    if rt.cuda and cfg.preset and not name.startswith("flash_attn_3"):
-        cl.warn(
-            "attention",
-            f"{name}: the records ran FlashAttention-3",
-            "install flash_attn_interface (FA3) for the records' speed",
-            kernel=name,
-        )
-    else:
-        cl.passed("attention", name, kernel=name)
+    if rt.cuda:  # the run's own start-up check: a preset stops without FlashAttention-3
+        try:
+            tg.check_preset_attention(cfg, rt.device)
+        except tg.ConfigError as e:
+            fix = "bash scripts/setup.sh on this pod (it installs FlashAttention-3)"
+            cl.fail("attention", str(e), fix, kernel=name)
+            return
+    cl.passed("attention", name, kernel=name)
 
 
 def check_tools(cl: Checklist, cfg) -> None:
@@ -792,6 +794,64 @@ def project_ttt(tg, cfg, rt, model, plan, n: int, lines: list) -> tuple[float, f
     return max(gather(rt, own)), hints_s
 
 
+TTT_COMPILE_WARN_S = 300.0  # the records' TTT warm-ups took 92-138 s (their logs)
+
+
+def check_ttt_compile(cl: Checklist, tg, cfg, rt, model, plan, lines: list) -> None:
+    """warm_up_ttt as the run calls it: every rank's graphs and seconds, and the peak memory of
+    its largest chunk step (TTTPlan.warmup_shapes) and phase step beside training's. The graphs
+    go to torch's on-disk caches, which the run then reads (its ttt_warmup line counts the
+    hits)."""
+    import torch
+
+    if not rt.cuda:
+        cl.skip("ttt_compile", "no GPU (no torch.compile on the CPU)")
+        tg.warm_up_ttt(cfg, rt, model, plan, lines.append)
+        return
+    training_peak = torch.cuda.max_memory_allocated(rt.device)
+    torch.cuda.reset_peak_memory_stats(rt.device)
+    before, t0 = graphs(), time.perf_counter()
+    tg.warm_up_ttt(cfg, rt, model, plan, lines.append)
+    ranks = gather(rt, (graphs() - before, time.perf_counter() - t0))
+    peak = max(gather(rt, torch.cuda.max_memory_allocated(rt.device)))
+    expected = len(plan.warmup_shapes) + bool(plan.phases)
+    counts, seconds = [g for g, _ in ranks], [t for _, t in ranks]
+    numbers = dict(graphs=counts, seconds=[round(t, 1) for t in seconds], expected=expected)
+    what = (
+        f"{counts[0]} graphs (expected {expected}) in {max(seconds):.1f}s on the slowest rank, "
+        f"{max(seconds) - min(seconds):.1f}s after the fastest, before the evaluation's timer"
+    )
+    if len(set(counts)) > 1 or counts[0] > expected:
+        cl.fail("ttt_compile", what, "recompiles: rerun with TORCH_LOGS=recompiles", **numbers)
+    elif max(seconds) > TTT_COMPILE_WARN_S:
+        cl.warn("ttt_compile", what, "a slow compile: a warm inductor cache halves it", **numbers)
+    else:
+        cl.passed("ttt_compile", what, **numbers)
+    total = torch.cuda.get_device_properties(rt.device).total_memory
+    rows, cols = plan.warmup_shapes[0] if plan.warmup_shapes else (0, 0)
+    what = (
+        f"peak {peak >> 20:,} MiB allocated at TTT's largest step ({rows}x{cols} and a phase "
+        f"step) beside {training_peak >> 20:,} MiB training, of {total >> 20:,} MiB"
+    )
+    numbers = dict(ttt_peak_mib=peak >> 20, training_peak_mib=training_peak >> 20)
+    if peak > MEMORY_FAIL * total:
+        cl.fail("ttt_memory", what, "a smaller TTT_BATCH_SIZE or TTT_EVAL_SEQ_LEN", **numbers)
+    else:
+        cl.passed("ttt_memory", what, **numbers)
+
+
+def check_ttt_memory_plan(cl: Checklist, tg, cfg, plan) -> None:
+    """The TTT plan's host and device bytes on this rank (benchmarks/ttt_schedule.py's count)."""
+    from benchmarks.ttt_schedule import plan_memory
+
+    memory = plan_memory(cfg, tg, plan)
+    what = (
+        f"host {memory['host_gb']} GB (A draws at most {memory['host_a_draws_gb']} GB), device "
+        f"{memory['device_gb']} GB once placed, per rank"
+    )
+    cl.passed("ttt_plan_memory", what, **memory)
+
+
 def check_evaluation(cl: Checklist, tg, cfg, rt, net, data, args, lines: list) -> None:
     """The evaluations the run ends with, projected from a few batches each; the scored one
     (TTT, else sliding, else plain) against the 600 s evaluation limit."""
@@ -801,18 +861,8 @@ def check_evaluation(cl: Checklist, tg, cfg, rt, net, data, args, lines: list) -
     if windows is not None:
         projections["sliding_window"] = project_sliding(tg, cfg, rt, model, windows, args.batches)
     if plan is not None:
-        before, t0 = graphs(), time.perf_counter()
-        tg.warm_up_ttt(cfg, rt, model, plan, lines.append)
-        warm_s, compiled = time.perf_counter() - t0, graphs() - before
-        if rt.cuda:
-            cl.passed(
-                "ttt_compile",
-                f"{compiled} graphs in {warm_s:.1f}s, before the evaluation's timer",
-                graphs=compiled,
-                seconds=round(warm_s, 1),
-            )
-        else:
-            cl.skip("ttt_compile", "no GPU (no torch.compile on the CPU)")
+        check_ttt_memory_plan(cl, tg, cfg, plan)
+        check_ttt_compile(cl, tg, cfg, rt, model, plan, lines)
         ttt_s, hints_s = project_ttt(tg, cfg, rt, model, plan, args.batches, lines)
         projections["quantized_ttt_phased"] = ttt_s
         if cfg.ngram_tilt_enabled:
