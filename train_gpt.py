@@ -1733,7 +1733,7 @@ class _ShardReadAhead:
         return tokens
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool.shutdown(cancel_futures=True)  # (and waits for a draw under way)
 
 
 class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
@@ -1950,19 +1950,24 @@ def apply_rotary_emb(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, docs=None) -> Tensor:
     """Causal attention on (batch, seq, heads, head_dim) tensors with grouped KV heads (SDPA); in
-    one row's documents, flex_attention given a BlockMask (CUDA), else SDPA per segment (CPU)."""
-    if docs is not None and not isinstance(docs, BlockMask):  # (cu_seqlens, max_seqlen)
+    one row's documents (the CPU's (cu_seqlens, max_seqlen)), one SDPA call per segment."""
+    if docs is not None:
         bounds = docs[0].tolist()  # on the host, which the CPU is
         pieces = [(a, b) for a, b in itertools.pairwise(bounds) if b > a]  # padding: empty ones
         return torch.cat([sdpa_attention(q[:, a:b], k[:, a:b], v[:, a:b]) for a, b in pieces], 1)
     gqa = k.size(2) != q.size(2)
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa).transpose(1, 2)
+
+
+def flex_attention_documents(q: Tensor, k: Tensor, v: Tensor, docs=None) -> Tensor:
+    """CUDA without flash-attn: plain rows through SDPA; a row's documents through
+    flex_attention, docs being their BlockMask (document_block_mask)."""
     if docs is None:
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-    else:
-        q, k = q.to(v.dtype), k.to(v.dtype)  # bf16 under autocast, as SDPA casts them
-        out = flex_attention(q, k, v, block_mask=docs, enable_gqa=gqa)
-    return out.transpose(1, 2)
+        return sdpa_attention(q, k, v)
+    gqa = k.size(2) != q.size(2)
+    q, k, v = (t.transpose(1, 2) for t in (q.to(v.dtype), k.to(v.dtype), v))  # bf16, as SDPA
+    return flex_attention(q, k, v, block_mask=docs, enable_gqa=gqa).transpose(1, 2)
 
 
 def document_block_mask(cu_seqlens: Tensor, max_seqlen: int, n: int, block: int = 128):
@@ -2022,21 +2027,43 @@ def flash_backend(version: int, lib) -> Attention:
     return Attention(label, functools.partial(flash_attention, kernels), flash_documents)
 
 
-def select_attention(requested: str, device: torch.device) -> Attention:
+def select_attention(requested: str, device: torch.device, preset: str = "") -> Attention:
     """FlashAttention-3 on Hopper, else FlashAttention-2, else PyTorch SDPA (always on CPU); with
-    documents, their varlen kernels, else flex_attention (CUDA) or one SDPA per segment (CPU)."""
-    cuda = device.type == "cuda"
-    hopper = cuda and torch.cuda.get_device_capability(device)[0] == 9
-    for version, usable in ((3, hopper), (2, cuda)):
+    documents, their varlen kernels, else flex_attention (CUDA) or one SDPA per segment (CPU).
+    A preset on CUDA takes FlashAttention-3 or stops (preset_attention)."""
+    if requested not in ("auto", "sdpa") and device.type != "cuda":
+        raise ConfigError(
+            f"ATTENTION_BACKEND={requested}: not available on the CPU; use auto or sdpa"
+        )
+    if device.type != "cuda":
+        return Attention("sdpa documents:sdpa_per_segment", sdpa_attention, per_segment_documents)
+    if preset and requested == "auto":
+        return preset_attention(preset, device)
+    hopper = torch.cuda.get_device_capability(device)[0] == 9
+    for version, usable in ((3, hopper), (2, True)):
         if usable and requested in ("auto", f"fa{version}"):
             with contextlib.suppress(ImportError):
                 return flash_backend(version, importlib.import_module(FLASH_MODULES[version]))
     if requested not in ("auto", "sdpa"):
-        raise ConfigError(f"ATTENTION_BACKEND={requested}: not available here (needs CUDA and "
-                          f"flash-attn; fa3: a Hopper GPU); use auto or sdpa")  # fmt: skip
-    if cuda:  # compiled, flex_attention skips the blocks that no document spans
-        return Attention("sdpa documents:flex_attention", sdpa_attention, document_block_mask)
-    return Attention("sdpa documents:sdpa_per_segment", sdpa_attention, per_segment_documents)
+        raise ConfigError(f"ATTENTION_BACKEND={requested}: not available here (needs flash-attn; "
+                          f"fa3: a Hopper GPU); use auto or sdpa")  # fmt: skip
+    # compiled, flex_attention skips the blocks that no document spans
+    return Attention("sdpa documents:flex_attention", flex_attention_documents, document_block_mask)
+
+
+def preset_attention(preset: str, device: torch.device) -> Attention:
+    """A preset's records ran FlashAttention-3 on Hopper GPUs: without it the preset would run on
+    kernels nobody timed for it (its evaluation may not fit 600 s), so it stops at start-up
+    (configure asks) unless ATTENTION_BACKEND asks for another kernel."""
+    major, minor = torch.cuda.get_device_capability(device)
+    try:
+        if major != 9:
+            raise ImportError(f"it needs a Hopper GPU, this one is sm_{major}{minor}")
+        return flash_backend(3, importlib.import_module(FLASH_MODULES[3]))
+    except ImportError as e:  # missing, built for another torch or CUDA, or not Hopper
+        raise ConfigError(f"PRESET={preset}: its records ran FlashAttention-3, not usable here "
+                          f"({e}): bash scripts/setup.sh installs it; ATTENTION_BACKEND=sdpa or "
+                          f"fa2 runs anyway") from None  # fmt: skip
 
 
 def adapted(out: Tensor, lora, site: str, h: Tensor) -> Tensor:
@@ -2159,7 +2186,9 @@ class GPT(nn.Module):
 
     def __init__(self, cfg: Hyperparameters, attention: Attention | None = None):
         super().__init__()
-        attention = attention or select_attention(cfg.attention_backend, torch.device("cpu"))
+        attention = attention or select_attention(
+            cfg.attention_backend, torch.device("cpu"), cfg.preset
+        )
         self.cfg, self.documents, self.logit_softcap = cfg, attention.documents, cfg.logit_softcap
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.model_dim)
         if cfg.asym_logit_rescale:  # never trained (the loss that trains is symmetric): no grad
@@ -2406,12 +2435,6 @@ class Runtime:
             dist.all_reduce(t)
         return t
 
-    def all_max(self, t: Tensor) -> Tensor:
-        """t's largest over the ranks, in place (one process: t as it is)."""
-        if self.distributed:
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return t
-
     def share(self, n: int) -> tuple[int, int]:
         """This rank's contiguous part of n items: [n r // world_size, n (r + 1) // world_size)."""
         return n * self.rank // self.world_size, n * (self.rank + 1) // self.world_size
@@ -2541,17 +2564,15 @@ class LoRADraws(ClosedOnExit):
     batch ahead of their use, pinned on CUDA: the timed loop only copies them in, and at most
     two batches' draws exist at once (all of them at the full split: gigabytes per rank)."""
 
-    def __init__(self, cfg: Hyperparameters, work: list, pin: bool):
+    def __init__(self, cfg: Hyperparameters, plan: TTTPlan, pin: bool):
         self.cfg, self.pin = cfg, pin
-        self.pending = collections.deque(batch for batch in work if batch.documents)
+        self.pending = collections.deque(plan.draw_order)  # (batch index, documents)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="lora_draws")
-        self.ahead = None  # (the batch index, the future of its draws)
         self.draw_next()
 
     def draw_next(self) -> None:
-        if self.pending:
-            batch = self.pending.popleft()
-            self.ahead = batch.index, self.pool.submit(self.draw, batch.documents)
+        if self.pending:  # the future of the next drawing batch's A
+            self.ahead = self.pool.submit(self.draw, self.pending.popleft()[1])
 
     def draw(self, documents: tuple) -> Tensor:  # on the worker
         rows = torch.empty(len(documents), lora_a_size(self.cfg), pin_memory=self.pin)
@@ -2559,18 +2580,15 @@ class LoRADraws(ClosedOnExit):
             rows[slot] = draw_lora_a(self.cfg, document)
         return rows
 
-    def take(self, batch: TTTBatch) -> Tensor:
-        """Batch's A, a row per slot from slot 0 (its worker's error, if it failed, raised)."""
-        index, future = self.ahead
-        if index != batch.index:
-            raise RuntimeError(f"LoRADraws: batch {batch.index} asked, {index} drawn: in order")
-        rows = future.result()
-        self.ahead = None
+    def take(self) -> Tensor:
+        """The next drawing batch's A, a row per slot (its worker's error, if it failed, raised):
+        eval_ttt asks in the order of TTTPlan.draw_order."""
+        rows = self.ahead.result()
         self.draw_next()
         return rows
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool.shutdown(cancel_futures=True)  # (and waits for a draw under way)
 
 
 class TTTBatch(NamedTuple):  # one of this rank's batches, as eval_ttt runs it
@@ -2630,6 +2648,7 @@ class TTTPlan:
                 scored, table = int(table[..., 2].sum()), torch.from_numpy(table)
                 self.work.append(TTTBatch(j, widths, table, drawn, scored, throwaway))
                 fresh = fresh and throwaway
+        self.draw_order = [(b.index, b.documents) for b in self.work if b.documents]
         self.batch_count, self.used, self.lora, self.hints = len(batches), False, None, None
         self.scored = sum(b.scored for b in self.work)  # this rank's predictions
         self.split_tokens = val.split[: total + 1]  # (a view) on the device when it runs: place
@@ -2708,8 +2727,8 @@ class TTTPlan:
 def warm_up_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> None:
     """Before the clock, the graphs eval_ttt runs, compiled with dynamic shapes on scratch inputs:
     a chunk step (forward, the adapters' backward) per TTTPlan.warmup_shapes class, one phase
-    step. The classes are the whole plan's, so every rank compiles the same graphs; the ranks
-    then meet, so that no rank's clock starts while another still compiles."""
+    step. The classes are the whole plan's, so every rank compiles the same graphs (score_ttt
+    then has the ranks meet: no rank's clock starts while another still compiles)."""
     base, t0 = getattr(model, "_orig_mod", model), time.perf_counter()
     if base is model:  # not compiled (the CPU): nothing to warm up, the shapes would only cost time
         log0("ttt_warmup: skipped (no torch.compile on the CPU)")
@@ -2719,20 +2738,18 @@ def warm_up_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> None:
     compile_ttt_graphs(cfg, rt, model, plan)
     graphs = counters["stats"]["unique_graphs"] - graphs
     hits = counters["inductor"]["fxgraph_cache_hit"] - hits  # a preflight's compile, reused
-    seconds = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-    slowest = rt.all_max(seconds.to(rt.device)).item()  # every rank waits here for the slowest
     shapes = len(plan.warmup_shapes) + bool(plan.phases)
     log0(f"ttt_warmup shapes:{shapes} graphs:{graphs} cache_hits:{hits} "
-         f"time:{seconds.item():.1f}s slowest_rank:{slowest:.1f}s")  # fmt: skip
+         f"time:{time.perf_counter() - t0:.1f}s")  # fmt: skip
 
 
 def dynamic_sizes(*tensors, dims=(0, 1)):
-    """TTT's inputs with these sizes dynamic for torch.compile (a chunk step's rows and columns,
-    a phase step's tokens): one graph serves them all, but for a size of 1 (TTTPlan.chunk_steps)."""
+    """TTT's inputs with these sizes dynamic for torch.compile: a chunk step's rows and columns,
+    a phase step's length (the ranks' slices differ). One graph serves them all, but for a size
+    of 1 (TTTPlan.chunk_steps)."""
     for t in tensors:
         for dim in dims if t is not None else ():
             torch._dynamo.maybe_mark_dynamic(t, dim)
-    return tensors[:2]
 
 
 def compile_ttt_graphs(cfg, rt, model, plan: TTTPlan) -> None:
@@ -2746,15 +2763,16 @@ def compile_ttt_graphs(cfg, rt, model, plan: TTTPlan) -> None:
         y = torch.zeros_like(x)  # not x twice: an aliasing guard
         hint = torch.zeros_like(x) if cfg.ngram_tilt_enabled else None
         with rt.autocast():
-            nll = model(*dynamic_sizes(x, y, hint), "none", lora=lora, hint=hint)
+            dynamic_sizes(x, y, hint)
+            nll = model(x, y, "none", lora=lora, hint=hint)
         torch.autograd.grad(nll.sum(), (lora.A_all, lora.B_all))
     base.requires_grad_(True)
-    if plan.phases:  # one row of EVAL_SEQ_LEN, its segment table as long as the plan's
-        table_size = plan.phases[0][1][0][2].numel() if plan.phases[0][1] else 64
+    if plan.phases:  # one row of EVAL_SEQ_LEN, one segment
         x = torch.zeros(1, cfg.window, dtype=torch.int64, device=rt.device)
-        cu = torch.full((max(table_size, 2),), cfg.window, dtype=torch.int32, device=rt.device)
-        cu[0] = 0
-        x, y = dynamic_sizes(x, torch.zeros_like(x), dims=(1,))
+        cu = torch.tensor([0, cfg.window], dtype=torch.int32, device=rt.device)
+        y = torch.zeros_like(x)
+        dynamic_sizes(x, y, dims=(1,))
+        dynamic_sizes(cu, dims=(0,))
         with rt.autocast():
             model(x, y, "mean", cu_seqlens=cu, max_seqlen=cfg.window).backward()
         base.zero_grad(set_to_none=True)
@@ -2772,7 +2790,7 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable, draws=None) -> tuple
     plan.place(rt.device)
     with contextlib.ExitStack() as stack:
         if draws is None:
-            draws = stack.enter_context(LoRADraws(cfg, plan.work, pin=rt.cuda))
+            draws = stack.enter_context(LoRADraws(cfg, plan, pin=rt.cuda))
         return ttt_batches(cfg, rt, model, plan, log0, draws)
 
 
@@ -2806,7 +2824,7 @@ def ttt_batches(cfg, rt, model, plan: TTTPlan, log0: Callable, draws) -> tuple[f
             kept = lora.A_all.clone() if batch.throwaway else None
             lora.reset(opt)
             if batch.documents:  # into its last slots (LoRA.delta)
-                drawn = draws.take(batch)
+                drawn = draws.take()
                 lora.A_all[-drawn.size(0) :].copy_(drawn, non_blocking=True)
         for c, (width, trains, lo) in enumerate(batch.steps):
             begin, cols, scored, train = batch.table[c, lo:].unbind(1)
@@ -2814,7 +2832,8 @@ def ttt_batches(cfg, rt, model, plan: TTTPlan, log0: Callable, draws) -> tuple[f
             idx = begin[:, None] + at
             keep = (at >= (cols - scored)[:, None]) & (at < cols[:, None])
             hint = plan.hints[idx] if cfg.ngram_tilt_enabled else None
-            x, y = dynamic_sizes(plan.split[idx], plan.split[idx + 1], hint)
+            x, y = plan.split[idx], plan.split[idx + 1]
+            dynamic_sizes(x, y, hint)
             with rt.autocast():  # gradients on even where none trains: one graph for all
                 nll = model(x, y, "none", lora=lora, hint=hint)
             nll = nll.view(-1, *idx.shape) * keep  # [the nll, its tilted copy] with hints
@@ -2846,7 +2865,8 @@ def train_phase(cfg, rt, model, params: list, steps: list) -> None:
     for x, y, cu, factor in steps:
         opt.param_groups[0]["lr"] = cfg.global_ttt_lr * factor
         if x.numel():
-            x, y = dynamic_sizes(x, y, dims=(1,))  # the ranks' slices differ in length
+            dynamic_sizes(x, y, dims=(1,))
+            dynamic_sizes(cu, dims=(0,))
             with rt.autocast():
                 model(x, y, "mean", cu_seqlens=cu, max_seqlen=cfg.window).backward()
         for p in params:  # a rank without a slice adds zeros
@@ -2966,7 +2986,7 @@ def build_network(cfg: Hyperparameters, rt: Runtime) -> Network:
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)  # every device's generator too
-    attention = select_attention(cfg.attention_backend, rt.device)
+    attention = select_attention(cfg.attention_backend, rt.device, cfg.preset)
     base = build_model(cfg, rt.device, attention)
     allow_many_graphs()
     compiled = torch.compile(base, dynamic=False, fullgraph=True) if rt.cuda else base
@@ -3549,7 +3569,7 @@ def configure() -> tuple[Hyperparameters, Runtime]:
         torch.backends.cuda.enable_flash_sdp(True)
         torch.backends.cuda.enable_mem_efficient_sdp(False)
         torch.backends.cuda.enable_math_sdp(False)
-        check_preset_attention(cfg, device)
+        select_attention(cfg.attention_backend, device, cfg.preset)  # a preset: FA3, or stop
     if distributed:
         cuda = device.type == "cuda"
         wait = datetime.timedelta(hours=1) if cfg.eval_ttt else None  # EVAL_TTT: a phase's
@@ -3560,27 +3580,6 @@ def configure() -> tuple[Hyperparameters, Runtime]:
         cfg = dataclasses.replace(cfg, run_id=shared[0])
     accum = grad_accum_steps_for(world_size)
     return cfg, Runtime(rank, local_rank, world_size, accum, device, distributed)
-
-
-def check_preset_attention(cfg: Hyperparameters, device: torch.device) -> None:
-    """A preset's records ran FlashAttention-3 on Hopper GPUs: without it the preset would run on
-    kernels nobody timed for it (its evaluation may not fit 600 s), so it stops at start-up
-    unless ATTENTION_BACKEND asks for another one."""
-    if not cfg.preset or cfg.attention_backend != "auto":
-        return
-    major, minor = torch.cuda.get_device_capability(device)
-    if major != 9:
-        missing = f"a Hopper GPU (this one is sm_{major}{minor}; FlashAttention-3 needs sm_90)"
-    else:
-        try:
-            importlib.import_module(FLASH_MODULES[3])
-            return
-        except ImportError as e:  # missing, or built for another torch or CUDA
-            missing = f"FlashAttention-3 (import {FLASH_MODULES[3]}: {e})"
-    raise ConfigError(f"PRESET={cfg.preset}: its records ran FlashAttention-3; missing here: "
-                      f"{missing}. Install it with bash scripts/setup.sh (on the GPU machine), "
-                      f"or run anyway with ATTENTION_BACKEND=sdpa (documents through "
-                      f"flex_attention) or fa2")  # fmt: skip
 
 
 class RunLog:
@@ -3990,7 +3989,7 @@ def score_ttt(cfg: Hyperparameters, rt: Runtime, net: Network, plan: TTTPlan, lo
         log0("ngram_tilt:precomputing hints OUTSIDE eval timer")
         plan.hints = ngram_tilt_hints(cfg, rt.device, plan, log0)
     plan.place(rt.device)
-    with LoRADraws(cfg, plan.work, pin=rt.cuda) as draws:
+    with LoRADraws(cfg, plan, pin=rt.cuda) as draws:
         warm_up_ttt(cfg, rt, net.compiled, plan, log0)
         barrier(rt)
         ttt = functools.partial(eval_ttt, cfg, rt, net.compiled, plan, log0, draws)

@@ -282,6 +282,7 @@ def main(argv=None) -> int:
 
     def run_ours(clock, plan=None, rt=None):
         plan, rt = plan or fresh.pop(0), rt or runtime(0, 1)
+        plan.place(rt.device)  # (before the clock, as the run does; eval_ttt keeps its work)
         work, plan.work = plan.work, MarkedWork(plan.work, clock)
         try:
             return tg.eval_ttt(cfg, rt, Timed(copy.deepcopy(model), clock), plan, quiet)[0]

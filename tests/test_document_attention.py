@@ -35,7 +35,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without to
 SEGMENTS = [5, 17, 1, 30, 11]  # one row of 64 tokens: a 1-token segment, one longer than 16
 SEQ_LEN = 32
 CPU = torch.device("cpu")
-FLEX = tg.Attention("flex", tg.sdpa_attention, tg.document_block_mask)  # CUDA's, on the CPU
+FLEX = tg.Attention(
+    "flex", tg.flex_attention_documents, tg.document_block_mask
+)  # CUDA's, on the CPU
 
 
 def tiny_cfg(**overrides) -> tg.Hyperparameters:

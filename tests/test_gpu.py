@@ -189,7 +189,7 @@ def train_without_syncs(trainer: tg.Trainer, steps: int) -> None:
 def cuda_backends() -> list[tg.Attention]:
     """Every document path this GPU has: the automatic choice, and flex_attention."""
     chosen = tg.select_attention("auto", torch.device("cuda"))
-    flex = tg.Attention("flex", tg.sdpa_attention, tg.document_block_mask)
+    flex = tg.Attention("flex", tg.flex_attention_documents, tg.document_block_mask)
     return [chosen] if chosen.documents is tg.document_block_mask else [chosen, flex]
 
 
