@@ -1733,7 +1733,7 @@ class _ShardReadAhead:
         return tokens
 
     def close(self) -> None:
-        self.pool.shutdown(cancel_futures=True)  # (and waits for a draw under way)
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
@@ -2003,7 +2003,7 @@ def flash_attention(kernels: tuple, q: Tensor, k: Tensor, v: Tensor, docs=None) 
 def flash_documents(cu_seqlens: Tensor, max_seqlen: int, n: int) -> tuple:
     """The varlen kernels' (cu_seqlens_q, cu_seqlens_k, max_seqlen), once per forward. The keys'
     table is a copy: FA2's and FA3's varlen functions hand both tables to one autograd.Function,
-    and torch.compile (from torch 2.10 on) refuses one tensor passed twice to an apply."""
+    and torch.compile (2.13 does; 2.9.1 did not) refuses one tensor passed twice to an apply."""
     return cu_seqlens, cu_seqlens.clone(), max_seqlen
 
 
@@ -2045,8 +2045,10 @@ def select_attention(requested: str, device: torch.device, preset: str = "") -> 
             with contextlib.suppress(ImportError):
                 return flash_backend(version, importlib.import_module(FLASH_MODULES[version]))
     if requested not in ("auto", "sdpa"):
-        raise ConfigError(f"ATTENTION_BACKEND={requested}: not available here (needs flash-attn; "
-                          f"fa3: a Hopper GPU); use auto or sdpa")  # fmt: skip
+        raise ConfigError(
+            f"ATTENTION_BACKEND={requested}: not available here (needs flash-attn; fa3: a Hopper "
+            "GPU); use auto or sdpa"
+        )
     # compiled, flex_attention skips the blocks that no document spans
     return Attention("sdpa documents:flex_attention", flex_attention_documents, document_block_mask)
 
@@ -2061,9 +2063,10 @@ def preset_attention(preset: str, device: torch.device) -> Attention:
             raise ImportError(f"it needs a Hopper GPU, this one is sm_{major}{minor}")
         return flash_backend(3, importlib.import_module(FLASH_MODULES[3]))
     except ImportError as e:  # missing, built for another torch or CUDA, or not Hopper
-        raise ConfigError(f"PRESET={preset}: its records ran FlashAttention-3, not usable here "
-                          f"({e}): bash scripts/setup.sh installs it; ATTENTION_BACKEND=sdpa or "
-                          f"fa2 runs anyway") from None  # fmt: skip
+        raise ConfigError(
+            f"PRESET={preset}: its records ran FlashAttention-3, not usable here ({e}): bash "
+            "scripts/setup.sh installs it; ATTENTION_BACKEND=sdpa or fa2 runs anyway"
+        ) from None
 
 
 def adapted(out: Tensor, lora, site: str, h: Tensor) -> Tensor:
@@ -2739,8 +2742,8 @@ def warm_up_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> None:
     graphs = counters["stats"]["unique_graphs"] - graphs
     hits = counters["inductor"]["fxgraph_cache_hit"] - hits  # a preflight's compile, reused
     shapes = len(plan.warmup_shapes) + bool(plan.phases)
-    log0(f"ttt_warmup shapes:{shapes} graphs:{graphs} cache_hits:{hits} "
-         f"time:{time.perf_counter() - t0:.1f}s")  # fmt: skip
+    seconds = time.perf_counter() - t0
+    log0(f"ttt_warmup shapes:{shapes} graphs:{graphs} cache_hits:{hits} time:{seconds:.1f}s")
 
 
 def dynamic_sizes(*tensors, dims=(0, 1)):
@@ -2772,9 +2775,8 @@ def compile_ttt_graphs(cfg, rt, model, plan: TTTPlan) -> None:
         cu = torch.tensor([0, cfg.window], dtype=torch.int32, device=rt.device)
         y = torch.zeros_like(x)
         dynamic_sizes(x, y, dims=(1,))
-        dynamic_sizes(cu, dims=(0,))
         with rt.autocast():
-            model(x, y, "mean", cu_seqlens=cu, max_seqlen=cfg.window).backward()
+            model(x, y, "mean", **document_kwargs((x, y, cu), cfg.window)).backward()
         base.zero_grad(set_to_none=True)
     model.train()
     rt.synchronize()
@@ -2865,10 +2867,9 @@ def train_phase(cfg, rt, model, params: list, steps: list) -> None:
     for x, y, cu, factor in steps:
         opt.param_groups[0]["lr"] = cfg.global_ttt_lr * factor
         if x.numel():
-            dynamic_sizes(x, y, dims=(1,))
-            dynamic_sizes(cu, dims=(0,))
+            dynamic_sizes(x, y, dims=(1,))  # (the table's length: document_kwargs)
             with rt.autocast():
-                model(x, y, "mean", cu_seqlens=cu, max_seqlen=cfg.window).backward()
+                model(x, y, "mean", **document_kwargs((x, y, cu), cfg.window)).backward()
         for p in params:  # a rank without a slice adds zeros
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
