@@ -77,10 +77,49 @@ class ConfigError(ValueError):
     """A bad environment variable; the message names it, its value and what was expected."""
 
 
-def knob(default, low=None, high=None, *, above=None, below=None, choices=None):
-    """A config field and its bounds: low <= value <= high, above < value < below, in choices."""
-    bounds = {"low": low, "high": high, "above": above, "below": below, "choices": choices}
-    return dataclasses.field(default=default, metadata=bounds)
+class SettingGroup(NamedTuple):
+    title: str
+    resume_keeps: bool  # a resumed run must have the checkpoint's values (read_checkpoint)
+
+
+# The settings' groups, in --help's order. A resume refuses a change to a group it keeps: the
+# network's settings shape or compute the model whose weights it loads (a change of math without a
+# change of shape would load without an error), and the data's decide which tokens each rank reads
+# next from the saved loader positions.
+SETTING_GROUPS = {
+    "run": SettingGroup("The run: its data, name, seed and preset", resume_keeps=False),
+    "schedule": SettingGroup("Training's length and schedules", resume_keeps=False),
+    "data": SettingGroup("The data each rank trains on (a resume keeps these)", resume_keeps=True),
+    "network": SettingGroup("The network (a resume keeps these)", resume_keeps=True),
+    "optimizer": SettingGroup("The optimizers and the training loss", resume_keeps=False),
+    "quantizer": SettingGroup("The quantizer and the artifact's file", resume_keeps=False),
+    "pipeline": SettingGroup("The input pipeline and the attention kernel", resume_keeps=False),
+    "evaluation": SettingGroup("Validation and the final evaluations", resume_keeps=False),
+    "ttt": SettingGroup("Score-first phased test-time training (EVAL_TTT)", resume_keeps=False),
+    "ngram": SettingGroup("#2135's n-gram tilt of the TTT's score", resume_keeps=False),
+    "tools": SettingGroup("Checkpoints, the guard, evaluation-only runs", resume_keeps=False),
+}
+
+
+def setting(
+    default=dataclasses.MISSING,
+    *,
+    group: str = "",
+    help: str = "",
+    low=None,
+    high=None,
+    above=None,
+    below=None,
+    choices=None,
+    default_factory=dataclasses.MISSING,
+):
+    """One setting of Hyperparameters, declared once: its default, its group (a key of
+    SETTING_GROUPS), its --help line, and its bounds, which validate checks: low <= value <= high,
+    above < value < below, value in choices. The field's name in upper case is its environment
+    variable."""
+    bounds = dict(low=low, high=high, above=above, below=below, choices=choices)
+    metadata = bounds | {"group": group, "help": help}
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
 
 
 # One preset per leaderboard row (PRESET=name): the record's run as its log's hyperparameter dump
@@ -188,158 +227,693 @@ FIXED_VARIABLES = {
 class Hyperparameters:
     """Every environment variable the run reads: the field name in upper case (DATA_PATH, ...)."""
 
-    data_path: str = "./data/datasets/fineweb10B_sp1024"
-    tokenizer_path: str = "./data/tokenizers/fineweb_1024_bpe.model"
-    run_id: str = dataclasses.field(default_factory=lambda: str(uuid.uuid4()))
-    seed: int = knob(1337, 0, 2**32 - 1)
-    val_batch_size: int = knob(524_288, 1)
-    val_loss_every: int = knob(1000, 0)  # 0 = only at the end
-    train_log_every: int = knob(200, 0)
-    max_val_tokens: int = knob(0, 0)  # 0 = the whole split; else NOT comparable to the challenge
-    iterations: int = knob(20000, 0)
-    warmdown_iters: int = knob(1200, 0)
-    warmup_steps: int = knob(20, 0)  # compile warm-up; model, optimizers, loader restored after
-    train_batch_tokens: int = knob(524_288, 1)
-    train_seq_len: int = knob(1024, 1)
-    max_wallclock_seconds: float = knob(600.0, 0)  # 0 = no cap
-    vocab_size: int = knob(1024, 2, 65536)
-    num_layers: int = knob(9, 1)
-    num_kv_heads: int = knob(4, 1)
-    model_dim: int = knob(512, 2)
-    num_heads: int = knob(8, 1)
-    mlp_mult: float = knob(2.0, above=0)  # hidden width int(MLP_MULT * MODEL_DIM)
-    tie_embeddings: bool = True
-    rope_base: float = knob(10000.0, above=0)
-    logit_softcap: float = knob(30.0, above=0)
-    qk_gain_init: float = 1.5
-    attention_backend: str = knob("auto", choices=("auto", "fa3", "fa2", "sdpa"))
-    embed_lr: float = knob(0.6, 0)
-    head_lr: float = knob(0.008, 0)
-    tied_embed_lr: float = knob(0.05, 0)
-    tied_embed_init_std: float = knob(0.005, 0)
-    matrix_lr: float = knob(0.04, 0)
-    scalar_lr: float = knob(0.04, 0)
-    muon_momentum: float = knob(0.95, 0, 1)
-    muon_backend_steps: int = knob(5, 1)
-    muon_momentum_warmup_start: float = knob(0.85, 0, 1)
-    muon_momentum_warmup_steps: int = knob(500, 0)
-    beta1: float = knob(0.9, 0, below=1)  # < 1: bias correction divides by 1 - beta**t
-    beta2: float = knob(0.95, 0, below=1)
-    adam_eps: float = knob(1e-8, above=0)
-    grad_clip_norm: float = knob(0.0, 0)
-    # the frontier record's network, optimizer and schedule (docs/frontier.md): all off by default
-    preset: str = knob("", choices=("", *PRESETS))  # a leaderboard row's settings (PRESETS)
-    fused_ce_enabled: bool = False  # the training loss softcaps fp32 logits, as the record's CE
-    leaky_relu_slope: float = knob(0.0, 0)  # MLP leaky_relu(x, slope)^2; 0 = the baseline's relu^2
-    xsa_last_n: int = knob(0, 0)  # XSA (value direction removed) on the last N layers
-    rope_dims: int = knob(0, 0)  # RoPE on the first ROPE_DIMS of a head, fp32 positions; 0 = all
-    ln_scale: bool = False  # block i scales its normed inputs by 1/sqrt(i+1)
-    skip_gates_enabled: bool = False  # U-Net skips through a sigmoid gate (lerp)
-    num_loops: int = knob(0, 0)  # layers LOOP_START..LOOP_END run NUM_LOOPS more times
-    loop_start: int = knob(3, 0)
-    loop_end: int = knob(5, 0)
-    enable_looping_at: float = knob(0.35, 0, 1)  # the training fraction that switches loops on
-    parallel_start_layer: int = knob(0, 0)  # layers from this one run two residual lanes; 0 = off
-    parallel_final_lane: str = knob("mean", choices=("mean", "mlp", "attn"))
-    smear_gate_enabled: bool = False  # each token adds a gated share of the previous token's
-    gate_window: int = knob(12, 1)  # input dims the gates read
-    sparse_attn_gate_enabled: bool = False  # per-head sigmoid gate on the attention output
-    sparse_attn_gate_scale: float = 1.0
-    sparse_attn_gate_init_std: float = knob(0.0, 0)
-    orthogonal_init: bool = False  # the record's init: orthogonal Q, K, V, MLP up; its RNG order
-    parameter_banks: bool = False  # matrices as the record's 4 banks: in final_model.pt and Muon
-    muon_polar_express: bool = False  # Polar-Express Newton-Schulz coefficients (5 steps at most)
-    muon_row_normalize: bool = False  # MuonEq-R: each update row to unit norm before Newton-Schulz
-    muon_momentum_bf16: bool = False  # the momentum buffer and gradient in bf16, as the record
-    muon_wd: float = knob(0.0, 0)  # decoupled weight decay (times the scheduled LR)
-    embed_wd: float = knob(0.0, 0)
-    adam_wd: float = knob(0.0, 0)
-    ema_decay: float = knob(0.0, 0, below=1)  # 0 = none; else the EMA weights are saved and scored
-    warmdown_frac: float = knob(0.0, 0, 1)  # > 0: warm-down over this fraction of the time budget
-    min_lr: float = knob(0.0, 0, 1)  # the warm-down's floor (WARMDOWN_FRAC only)
-    gptq_reserve_seconds: float = knob(0.0, 0)  # training stops this much before the cap
-    # the May records' (docs/frontier.md#the-may-records)
-    train_seq_schedule: str = ""  # L@p,...: (docpack) documents cut at L while progress <= p
-    train_seq_schedule_mode: str = knob("wallclock", choices=("wallclock",))  # LR's progress
-    seq_change_warmup_steps: int = knob(0, 0)  # after a switch the LR re-warms over N steps
-    asym_logit_rescale: bool = False  # scoring softcaps z > 0 and z < 0 by their own scalars
-    asym_logit_layout: str = knob("pr2014", choices=("pr2014", "pr2135"))  # its file, z = 0
-    smear_gate_bos_fix: bool = True  # 0: SmearGate also adds into a BOS (#2135's run)
-    # the record's quantizer and artifact (docs/frontier.md#the-artifact); int8 = the baseline's
-    quantizer: str = knob("int8", choices=("int8", "gptq"))  # gptq: final_model.int6.ptz
-    matrix_bits: int = knob(6, 2, 8)  # GPTQ's bits for the blocks' matrices
-    embed_bits: int = knob(8, 2, 8)  # GPTQ's bits for the tied embedding
-    matrix_clip_sigmas: float = knob(12.85, above=0)  # SDClip: clip at k row stds (other names)
-    embed_clip_sigmas: float = knob(20.0, above=0)  # ... for tok_emb
-    mlp_clip_sigmas: float = knob(10.0, above=0)  # ... for names with .mlp.
-    attn_clip_sigmas: float = knob(13.0, above=0)  # ... for names with .attn.
-    gptq_calibration_batches: int = knob(16, 1)  # Hessian batches of 48 x TRAIN_SEQ_LEN
-    awq_lite_enabled: bool = False  # the model's most salient column groups in AWQ_LITE_BITS
-    awq_lite_bits: int = knob(8, 2, 8)
-    awq_lite_group_size: int = knob(64, 1)
-    gated_attn_quant_gate: bool = False  # the attention gates in int8 per row, not fp16
-    lqer_enabled: bool = True  # a low-rank correction of the worst-quantized GPTQ matrices
-    lqer_rank: int = knob(4, 1)
-    lqer_top_k: int = knob(3, 0)  # how many matrices get one (largest error norm first)
-    lqer_asym_enabled: bool = True  # factors in 2 (A) and 4 bits (B, groups of LQER_ASYM_GROUP)
-    lqer_asym_group: int = knob(64, 1)
-    lqer_factor_bits: int = knob(4, 2, 8)  # the symmetric factors' bits (per-row scales)
-    compressor: str = knob("zlib", choices=("zlib", "brotli", "lzma", "pergroup", "pergroup_v2"))
-    # input pipeline: the data order, then what changes no token or number
-    train_loader: str = knob("stream", choices=("stream", "docpack", "shuffled"))
-    train_prefetch: bool = True  # 0 = the baseline's synchronous loader
-    train_prefetch_queue: int = knob(2, 1, 1024)
-    train_copy_stream: bool = True
-    val_prefetch: bool = True
-    val_prefetch_queue: int = knob(2, 1, 1024)
-    val_copy_stream: bool = True
-    val_doc_attention: bool = False  # 1 = attention within documents, as docpack trains
-    # the records' final sliding-window evaluation (validation during training stays as it is)
-    eval_stride: int = knob(0, 0)  # 0 = none; S = windows S apart, each scoring its last S targets
-    eval_seq_len: int = knob(0, 0)  # window length; 0 = TRAIN_SEQ_LEN
-    eval_batch_seqs: int = knob(32, 1)  # windows per batch and rank
-    eval_include_tail: bool = False  # 1 = every target, also past the last whole sequence (both)
-    # the records' score-first phased test-time training (EVAL_TTT=1), after the other final lines
-    eval_ttt: bool = False
-    ttt_batch_size: int = knob(64, 1)  # documents advancing together, each its own LoRA slot
-    ttt_chunk_size: int = knob(48, 1)  # predictions scored per chunk, then trained on
-    ttt_eval_seq_len: int = knob(2048, 1)  # a chunk's columns at most, its document's context
-    ttt_lora_rank: int = knob(80, 1)
-    ttt_lora_alpha: float = knob(144.0, above=0)
-    ttt_lora_lr: float = knob(1e-4, 0)
-    ttt_local_lr_mult: float = knob(1.0, 0)  # times TTT_LORA_LR (not GLOBAL_TTT_LR)
-    ttt_mask: str = knob("", choices=("", "all", "baseline_all", "no_q", "no_v", "no_qv"))
-    ttt_q_lora: bool = True  # the adapters: TTT_MASK=no_q, no_v, no_qv sets Q's and V's default
-    ttt_k_lora: bool = True
-    ttt_v_lora: bool = True
-    ttt_o_lora: bool = True
-    ttt_mlp_lora: bool = True
-    ttt_short_score_first_enabled: bool = False  # smaller chunks for batches of short documents:
-    ttt_short_score_first_steps: str = ""  # doc:chunk,... (the first doc >= a batch's longest),
-    ttt_short_doc_len: int = knob(2000, 1)  # else with no steps this one
-    ttt_short_chunk_size: int = knob(24, 1)
-    ttt_beta1: float = knob(0.0, 0, below=1)
-    ttt_beta2: float = knob(0.99, 0, below=1)
-    ttt_weight_decay: float = knob(0.5, 0)
-    phased_ttt_prefix_docs: int = knob(2500, 0)  # phases train on up to this many docs; 0 = none
-    phased_ttt_num_phases: int = knob(3, 0)  # 0 counts as 1, as in the record
-    global_ttt_lr: float = knob(1e-3, 0)
-    global_ttt_momentum: float = knob(0.9, 0, 1)
-    global_ttt_chunk_tokens: int = knob(32768, 1)  # a phase's SGD step (32 EVAL_SEQ_LEN at most)
-    global_ttt_grad_clip: float = knob(1.0, 0)  # 0 = none
-    # #2135's n-gram tilt of the TTT's score (docs/evaluation.md#the-n-gram-tilt-ngram_tilt_enabled)
-    ngram_tilt_enabled: bool = False
-    ngram_hint_precompute_outside: bool = True  # the hints before the eval's timer; 0: inside
-    token_order: int = knob(16, 2, 16)  # a hint follows the TOKEN_ORDER - 1 targets before it
-    token_threshold: float = knob(0.8, high=1, above=0)  # a hint's least share of its followers
-    token_boost: float = knob(2.625, 0)  # added to the hint's logit
-    checkpoint_every: int = knob(0, 0)  # steps; 0 = none
-    checkpoint_dir: str = "checkpoints"
-    resume_from: str = ""  # a step_* folder, or a CHECKPOINT_DIR for its latest complete one
-    guard_log: str = ""  # a previous run's log: stop this run when it falls behind it
-    guard_margin: float = 0.02  # how far behind: a fraction of its train_loss or val_bpb (2%)
-    guard_from_step: int = knob(0, 0)  # compare from this step on (the first steps are noisy)
-    eval_only_path: str = ""  # final_model.pt or final_model.int8.ptz: evaluate, train nothing
+    data_path: str = setting(
+        "./data/datasets/fineweb10B_sp1024",
+        group="run",
+        help="folder with fineweb_train_*.bin and fineweb_val_*.bin",
+    )
+    tokenizer_path: str = setting(
+        "./data/tokenizers/fineweb_1024_bpe.model",
+        group="run",
+        help="SentencePiece model; its vocabulary must have VOCAB_SIZE pieces",
+    )
+    run_id: str = setting(
+        group="run",
+        help="names logs/<RUN_ID>.txt (written by rank 0); a fresh uuid4 when unset",
+        default_factory=lambda: str(uuid.uuid4()),
+    )
+    seed: int = setting(
+        1337,
+        group="run",
+        help="seeds random, numpy and torch before the model is built",
+        low=0,
+        high=2**32 - 1,
+    )
+    train_log_every: int = setting(
+        200, group="run", help="a train_loss line every N steps (and the first 10)", low=0
+    )
+    preset: str = setting(
+        "",
+        group="run",
+        help="a leaderboard row's settings as defaults (PRESETS); frontier = the top row, pr2135;"
+        " its layer numbers follow a NUM_LAYERS set beside it (docs/frontier.md)",
+        choices=("", *PRESETS),
+    )
+    iterations: int = setting(
+        20000,
+        group="schedule",
+        help="training steps (the wall-clock cap usually stops the run first)",
+        low=0,
+    )
+    warmdown_iters: int = setting(
+        1200,
+        group="schedule",
+        help="linear LR warm-down over the last N steps; under a wall-clock cap, over the last N "
+        "× (average step time) of the cap",
+        low=0,
+    )
+    warmup_steps: int = setting(
+        20,
+        group="schedule",
+        help="compile warm-up steps; model, optimizers and loader are restored afterwards",
+        low=0,
+    )
+    max_wallclock_seconds: float = setting(
+        600.0, group="schedule", help="training-time cap, agreed by all ranks; 0 = none", low=0
+    )
+    warmdown_frac: float = setting(
+        0.0,
+        group="schedule",
+        help="> 0: the LR warms down linearly over this last fraction of training (the same "
+        "fraction as ENABLE_LOOPING_AT's; replaces WARMDOWN_ITERS)",
+        low=0,
+        high=1,
+    )
+    min_lr: float = setting(
+        0.0,
+        group="schedule",
+        help="the warm-down's floor, as a fraction of each LR (WARMDOWN_FRAC only)",
+        low=0,
+        high=1,
+    )
+    gptq_reserve_seconds: float = setting(
+        0.0,
+        group="schedule",
+        help="training stops this many seconds before MAX_WALLCLOCK_SECONDS, time the record "
+        "keeps for its quantizer",
+        low=0,
+    )
+    train_seq_schedule_mode: str = setting(
+        "wallclock",
+        group="schedule",
+        help="the only one: the LR's and the loops' progress (wall-clock under a cap, else "
+        "steps), agreed by every rank",
+        choices=("wallclock",),
+    )
+    seq_change_warmup_steps: int = setting(
+        0,
+        group="schedule",
+        help="after a switch, every LR times min((step − switch + 1)/N, 1)",
+        low=0,
+    )
+    train_batch_tokens: int = setting(
+        524_288,
+        group="data",
+        help="global batch per step; a multiple of WORLD_SIZE × grad_accum × TRAIN_SEQ_LEN",
+        low=1,
+    )
+    train_seq_len: int = setting(
+        1024, group="data", help="sequence length of training and of the plain validation", low=1
+    )
+    train_seq_schedule: str = setting(
+        "",
+        group="data",
+        help="L@p,... (#2014: 1024@0.100,2048@0.700,3072@1.000): documents cut at the L of the "
+        "first stage whose p is at least training's progress; the longest L is "
+        "TRAIN_SEQ_LEN, each divides a rank's micro-batch; TRAIN_LOADER=docpack; a preset's,"
+        " at another TRAIN_SEQ_LEN, is scaled to it and logged (train_seq_schedule_scaled:, "
+        "docs/frontier.md#the-may-records)",
+    )
+    train_loader: str = setting(
+        "stream",
+        group="data",
+        help="the data order: stream (the baseline's), shuffled or docpack (the April records'; "
+        "see docs/pipeline.md#data-orders)",
+        choices=("stream", "docpack", "shuffled"),
+    )
+    vocab_size: int = setting(
+        1024, group="network", help="vocabulary; must match the tokenizer", low=2, high=65536
+    )
+    num_layers: int = setting(
+        9,
+        group="network",
+        help="transformer blocks (an encoder half and a decoder half with skips)",
+        low=1,
+    )
+    num_kv_heads: int = setting(
+        4, group="network", help="grouped key/value heads; a divisor of NUM_HEADS", low=1
+    )
+    model_dim: int = setting(512, group="network", help="width", low=2)
+    num_heads: int = setting(8, group="network", help="attention heads", low=1)
+    mlp_mult: float = setting(
+        2.0,
+        group="network",
+        help="MLP hidden size = int(MLP_MULT × MODEL_DIM) (a float; relu²)",
+        above=0,
+    )
+    tie_embeddings: bool = setting(
+        True, group="network", help="tie the output head to the embedding"
+    )
+    rope_base: float = setting(10000.0, group="network", help="RoPE base", above=0)
+    logit_softcap: float = setting(
+        30.0, group="network", help="logits soft-capped as c·tanh(z/c)", above=0
+    )
+    qk_gain_init: float = setting(1.5, group="network", help="initial per-head query gain")
+    tied_embed_init_std: float = setting(
+        0.005, group="network", help="std of the tied embedding's initialisation", low=0
+    )
+    leaky_relu_slope: float = setting(
+        0.0,
+        group="network",
+        help="the MLP's activation is leaky_relu(x, slope)²; 0 = the baseline's relu² (the "
+        "record: 0.5)",
+        low=0,
+    )
+    xsa_last_n: int = setting(
+        0,
+        group="network",
+        help="XSA on the last N layers: each head's output loses its component along its own "
+        "value vector",
+        low=0,
+    )
+    rope_dims: int = setting(
+        0,
+        group="network",
+        help="RoPE on the first N dims of each head, positions counted in fp32 (the record's "
+        "rotary); 0 = the baseline's, on every dim",
+        low=0,
+    )
+    ln_scale: bool = setting(
+        False,
+        group="network",
+        help="1 = block i scales its normed attention and MLP inputs by 1/√(i+1)",
+    )
+    skip_gates_enabled: bool = setting(
+        False,
+        group="network",
+        help="1 = each U-Net skip enters through a sigmoid gate (a lerp from the weighted skip to"
+        " the stream)",
+    )
+    num_loops: int = setting(
+        0,
+        group="network",
+        help="once looping, layers LOOP_START..LOOP_END run 1 + N times in a row (shared weights)",
+        low=0,
+    )
+    loop_start: int = setting(3, group="network", help="first looped layer", low=0)
+    loop_end: int = setting(5, group="network", help="last looped layer", low=0)
+    enable_looping_at: float = setting(
+        0.35,
+        group="network",
+        help="the training fraction (the further of the steps' share of ITERATIONS and, under a "
+        "cap, the time's share of the budget) at which looping switches on for good; "
+        "evaluations run looped",
+        low=0,
+        high=1,
+    )
+    parallel_start_layer: int = setting(
+        0,
+        group="network",
+        help="layers from this one on run two residual lanes (attention reads lane 0, the MLP "
+        "lane 1); 0 = off",
+        low=0,
+    )
+    parallel_final_lane: str = setting(
+        "mean",
+        group="network",
+        help="what the head reads: mean of the lanes, attn (lane 0) or mlp (lane 1)",
+        choices=("mean", "mlp", "attn"),
+    )
+    smear_gate_enabled: bool = setting(
+        False,
+        group="network",
+        help="1 = each token adds a gated share of the previous token's embedding, none at a BOS",
+    )
+    gate_window: int = setting(
+        12, group="network", help="input dims the smear and attention gates read", low=1
+    )
+    sparse_attn_gate_enabled: bool = setting(
+        False,
+        group="network",
+        help="1 = a per-head sigmoid gate on the attention output, read from the first "
+        "GATE_WINDOW input dims",
+    )
+    sparse_attn_gate_scale: float = setting(
+        1.0, group="network", help="the gate's logit scale (the record: 0.5)"
+    )
+    sparse_attn_gate_init_std: float = setting(
+        0.0, group="network", help="the gate weights' init std; 0 = zeros (a gate of 0.5)", low=0
+    )
+    orthogonal_init: bool = setting(
+        False,
+        group="network",
+        help="1 = the record's init: orthogonal Q, K, V and MLP-up matrices, drawn in the "
+        "record's order, so the same SEED gives the record's weights",
+    )
+    parameter_banks: bool = setting(
+        False,
+        group="network",
+        help="1 = the matrices as the record's four banks: final_model.pt in the record's layout,"
+        " and Muon's Newton–Schulz batched per bank",
+    )
+    asym_logit_rescale: bool = setting(
+        False,
+        group="network",
+        help="1 = scoring softcaps z > 0 and z < 0 by the untrained pair softcap_pos/softcap_neg "
+        "(30.0)",
+    )
+    asym_logit_layout: str = setting(
+        "pr2014",
+        group="network",
+        help="whose pair: pr2014 (z > 0, after smear_lambda in the file) or pr2135 (z ≥ 0, first "
+        "in the file)",
+        choices=("pr2014", "pr2135"),
+    )
+    smear_gate_bos_fix: bool = setting(
+        True, group="network", help="0 = the SmearGate also adds into a BOS (#2135's run)"
+    )
+    embed_lr: float = setting(0.6, group="optimizer", help="Adam LR of an untied embedding", low=0)
+    head_lr: float = setting(0.008, group="optimizer", help="Adam LR of an untied head", low=0)
+    tied_embed_lr: float = setting(
+        0.05, group="optimizer", help="Adam LR of the tied embedding", low=0
+    )
+    matrix_lr: float = setting(
+        0.04, group="optimizer", help="Muon LR of the blocks' matrices", low=0
+    )
+    scalar_lr: float = setting(
+        0.04, group="optimizer", help="Adam LR of vectors and control tensors", low=0
+    )
+    muon_momentum: float = setting(0.95, group="optimizer", help="Muon momentum", low=0, high=1)
+    muon_backend_steps: int = setting(5, group="optimizer", help="Newton–Schulz steps", low=1)
+    muon_momentum_warmup_start: float = setting(
+        0.85,
+        group="optimizer",
+        help="momentum at step 0, warming linearly to MUON_MOMENTUM ...",
+        low=0,
+        high=1,
+    )
+    muon_momentum_warmup_steps: int = setting(
+        500,
+        group="optimizer",
+        help="the steps over which the momentum warms to MUON_MOMENTUM",
+        low=0,
+    )
+    beta1: float = setting(0.9, group="optimizer", help="Adam β1", low=0, below=1)
+    beta2: float = setting(0.95, group="optimizer", help="Adam β2", low=0, below=1)
+    adam_eps: float = setting(1e-8, group="optimizer", help="Adam ε", above=0)
+    grad_clip_norm: float = setting(
+        0.0, group="optimizer", help="global gradient-norm clip; 0 = off", low=0
+    )
+    fused_ce_enabled: bool = setting(
+        False,
+        group="optimizer",
+        help="1 = the training loss (and a TTT phase's) softcaps fp32 logits, as the records' "
+        "fused cross-entropy; 0 = the baseline's softcap of bf16 logits (on the GPU)",
+    )
+    muon_polar_express: bool = setting(
+        False,
+        group="optimizer",
+        help="1 = Polar-Express Newton–Schulz coefficients (at most 5 steps)",
+    )
+    muon_row_normalize: bool = setting(
+        False,
+        group="optimizer",
+        help="1 = each row of the momentum update scaled to unit norm before Newton–Schulz "
+        "(MuonEq-R)",
+    )
+    muon_momentum_bf16: bool = setting(
+        False,
+        group="optimizer",
+        help="1 = Muon's gradient and momentum in bf16, as the record keeps them",
+    )
+    muon_wd: float = setting(
+        0.0,
+        group="optimizer",
+        help="decoupled weight decay of the Muon matrices (times the scheduled LR)",
+        low=0,
+    )
+    embed_wd: float = setting(
+        0.0, group="optimizer", help="AdamW weight decay of the embedding", low=0
+    )
+    adam_wd: float = setting(
+        0.0, group="optimizer", help="AdamW weight decay of the vectors and control tensors", low=0
+    )
+    ema_decay: float = setting(
+        0.0,
+        group="optimizer",
+        help="0 = none; d = an fp32 EMA of the weights, updated every step, saved and scored "
+        "after training; a WARNING: when d^ITERATIONS ≥ 5% (the initial weights' share at "
+        "the end: a run short for its EMA)",
+        low=0,
+        below=1,
+    )
+    quantizer: str = setting(
+        "int8",
+        group="quantizer",
+        help="int8: the baseline's per-row int8 (final_model.int8.ptz); gptq: the record's GPTQ "
+        "with SDClip, LQER and fp16 passthrough (final_model.int6.ptz, the record's layout)",
+        choices=("int8", "gptq"),
+    )
+    matrix_bits: int = setting(
+        6,
+        group="quantizer",
+        help="bits of the blocks' GPTQ matrices (symmetric, ±(2^(b−1)−1))",
+        low=2,
+        high=8,
+    )
+    embed_bits: int = setting(
+        8, group="quantizer", help="bits of the tied embedding (the record's run: 7)", low=2, high=8
+    )
+    matrix_clip_sigmas: float = setting(
+        12.85,
+        group="quantizer",
+        help="SDClip: a row's scale is k·std(row)/(2^(b−1)−1), for matrices that are neither MLP,"
+        " attention nor embedding",
+        above=0,
+    )
+    embed_clip_sigmas: float = setting(
+        20.0, group="quantizer", help="k for tok_emb (the record's run: 14.0)", above=0
+    )
+    mlp_clip_sigmas: float = setting(
+        10.0, group="quantizer", help="k for names with .mlp. (the record's run: 11.5)", above=0
+    )
+    attn_clip_sigmas: float = setting(
+        13.0, group="quantizer", help="k for names with .attn.", above=0
+    )
+    gptq_calibration_batches: int = setting(
+        16,
+        group="quantizer",
+        help="Hessian batches of 48 sequences of TRAIN_SEQ_LEN, drawn in the shuffled order as "
+        "the record's rank 0 draws them",
+        low=1,
+    )
+    awq_lite_enabled: bool = setting(
+        False,
+        group="quantizer",
+        help="1 = AWQ-lite (#2014): the column group of the whole model's lower-bit GPTQ matrices"
+        " with the largest Σ act_rms·mean|W| rounds at AWQ_LITE_BITS with its own SDClip "
+        "step (docs/frontier.md#their-evaluation-ttt-and-quantizer-levers)",
+    )
+    awq_lite_bits: int = setting(
+        8,
+        group="quantizer",
+        help="the protected group's bits (matrices of fewer bits are candidates)",
+        low=2,
+        high=8,
+    )
+    awq_lite_group_size: int = setting(64, group="quantizer", help="columns per group", low=1)
+    gated_attn_quant_gate: bool = setting(
+        False,
+        group="quantizer",
+        help="1 = the attention gates (attn_gate_w) in int8 with a scale per row, else fp16",
+    )
+    lqer_enabled: bool = setting(
+        True,
+        group="quantizer",
+        help="a rank-LQER_RANK correction of the LQER_TOP_K GPTQ matrices with the largest "
+        "quantization error",
+    )
+    lqer_rank: int = setting(4, group="quantizer", help="rank of each correction", low=1)
+    lqer_top_k: int = setting(3, group="quantizer", help="how many matrices get one", low=0)
+    lqer_asym_enabled: bool = setting(
+        True,
+        group="quantizer",
+        help="factors in 2 bits (A, one scale) and 4 bits (B, a scale per LQER_ASYM_GROUP "
+        "values); else LQER_FACTOR_BITS with a scale per row",
+    )
+    lqer_asym_group: int = setting(
+        64,
+        group="quantizer",
+        help="group size of B's scales (a B whose size it does not divide gets the symmetric "
+        "factors)",
+        low=1,
+    )
+    lqer_factor_bits: int = setting(
+        4, group="quantizer", help="bits of the symmetric factors", low=2, high=8
+    )
+    compressor: str = setting(
+        "zlib",
+        group="quantizer",
+        help="the artifact's compressor: zlib (level 9), brotli (quality 11, the brotli package),"
+        " lzma (preset 9); with QUANTIZER=gptq also pergroup (#1855's and #2014's per-group "
+        "lrzip file) and pergroup_v2 (#2135's, PGRP version 2), both needing the lrzip "
+        "binary (docs/frontier.md#the-artifact); a file of any kind is read whatever this "
+        "says",
+        choices=("zlib", "brotli", "lzma", "pergroup", "pergroup_v2"),
+    )
+    attention_backend: str = setting(
+        "auto",
+        group="pipeline",
+        help="auto: FlashAttention-3 on Hopper, else FlashAttention-2, else PyTorch SDPA; or "
+        "force fa3, fa2, sdpa (sdpa is the baseline's kernel)",
+        choices=("auto", "fa3", "fa2", "sdpa"),
+    )
+    train_prefetch: bool = setting(
+        True,
+        group="pipeline",
+        help="1 = the prefetching loader; 0 = the baseline's synchronous loader",
+    )
+    train_prefetch_queue: int = setting(
+        2, group="pipeline", help="batches staged ahead (at least 1)", low=1, high=1024
+    )
+    train_copy_stream: bool = setting(
+        True,
+        group="pipeline",
+        help="host-to-device copies on their own CUDA stream (nothing on a CPU)",
+    )
+    val_prefetch: bool = setting(
+        True,
+        group="pipeline",
+        help="prefetched, double-buffered validation; 0 = the baseline's loop",
+    )
+    val_prefetch_queue: int = setting(
+        2, group="pipeline", help="validation batches staged ahead (at least 1)", low=1, high=1024
+    )
+    val_copy_stream: bool = setting(
+        True, group="pipeline", help="validation copies on their own CUDA stream (nothing on a CPU)"
+    )
+    val_batch_size: int = setting(
+        524_288,
+        group="evaluation",
+        help="validation tokens per batch over all ranks and micro-steps",
+        low=1,
+    )
+    val_loss_every: int = setting(
+        1000,
+        group="evaluation",
+        help="validate every N steps (and at the end); 0 = only at the end",
+        low=0,
+    )
+    max_val_tokens: int = setting(
+        0,
+        group="evaluation",
+        help="0 = the whole validation split; N = only the first N tokens (faster, logged as not "
+        "comparable to the challenge's score)",
+        low=0,
+    )
+    val_doc_attention: bool = setting(
+        False,
+        group="evaluation",
+        help="1 = validation attends within documents only, as docpack trains "
+        "(docs/evaluation.md#document-masked-validation)",
+    )
+    eval_stride: int = setting(
+        0,
+        group="evaluation",
+        help="0 = no sliding-window evaluation; S = after the usual final evaluation, the "
+        "records' sliding-window one with windows S tokens apart "
+        "(docs/evaluation.md#sliding-window-evaluation)",
+        low=0,
+    )
+    eval_seq_len: int = setting(
+        0,
+        group="evaluation",
+        help="sequence length of the final evaluations: the plain one's rows (or pieces, with "
+        "VAL_DOC_ATTENTION), the sliding windows, a phase's sequences; 0 = TRAIN_SEQ_LEN",
+        low=0,
+    )
+    eval_batch_seqs: int = setting(
+        32, group="evaluation", help="sliding windows per batch and rank", low=1
+    )
+    eval_include_tail: bool = setting(
+        False,
+        group="evaluation",
+        help="1 = score every target of the split, including the tail past the last whole "
+        "sequence (plain evaluation: rank r the targets [T·r/W, T·(r+1)/W), as #2014; "
+        "sliding; TTT); 0 drops it, as the challenge does",
+    )
+    eval_ttt: bool = setting(
+        False,
+        group="ttt",
+        help="1 = after the other final evaluations, the records' score-first phased test-time "
+        "training, quantized_ttt_phased (docs/evaluation.md#test-time-training-eval_ttt)",
+    )
+    ttt_batch_size: int = setting(
+        64,
+        group="ttt",
+        help="documents advancing chunk by chunk together, each with its own adapters",
+        low=1,
+    )
+    ttt_chunk_size: int = setting(
+        48,
+        group="ttt",
+        help="predictions scored per chunk before the document's adapters train on them",
+        low=1,
+    )
+    ttt_eval_seq_len: int = setting(
+        2048,
+        group="ttt",
+        help="a chunk's columns at most: its document's preceding tokens as context",
+        low=1,
+    )
+    ttt_lora_rank: int = setting(80, group="ttt", help="rank of each adapter", low=1)
+    ttt_lora_alpha: float = setting(
+        144.0, group="ttt", help="adapters scaled by alpha / rank", above=0
+    )
+    ttt_lora_lr: float = setting(
+        1e-4, group="ttt", help="AdamW learning rate of the adapters", low=0
+    )
+    ttt_local_lr_mult: float = setting(
+        1.0, group="ttt", help="multiplies TTT_LORA_LR (not GLOBAL_TTT_LR), as #2014", low=0
+    )
+    ttt_mask: str = setting(
+        "",
+        group="ttt",
+        help='no_q, no_v, no_qv: the default of TTT_Q_LORA / TTT_V_LORA becomes 0 ("", all, '
+        "baseline_all keep them); an explicit TTT_Q_LORA/TTT_V_LORA wins",
+        choices=("", "all", "baseline_all", "no_q", "no_v", "no_qv"),
+    )
+    ttt_q_lora: bool = setting(
+        True,
+        group="ttt",
+        help="an adapter on Q (0 = the plain projection; a dropped adapter draws no A, so the "
+        "later A shift)",
+    )
+    ttt_k_lora: bool = setting(True, group="ttt", help="an adapter on K")
+    ttt_v_lora: bool = setting(True, group="ttt", help="an adapter on V")
+    ttt_o_lora: bool = setting(True, group="ttt", help="an adapter on the attention output")
+    ttt_mlp_lora: bool = setting(True, group="ttt", help="an adapter beside the MLP")
+    ttt_short_score_first_enabled: bool = setting(
+        False,
+        group="ttt",
+        help="1 = a batch's chunk size from its longest document (tokens from its BOS through the"
+        " next BOS): the first TTT_SHORT_SCORE_FIRST_STEPS item it fits, else TTT_CHUNK_SIZE",
+    )
+    ttt_short_score_first_steps: str = setting(
+        "",
+        group="ttt",
+        help="doc:chunk (or doc=chunk) items, comma-separated, both > 0, chunks at most "
+        "TTT_EVAL_SEQ_LEN; empty = TTT_SHORT_DOC_LEN:TTT_SHORT_CHUNK_SIZE",
+    )
+    ttt_short_doc_len: int = setting(
+        2000,
+        group="ttt",
+        help="with no steps: the longest document that gets TTT_SHORT_CHUNK_SIZE",
+        low=1,
+    )
+    ttt_short_chunk_size: int = setting(
+        24, group="ttt", help="with no steps: the short batches' chunk size", low=1
+    )
+    ttt_beta1: float = setting(0.0, group="ttt", help="AdamW beta1 of the adapters", low=0, below=1)
+    ttt_beta2: float = setting(
+        0.99, group="ttt", help="AdamW beta2 of the adapters", low=0, below=1
+    )
+    ttt_weight_decay: float = setting(
+        0.5, group="ttt", help="AdamW weight decay of the adapters", low=0
+    )
+    phased_ttt_prefix_docs: int = setting(
+        2500,
+        group="ttt",
+        help="the phases train the base weights on up to this many scored documents; 0 = "
+        "per-document TTT only",
+        low=0,
+    )
+    phased_ttt_num_phases: int = setting(
+        3,
+        group="ttt",
+        help="phases (boundaries spread over the prefix); 0 counts as 1, as in the record",
+        low=0,
+    )
+    global_ttt_lr: float = setting(
+        1e-3, group="ttt", help="SGD learning rate of a phase (cosine over its steps)", low=0
+    )
+    global_ttt_momentum: float = setting(
+        0.9, group="ttt", help="SGD momentum of a phase", low=0, high=1
+    )
+    global_ttt_chunk_tokens: int = setting(
+        32768,
+        group="ttt",
+        help="predictions per SGD step of a phase: at least one whole sequence of EVAL_SEQ_LEN, "
+        "at most 32 (a larger value is clamped to 32 × EVAL_SEQ_LEN), each rank a contiguous"
+        " share; the last chunk never trains",
+        low=1,
+    )
+    global_ttt_grad_clip: float = setting(
+        1.0, group="ttt", help="gradient-norm clip of a phase; 0 = none", low=0
+    )
+    ngram_tilt_enabled: bool = setting(
+        False,
+        group="ngram",
+        help="1 = #2135's token n-gram tilt on the TTT's score (with EVAL_TTT=1; without it "
+        "nothing is scored by TTT, so nothing is tilted; "
+        "docs/evaluation.md#the-n-gram-tilt-ngram_tilt_enabled)",
+    )
+    ngram_hint_precompute_outside: bool = setting(
+        True,
+        group="ngram",
+        help="the hints computed before the evaluation's timer (the record's code default); 0 = "
+        "inside it, as the record's run",
+    )
+    token_order: int = setting(
+        16,
+        group="ngram",
+        help="a hint follows the TOKEN_ORDER − 1 targets before it (2 to 16)",
+        low=2,
+        high=16,
+    )
+    token_threshold: float = setting(
+        0.8,
+        group="ngram",
+        help="a hint only where its share of the earlier followers of its context is at least "
+        "this (> 0, ≤ 1)",
+        high=1,
+        above=0,
+    )
+    token_boost: float = setting(
+        2.625, group="ngram", help="added to the hint's logit before renormalising", low=0
+    )
+    checkpoint_every: int = setting(
+        0,
+        group="tools",
+        help="write a checkpoint every N steps; 0 = none (docs/training.md#checkpoints)",
+        low=0,
+    )
+    checkpoint_dir: str = setting(
+        "checkpoints",
+        group="tools",
+        help="where checkpoints go, one step_<step>/ folder each; the same folder for every rank",
+    )
+    resume_from: str = setting(
+        "",
+        group="tools",
+        help="a step_* folder, or a CHECKPOINT_DIR for its latest complete checkpoint",
+    )
+    guard_log: str = setting(
+        "",
+        group="tools",
+        help="an earlier run's log (logs/<RUN_ID>.txt or a record's train_seed*.log): this run "
+        "stops, exit code 3, when it falls more than GUARD_MARGIN behind it at a step both "
+        "log (docs/training.md#stopping-a-run-that-falls-behind-guard_log)",
+    )
+    guard_margin: float = setting(
+        0.02,
+        group="tools",
+        help="how far behind stops the run: a fraction of the reference's number, in [0, 1) (0.02"
+        " = 2%: 0.05 nats at a train_loss of 2.5, 0.024 bits per byte at a val_bpb of 1.22)",
+    )
+    guard_from_step: int = setting(
+        0,
+        group="tools",
+        help="compare from this step on (the first steps are noisy); 0 = every step both runs log",
+        low=0,
+    )
+    eval_only_path: str = setting(
+        "",
+        group="tools",
+        help="final_model.pt or a .ptz artifact (final_model.int8.ptz, final_model.int6.ptz, or "
+        "the record's brotli/lzma one): train nothing, run the final evaluation on these "
+        "weights (docs/training.md#evaluating-a-saved-model)",
+    )
 
     train_files = property(lambda self: os.path.join(self.data_path, "fineweb_train_*.bin"))
     val_files = property(lambda self: os.path.join(self.data_path, "fineweb_val_[0-9]*.bin"))
@@ -391,7 +965,7 @@ class Hyperparameters:
 
     def validate(self, world_size: int) -> None:
         """Every value out of its bounds, else every conflict between values, in one error."""
-        bad = [check_bounds(f.name.upper(), getattr(self, f.name), **f.metadata) for f in FIELDS]
+        bad = [check_bounds(f.name.upper(), getattr(self, f.name), f.metadata) for f in FIELDS]
         if any(bad):
             raise ConfigError("; ".join(filter(None, bad)))
         accum, T, L = grad_accum_steps_for(world_size), self.train_seq_len, self.window
@@ -481,8 +1055,10 @@ def scaled_schedule_line(cfg: Hyperparameters, env=os.environ) -> str:
             f"is scaled by the same power of 2 (docs/frontier.md)")  # fmt: skip
 
 
-def check_bounds(name: str, value, low=None, high=None, above=None, below=None, choices=None):
-    """What is wrong with the value, in one line; "" if nothing."""
+def check_bounds(name: str, value, bounds) -> str:
+    """What is wrong with the value, in one line, by the bounds its setting declares; "" if
+    nothing (a field without bounds: no metadata)."""
+    low, high, above, below, choices = map(bounds.get, ("low", "high", "above", "below", "choices"))
     if choices is not None and value not in choices:
         return f"{name}={value!r}: expected one of {', '.join(map(shown_choice, choices))}"
     if above is not None and not value > above:
@@ -3430,11 +4006,9 @@ class Trainer(ClosedOnExit):
 # CHECKPOINTS
 # -----------------------------
 
-RESUME_KEYS = ("train_loader", "train_batch_tokens", "train_seq_len", "vocab_size", "num_layers",
-               "model_dim", "num_heads", "num_kv_heads", "mlp_mult", "tie_embeddings",
-               "skip_gates_enabled", "parallel_start_layer", "smear_gate_enabled", "gate_window",
-               "sparse_attn_gate_enabled", "num_loops", "loop_start", "loop_end",
-               "parameter_banks")  # fmt: skip
+# What a resumed run must share with its checkpoint, derived from the declarations: every setting
+# of a group a resume keeps (SETTING_GROUPS), so a new network setting is covered when declared.
+RESUME_SETTINGS = tuple(f.name for f in FIELDS if SETTING_GROUPS[f.metadata["group"]].resume_keeps)
 
 
 def resume_identity(cfg: Hyperparameters, rt: Runtime) -> dict:
@@ -3442,7 +4016,7 @@ def resume_identity(cfg: Hyperparameters, rt: Runtime) -> dict:
     sizes = {f.name: read_shard_header(f) for f in list_shards(cfg.train_files)}
     crc = zlib.crc32(json.dumps(sizes).encode())
     shards = f"{len(sizes)} files of {sum(sizes.values())} tokens (crc32 {crc:08x})"
-    config = {k.upper(): getattr(cfg, k) for k in RESUME_KEYS}
+    config = {name.upper(): getattr(cfg, name) for name in RESUME_SETTINGS}
     return {"WORLD_SIZE": rt.world_size} | config | {"train shards": shards}
 
 
@@ -3532,10 +4106,15 @@ def read_checkpoint_meta(folder: Path, identity: dict) -> dict:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise DataError(f"{folder / 'meta.json'}: unreadable checkpoint metadata ({e}); resume "
                         f"from another step_* folder") from None  # fmt: skip
-    for name, value in identity.items():  # a name saved before it was one: at its default
-        if saved.get(name, DEFAULTS.get(name.lower())) != value:
-            raise ConfigError(f"RESUME_FROM={folder}: saved with {name}={saved.get(name)}, this "
-                              f"run has {value}: set {name} as saved to resume it")  # fmt: skip
+    # a name saved before it was one counts at its default
+    changed = [n for n, v in identity.items() if saved.get(n, DEFAULTS.get(n.lower())) != v]
+    if changed:
+        was = ", ".join(f"{name}={saved.get(name, DEFAULTS.get(name.lower()))}" for name in changed)
+        now = ", ".join(str(identity[name]) for name in changed)
+        raise ConfigError(
+            f"RESUME_FROM={folder}: saved with {was}, this run has {now}: set "
+            f"{', '.join(changed)} as saved to resume it"
+        )
     return meta
 
 
@@ -3684,22 +4263,28 @@ def overlap_line(cfg: Hyperparameters) -> str:
 
 
 def settings_help() -> str:
-    """--help: every setting's default (its PRESET's value under one) and its field's comment."""
-    notes = {}
-    for line in inspect.getsource(Hyperparameters).splitlines():
-        name, _, rest = line.strip().partition(": ")
-        notes[name] = rest.partition("  # ")[2]
+    """--help: every setting by group, with its default (its PRESET's value under one), its
+    choices and its help, as Hyperparameters declares them."""
     cfg = Hyperparameters.from_env({"PRESET": os.environ.get("PRESET", ""), "RUN_ID": "-"})
     usage = "usage: [VARIABLE=value ...] torchrun --standalone --nproc_per_node=N train_gpt.py"
     values = f"PRESET={cfg.preset}'s values" if cfg.preset else "defaults"
     lines = [usage, "", __doc__.split("\n\n")[0], "", f"Settings (docs/environment.md), {values}:"]
-    for f in FIELDS:
-        value = "(new each run)" if f.name == "run_id" else getattr(cfg, f.name)
-        value = int(value) if isinstance(value, bool) else value
-        choices = "|".join(map(shown_choice, f.metadata.get("choices") or ()))
-        choices = f"one of {choices}; " if choices else ""
-        lines.append(f"  {f.name.upper()}={value}  {choices}{notes.get(f.name, '')}".rstrip(" ;"))
+    for group, (title, _) in SETTING_GROUPS.items():
+        lines += ["", f"{title}:"]
+        for f in FIELDS:
+            if f.metadata["group"] == group:
+                lines.append(setting_help_line(f, getattr(cfg, f.name)))
     return "\n".join(lines)
+
+
+def setting_help_line(field: dataclasses.Field, value) -> str:
+    if field.name == "run_id":
+        value = "(new each run)"
+    elif isinstance(value, bool):
+        value = int(value)
+    choices = field.metadata["choices"]
+    choices = f"one of {'|'.join(map(shown_choice, choices))}; " if choices else ""
+    return f"  {field.name.upper()}={value}  {choices}{field.metadata['help']}".rstrip(" ;")
 
 
 def data_fingerprint(tokenizer_path, val_pattern: str, train_pattern: str) -> str:

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -353,6 +354,93 @@ def test_a_checkpoint_of_other_settings_is_refused_naming_the_first_that_differs
         tg.read_checkpoint_meta(folder, tg.resume_identity(cfg, rt))
     fix = f"set {saved_and_now.split('=')[0]} as saved to resume it"
     assert str(error.value) == f"RESUME_FROM={folder}: saved with {saved_and_now}: {fix}"
+
+
+def another_value(field, value):
+    """A value of the field's type other than `value` (within its choices when it has some)."""
+    choices = field.metadata["choices"]
+    if choices:
+        return next(c for c in choices if c != value)
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    return value + "x"
+
+
+def saved_checkpoint(folder: Path, cfg, rt) -> Path:
+    folder.mkdir()
+    (folder / "meta.json").write_text(json.dumps({"config": tg.resume_identity(cfg, rt)}))
+    return folder
+
+
+@pytest.fixture
+def resume_case(tmp_path, tiny_dataset):
+    """A checkpoint's meta.json saved by the tiny run's settings on 2 ranks, and those settings."""
+    cfg = tg.Hyperparameters.from_env(train_env(tiny_dataset, RUN_ID="r"), 2)
+    rt = tg.Runtime(0, 0, 2, tg.grad_accum_steps_for(2), torch.device("cpu"), True)
+    return saved_checkpoint(tmp_path / "step_000002", cfg, rt), cfg, rt
+
+
+@pytest.mark.parametrize("name", tg.RESUME_SETTINGS)
+def test_a_resume_refuses_each_setting_of_the_network_and_the_data_order(resume_case, name):
+    """Every setting of a group a resume keeps (SETTING_GROUPS), one at a time: the refusal names
+    it with the checkpoint's value and this run's."""
+    folder, cfg, rt = resume_case
+    field = next(f for f in tg.FIELDS if f.name == name)
+    changed = dataclasses.replace(cfg, **{name: another_value(field, getattr(cfg, name))})
+    with pytest.raises(tg.ConfigError) as error:
+        tg.read_checkpoint_meta(folder, tg.resume_identity(changed, rt))
+    saved, now = getattr(cfg, name), getattr(changed, name)
+    fix = f"set {name.upper()} as saved to resume it"
+    assert (
+        str(error.value)
+        == f"RESUME_FROM={folder}: saved with {name.upper()}={saved}, this run has {now}: {fix}"
+    )
+
+
+def test_the_settings_a_resume_keeps_are_the_network_and_data_groups():
+    """Derived from the declarations: the settings that change the math without changing a shape
+    are among them, and those a resumed run may change (its learning rates, its evaluation, its
+    pipeline) are not."""
+    kept = set(tg.RESUME_SETTINGS)
+    math_only = {"xsa_last_n", "rope_dims", "ln_scale", "leaky_relu_slope", "logit_softcap",
+                 "parallel_final_lane", "enable_looping_at", "smear_gate_bos_fix"}  # fmt: skip
+    assert math_only | {"num_layers", "model_dim", "vocab_size", "train_loader"} <= kept
+    free = {"matrix_lr", "warmdown_iters", "iterations", "eval_stride", "train_prefetch",
+            "attention_backend", "quantizer", "eval_ttt", "checkpoint_every", "seed"}  # fmt: skip
+    assert not free & kept
+    groups = {f.name: f.metadata["group"] for f in tg.FIELDS}
+    assert {groups[name] for name in kept} == {"network", "data"}
+
+
+def test_a_resume_names_every_setting_that_changed_at_once(resume_case):
+    folder, cfg, rt = resume_case
+    changed = dataclasses.replace(cfg, rope_dims=8, ln_scale=True, matrix_lr=0.5)
+    with pytest.raises(tg.ConfigError) as error:
+        tg.read_checkpoint_meta(folder, tg.resume_identity(changed, rt))
+    assert str(error.value) == (
+        f"RESUME_FROM={folder}: saved with ROPE_DIMS=0, LN_SCALE=False, this run has 8, True: "
+        "set ROPE_DIMS, LN_SCALE as saved to resume it"
+    )
+
+
+def test_a_resume_with_other_learning_rates_passes_the_check(resume_case):
+    folder, cfg, rt = resume_case
+    changed = dataclasses.replace(cfg, matrix_lr=0.5, eval_stride=16, train_prefetch=False)
+    assert tg.read_checkpoint_meta(folder, tg.resume_identity(changed, rt))["config"]
+
+
+def test_a_checkpoint_saved_before_a_setting_existed_counts_it_at_its_default(resume_case):
+    folder, cfg, rt = resume_case
+    meta = json.loads((folder / "meta.json").read_text())
+    del meta["config"]["XSA_LAST_N"]  # a checkpoint of a script without it
+    (folder / "meta.json").write_text(json.dumps(meta))
+    tg.read_checkpoint_meta(folder, tg.resume_identity(cfg, rt))
+    with pytest.raises(tg.ConfigError, match="saved with XSA_LAST_N=0, this run has 1"):
+        tg.read_checkpoint_meta(
+            folder, tg.resume_identity(dataclasses.replace(cfg, xsa_last_n=1), rt)
+        )
 
 
 def test_a_checkpoint_of_other_train_shards_is_refused(tmp_path, tiny_dataset, stream_run):

@@ -816,3 +816,33 @@ def test_pr1855s_specialised_script_counts_at_most_its_records_own():
     change of the readable script that costs #1855's record bytes fails here, not in a record."""
     source = sp.specialize_script(REPO / "train_gpt.py", {"PRESET": "pr1855"}, world_size=8)
     assert len(sp.counted(source)) <= sp.RECORDS_OWN["pr1855"]
+
+
+@pytest.mark.parametrize(
+    "declared, plain",
+    [
+        ('setting("./data", group="run", help="where")', "'./data'"),
+        (
+            'setting(1337, group="run", help="seeds", low=0, high=9)',
+            "dataclasses.field(default=1337, metadata={'low': 0, 'high': 9})",
+        ),
+        (
+            'setting(group="run", help="a name", default_factory=new_name)',
+            "dataclasses.field(default_factory=new_name)",
+        ),
+    ],
+    ids=["default alone", "bounds", "factory"],
+)
+def test_a_free_settings_declaration_becomes_the_plain_field_it_returns(declared, plain):
+    """The declaration function's contract (SETTING_FUNCTION): its notes (group, help) document
+    the readable script only; what a specialised script keeps of a free field is its default (or
+    factory) and its bounds, so the declaration function itself goes."""
+    call = ast.parse(declared, mode="eval").body
+    assert sp._declared(call)
+    assert ast.unparse(sp._plain_field(call)) == plain
+
+
+def test_the_record_script_keeps_no_setting_notes(pr2135_script):
+    source = pr2135_script.read_text()
+    assert f"def {sp.SETTING_FUNCTION}(" not in source and "SETTING_GROUPS" not in source
+    assert "seed: int = dataclasses.field(default=1337, metadata={'low': 0," in source

@@ -19,7 +19,10 @@ environment. A record runs one configuration, so its counted code need not carry
    (the `-o` output, unpacked, is for reading: run, it counts its unpacked source); a lookup of
    the table of defaults (DEFAULTS_TABLE) is the readable default.
 3. The settings class. Frozen fields keep their readable default (so the `hyperparameters:` dump
-   and the `settings:` line are the same) without their bounds (they cannot fail); `from_env` is
+   and the `settings:` line are the same) without their bounds (they cannot fail); free fields
+   become the plain `dataclasses.field` their declaration (SETTING_FUNCTION) returns, with their
+   bounds and without their notes (group, help: --help's), so the declaration function goes;
+   `from_env` is
    replaced by one that parses the environment as the readable one does, refuses a frozen
    variable set to another value in one line (`NAME=value: this script is specialised to
    NAME=frozen; the readable train_gpt.py takes others`), keeps the fixed-variable refusals
@@ -102,7 +105,12 @@ from .shorten import shortened
 
 # What a reproduction of a run may set to other values: where the data is, the log's name, the seed.
 FREE = ("data_path", "tokenizer_path", "run_id", "seed")
-SETTINGS_CLASS_METHOD = "from_env"  # the settings class is the one defining it
+SETTINGS_CLASS_METHOD = "from_env"
+# The function that declares a setting: `name: type = setting(default, group=, help=, bounds...)`
+# (or default_factory= for the default) is dataclasses.field(default=..., metadata={bounds...})
+# with notes that only document it (--help): a free field is written as that plain field
+SETTING_FUNCTION = "setting"
+SETTING_NOTES = ("group", "help")  # the settings class is the one defining it
 # The readable script's --help (every setting, from its source): a specialised script's says what
 # it is instead
 HELP_FUNCTION = "settings_help"
@@ -399,6 +407,8 @@ def rewrite_settings_class(tree: ast.Module, settings: Settings) -> None:
             default = settings.defaults.get(name, dataclasses.MISSING)
             if name in frozen and default is not dataclasses.MISSING and literal(default):
                 stmt.value = node_of(default)  # its bounds and notes go: the value is fixed
+            elif _declared(stmt.value):  # a free field: its bounds stay, its notes go
+                stmt.value = _plain_field(stmt.value)
         if isinstance(stmt, ast.FunctionDef) and stmt.name == SETTINGS_CLASS_METHOD:
             # (lower case, as the fields above: they compress against them)
             changed = {k: v for k, v in frozen.items() if not _same(v, settings.defaults.get(k))}
@@ -407,6 +417,29 @@ def rewrite_settings_class(tree: ast.Module, settings: Settings) -> None:
                 free=tuple(settings.free), changed=changed, refusal=REFUSAL_EXPR, fixed=fixed
             )
             cls.body[i] = ast.parse(code).body[0]
+
+
+def _plain_field(call: ast.Call) -> ast.expr:
+    """A free field's declaration as the dataclass field it returns (SETTING_FUNCTION's contract),
+    its bounds as the metadata, without its notes: the default alone when it has no bounds."""
+    keywords = [k for k in call.keywords if k.arg not in SETTING_NOTES]
+    factory = [k for k in keywords if k.arg == "default_factory"]
+    bounds = [k for k in keywords if k.arg != "default_factory"]
+    if call.args and not keywords:
+        return call.args[0]
+    field_keywords = [ast.keyword("default", call.args[0])] if call.args else []
+    field_keywords += factory
+    if bounds:
+        metadata = ast.Dict([ast.Constant(k.arg) for k in bounds], [k.value for k in bounds])
+        field_keywords.append(ast.keyword("metadata", metadata))
+    field = ast.Attribute(ast.Name("dataclasses", ast.Load()), "field", ast.Load())
+    return ast.Call(field, [], field_keywords)
+
+
+def _declared(value) -> bool:
+    """A field's value is a call of the declaration function (SETTING_FUNCTION)."""
+    call = isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+    return call and value.func.id == SETTING_FUNCTION
 
 
 def _same(a, b) -> bool:
