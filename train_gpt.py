@@ -65,8 +65,10 @@ try:
     from torch.nn.attention.flex_attention import BlockMask, flex_attention
     from torch.nn.parallel import DistributedDataParallel as DDP
 except ModuleNotFoundError as e:  # a Python without the requirements: what to run, in one line
-    sys.exit(f"error: {e}; run `bash scripts/setup.sh`, then .venv/bin/torchrun (or pip install "
-             f"-r requirements.txt)")  # fmt: skip
+    sys.exit(
+        f"error: {e}; run `bash scripts/setup.sh`, then .venv/bin/torchrun (or pip install "
+        f"-r requirements.txt)"
+    )
 
 # -----------------------------
 # CONFIG
@@ -128,56 +130,141 @@ def setting(
 # numbers follow a NUM_LAYERS set beside it (docs/frontier.md#one-setting-for-the-whole-record).
 PR1855 = dict(  # #1855, 2026-04-27, val_bpb 1.0611
     # the network: 11 layers, 3-5 looped twice, two lanes from layer 8, gates, SmearGate
-    NUM_LAYERS="11", MLP_MULT="4.0", VOCAB_SIZE="8192", QK_GAIN_INIT="5.0", XSA_LAST_N="11",
-    ROPE_DIMS="16", LN_SCALE="1", SKIP_GATES_ENABLED="1", NUM_LOOPS="2", LOOP_START="3",
-    LOOP_END="5", ENABLE_LOOPING_AT="0.35", PARALLEL_START_LAYER="8", PARALLEL_FINAL_LANE="mean",
-    GATE_WINDOW="12", SPARSE_ATTN_GATE_ENABLED="1", SPARSE_ATTN_GATE_SCALE="0.5",
-    SMEAR_GATE_ENABLED="1", LEAKY_RELU_SLOPE="0.5", ORTHOGONAL_INIT="1", PARAMETER_BANKS="1",
+    NUM_LAYERS="11",
+    MLP_MULT="4.0",
+    VOCAB_SIZE="8192",
+    QK_GAIN_INIT="5.0",
+    XSA_LAST_N="11",
+    ROPE_DIMS="16",
+    LN_SCALE="1",
+    SKIP_GATES_ENABLED="1",
+    NUM_LOOPS="2",
+    LOOP_START="3",
+    LOOP_END="5",
+    ENABLE_LOOPING_AT="0.35",
+    PARALLEL_START_LAYER="8",
+    PARALLEL_FINAL_LANE="mean",
+    GATE_WINDOW="12",
+    SPARSE_ATTN_GATE_ENABLED="1",
+    SPARSE_ATTN_GATE_SCALE="0.5",
+    SMEAR_GATE_ENABLED="1",
+    LEAKY_RELU_SLOPE="0.5",
+    ORTHOGONAL_INIT="1",
+    PARAMETER_BANKS="1",
     # the optimizers and schedule
-    MATRIX_LR="0.026", SCALAR_LR="0.02", TIED_EMBED_LR="0.03", BETA2="0.99", MUON_MOMENTUM="0.97",
-    MUON_MOMENTUM_WARMUP_START="0.92", MUON_MOMENTUM_WARMUP_STEPS="1500", MUON_POLAR_EXPRESS="1",
-    MUON_ROW_NORMALIZE="1", MUON_MOMENTUM_BF16="1", MUON_WD="0.095", EMBED_WD="0.085",
-    ADAM_WD="0.02", GRAD_CLIP_NORM="0.3", EMA_DECAY="0.9965", WARMDOWN_FRAC="0.85", MIN_LR="0.1",
-    GPTQ_RESERVE_SECONDS="0.5", TRAIN_BATCH_TOKENS="786432", TRAIN_SEQ_LEN="2048",
-    TRAIN_LOADER="docpack", VAL_LOSS_EVERY="0", TRAIN_LOG_EVERY="500",
+    MATRIX_LR="0.026",
+    SCALAR_LR="0.02",
+    TIED_EMBED_LR="0.03",
+    BETA2="0.99",
+    MUON_MOMENTUM="0.97",
+    MUON_MOMENTUM_WARMUP_START="0.92",
+    MUON_MOMENTUM_WARMUP_STEPS="1500",
+    MUON_POLAR_EXPRESS="1",
+    MUON_ROW_NORMALIZE="1",
+    MUON_MOMENTUM_BF16="1",
+    MUON_WD="0.095",
+    EMBED_WD="0.085",
+    ADAM_WD="0.02",
+    GRAD_CLIP_NORM="0.3",
+    EMA_DECAY="0.9965",
+    WARMDOWN_FRAC="0.85",
+    MIN_LR="0.1",
+    GPTQ_RESERVE_SECONDS="0.5",
+    TRAIN_BATCH_TOKENS="786432",
+    TRAIN_SEQ_LEN="2048",
+    TRAIN_LOADER="docpack",
+    VAL_LOSS_EVERY="0",
+    TRAIN_LOG_EVERY="500",
     # the evaluation (the record's eval_val: within documents), its quantizer and its file
     # (per-group lrzip: needs the lrzip binary)
-    VAL_DOC_ATTENTION="1", EVAL_TTT="1", QUANTIZER="gptq", EMBED_BITS="7",
-    EMBED_CLIP_SIGMAS="14.0", MLP_CLIP_SIGMAS="11.5", GATED_ATTN_QUANT_GATE="1",
-    COMPRESSOR="pergroup", FUSED_CE_ENABLED="1", PHASED_TTT_NUM_PHASES="3",
-)  # fmt: skip
+    VAL_DOC_ATTENTION="1",
+    EVAL_TTT="1",
+    QUANTIZER="gptq",
+    EMBED_BITS="7",
+    EMBED_CLIP_SIGMAS="14.0",
+    MLP_CLIP_SIGMAS="11.5",
+    GATED_ATTN_QUANT_GATE="1",
+    COMPRESSOR="pergroup",
+    FUSED_CE_ENABLED="1",
+    PHASED_TTT_NUM_PHASES="3",
+)
 PR2014 = PR1855 | dict(  # #2014, 2026-04-30, val_bpb 1.0576 (docs/frontier.md#the-may-records)
     # #1855 plus progressive training context, TTT levers and AWQ-lite. Its EVAL_STRIDE=1536 is
     # read by nothing there, so it is not here (here it would add a sliding-window score).
-    QK_GAIN_INIT="5.25", GPTQ_RESERVE_SECONDS="4.0", TRAIN_SEQ_LEN="3072",
-    PHASED_TTT_NUM_PHASES="1", TRAIN_SEQ_SCHEDULE="1024@0.100,2048@0.700,3072@1.000",
-    TRAIN_SEQ_SCHEDULE_MODE="wallclock", SEQ_CHANGE_WARMUP_STEPS="32", COMPILE_SHAPE_WARMUP="1",
-    ROPE_TRAIN_SEQ_LEN="3072", TTT_EVAL_SEQ_LEN="3072", EVAL_INCLUDE_TAIL="1",
-    AWQ_LITE_ENABLED="1", AWQ_LITE_BITS="8", AWQ_LITE_GROUP_TOP_K="1", AWQ_LITE_GROUP_SIZE="64",
-    ASYM_LOGIT_RESCALE="1", TTT_BATCH_SIZE="24", TTT_LOCAL_LR_MULT="0.75", TTT_MASK="no_qv",
-    TTT_Q_LORA="0", TTT_V_LORA="0", TTT_SHORT_SCORE_FIRST_ENABLED="1",
-    TTT_SHORT_SCORE_FIRST_STEPS="256:8,2000:24", TTT_SHORT_DOC_LEN="2000",
+    QK_GAIN_INIT="5.25",
+    GPTQ_RESERVE_SECONDS="4.0",
+    TRAIN_SEQ_LEN="3072",
+    PHASED_TTT_NUM_PHASES="1",
+    TRAIN_SEQ_SCHEDULE="1024@0.100,2048@0.700,3072@1.000",
+    TRAIN_SEQ_SCHEDULE_MODE="wallclock",
+    SEQ_CHANGE_WARMUP_STEPS="32",
+    COMPILE_SHAPE_WARMUP="1",
+    ROPE_TRAIN_SEQ_LEN="3072",
+    TTT_EVAL_SEQ_LEN="3072",
+    EVAL_INCLUDE_TAIL="1",
+    AWQ_LITE_ENABLED="1",
+    AWQ_LITE_BITS="8",
+    AWQ_LITE_GROUP_TOP_K="1",
+    AWQ_LITE_GROUP_SIZE="64",
+    ASYM_LOGIT_RESCALE="1",
+    TTT_BATCH_SIZE="24",
+    TTT_LOCAL_LR_MULT="0.75",
+    TTT_MASK="no_qv",
+    TTT_Q_LORA="0",
+    TTT_V_LORA="0",
+    TTT_SHORT_SCORE_FIRST_ENABLED="1",
+    TTT_SHORT_SCORE_FIRST_STEPS="256:8,2000:24",
+    TTT_SHORT_DOC_LEN="2000",
     TTT_SHORT_CHUNK_SIZE="24",
-)  # fmt: skip
+)
 PR2135 = PR1855 | dict(  # #2135, 2026-05-01, val_bpb 1.0565: the top row (PRESET=frontier)
     # #1855's network with #1797's code line, TTT levers and the token n-gram tilt, its hints
     # inside the evaluation's timer as in its run; #2135's rewritten per-group file (lrzip too)
-    MATRIX_LR="0.028", VAL_LOSS_EVERY="4000", GATED_ATTN_QUANT_GATE="0",
-    COMPRESSOR="pergroup_v2", PHASED_TTT_NUM_PHASES="1", EVAL_SEQ_LEN="2560",
-    TTT_EVAL_SEQ_LEN="2560", GPTQ_CALIBRATION_BATCHES="32", LQER_ASYM_GROUP="32",
-    ASYM_LOGIT_RESCALE="1", ASYM_LOGIT_LAYOUT="pr2135", SMEAR_GATE_BOS_FIX="0",
-    TTT_LORA_LR="8e-5", TTT_WEIGHT_DECAY="2.0", TTT_K_LORA="0", NGRAM_TILT_ENABLED="1",
+    MATRIX_LR="0.028",
+    VAL_LOSS_EVERY="4000",
+    GATED_ATTN_QUANT_GATE="0",
+    COMPRESSOR="pergroup_v2",
+    PHASED_TTT_NUM_PHASES="1",
+    EVAL_SEQ_LEN="2560",
+    TTT_EVAL_SEQ_LEN="2560",
+    GPTQ_CALIBRATION_BATCHES="32",
+    LQER_ASYM_GROUP="32",
+    ASYM_LOGIT_RESCALE="1",
+    ASYM_LOGIT_LAYOUT="pr2135",
+    SMEAR_GATE_BOS_FIX="0",
+    TTT_LORA_LR="8e-5",
+    TTT_WEIGHT_DECAY="2.0",
+    TTT_K_LORA="0",
+    NGRAM_TILT_ENABLED="1",
     NGRAM_HINT_PRECOMPUTE_OUTSIDE="0",
-)  # fmt: skip
+)
+# TTT_MASK's values that drop adapters: their TTT_<site>_LORA defaults to 0
+TTT_MASKED_ADAPTERS = {"no_q": ("Q",), "no_v": ("V",), "no_qv": ("Q", "V")}
 PRESETS = {"pr1855": PR1855, "pr2014": PR2014, "pr2135": PR2135, "frontier": PR2135}
 
 # The small control tensors' name patterns, built in: the baseline's default (of both its pattern
 # variables), then the record's extra ones (their tensors exist only when their variables are on)
-BASELINE_CONTROL_PATTERNS = ("attn_scale", "attn_scales", "mlp_scale", "mlp_scales", "resid_mix",
-                             "resid_mixes", "q_gain", "skip_weight", "skip_weights")  # fmt: skip
-CONTROL_TENSOR_NAME_PATTERNS = (*BASELINE_CONTROL_PATTERNS, "skip_gates", "parallel_post_lambdas",
-                                "parallel_resid_lambdas", "attn_gate_proj", "attn_gate_w",
-                                "smear_gate", "smear_lambda")  # fmt: skip
+BASELINE_CONTROL_PATTERNS = (
+    "attn_scale",
+    "attn_scales",
+    "mlp_scale",
+    "mlp_scales",
+    "resid_mix",
+    "resid_mixes",
+    "q_gain",
+    "skip_weight",
+    "skip_weights",
+)
+CONTROL_TENSOR_NAME_PATTERNS = (
+    *BASELINE_CONTROL_PATTERNS,
+    "skip_gates",
+    "parallel_post_lambdas",
+    "parallel_resid_lambdas",
+    "attn_gate_proj",
+    "attn_gate_w",
+    "smear_gate",
+    "smear_lambda",
+)
 
 
 def fixed(why: str, **accepted) -> dict[str, tuple[tuple, str]]:
@@ -189,38 +276,75 @@ def fixed(why: str, **accepted) -> dict[str, tuple[tuple, str]]:
 # tool or went: a run that sets one to another value is refused in one line giving the reason,
 # not silently ignored. AttnOutGate, dense GatedAttn and YaRN, off in the runs, are not built.
 FIXED_VARIABLES = {
-    **fixed("the baseline's default patterns are built in (or the record's)",
-            CONTROL_TENSOR_NAME_PATTERNS=(",".join(BASELINE_CONTROL_PATTERNS),
-                                          ",".join(CONTROL_TENSOR_NAME_PATTERNS))),
-    **fixed("the baseline's default patterns are built in",
-            INT8_KEEP_FLOAT_FP32_NAME_PATTERNS=",".join(BASELINE_CONTROL_PATTERNS)),
-    **fixed("fixed here at the records' runs' value",
-            ATTN_OUT_GATE_ENABLED="0", GATED_ATTN_ENABLED="0", ROPE_YARN="0",
-            # the phased TTT's fixed choices
-            TTT_GRAD_STEPS="1", TTT_OPTIMIZER="adam", TTT_WARM_START_A="1", TTT_EVAL_ONLY="0",
-            PHASED_TTT_ENABLED="1", GLOBAL_TTT_EPOCHS="1", GLOBAL_TTT_BATCH_SEQS="32",
-            GLOBAL_TTT_WARMUP_CHUNKS="0", GLOBAL_TTT_RESPECT_DOC_BOUNDARIES="1",
-            TTT_SHORT_LORA_ENABLED="0", TTT_TRAIN_MIN_DOC_LEN="0", TTT_TRAIN_MAX_DOC_LEN="0",
-            TTT_WARM_START_MEAN_ENABLED="0", TTT_LORA_EMA_DECAY="0.0", TTT_UPDATE_EVERY="1",
-            TTT_GRAD_STEPS_CLEAN="0", GLOBAL_TTT_OPTIMIZER="sgd",
-            # the quantizer's
-            LQER_SCOPE="all", LQER_GAIN_SELECT="0", GPTQ_CALIBRATION_MODE="random",
-            AWQ_LITE_GROUP_TOP_K="1",
-            # compilation and run control
-            COMPILE_SHAPE_WARMUP_ITERS="1", COMPILE_SHAPE_WARMUP_LOOP_MODES="auto",
-            DYNAMO_CACHE_SIZE_LIMIT="128", MIDRUN_CAP_SCHEDULE="", QK_GAIN_INIT_SCHEDULE="",
-            FORCE_STOP_STEP="0", MUON_HUBER_WD="0", OPTROT_ENABLED="0",
-            PERGROUP_ROUNDTRIP_CHECK="0",
-            # #2135's n-gram word channels, off in its run
-            WITHIN_TAU="99.0", WORD_TAU="99.0", WITHIN_BOOST="0.0", WORD_BOOST="0.0",
-            AGREE_ADD_BOOST="0.0"),
+    **fixed(
+        "the baseline's default patterns are built in (or the record's)",
+        CONTROL_TENSOR_NAME_PATTERNS=(
+            ",".join(BASELINE_CONTROL_PATTERNS),
+            ",".join(CONTROL_TENSOR_NAME_PATTERNS),
+        ),
+    ),
+    **fixed(
+        "the baseline's default patterns are built in",
+        INT8_KEEP_FLOAT_FP32_NAME_PATTERNS=",".join(BASELINE_CONTROL_PATTERNS),
+    ),
+    **fixed(
+        "fixed here at the records' runs' value",
+        ATTN_OUT_GATE_ENABLED="0",
+        GATED_ATTN_ENABLED="0",
+        ROPE_YARN="0",
+        # the phased TTT's fixed choices
+        TTT_GRAD_STEPS="1",
+        TTT_OPTIMIZER="adam",
+        TTT_WARM_START_A="1",
+        TTT_EVAL_ONLY="0",
+        PHASED_TTT_ENABLED="1",
+        GLOBAL_TTT_EPOCHS="1",
+        GLOBAL_TTT_BATCH_SEQS="32",
+        GLOBAL_TTT_WARMUP_CHUNKS="0",
+        GLOBAL_TTT_RESPECT_DOC_BOUNDARIES="1",
+        TTT_SHORT_LORA_ENABLED="0",
+        TTT_TRAIN_MIN_DOC_LEN="0",
+        TTT_TRAIN_MAX_DOC_LEN="0",
+        TTT_WARM_START_MEAN_ENABLED="0",
+        TTT_LORA_EMA_DECAY="0.0",
+        TTT_UPDATE_EVERY="1",
+        TTT_GRAD_STEPS_CLEAN="0",
+        GLOBAL_TTT_OPTIMIZER="sgd",
+        # the quantizer's
+        LQER_SCOPE="all",
+        LQER_GAIN_SELECT="0",
+        GPTQ_CALIBRATION_MODE="random",
+        AWQ_LITE_GROUP_TOP_K="1",
+        # compilation and run control
+        COMPILE_SHAPE_WARMUP_ITERS="1",
+        COMPILE_SHAPE_WARMUP_LOOP_MODES="auto",
+        DYNAMO_CACHE_SIZE_LIMIT="128",
+        MIDRUN_CAP_SCHEDULE="",
+        QK_GAIN_INIT_SCHEDULE="",
+        FORCE_STOP_STEP="0",
+        MUON_HUBER_WD="0",
+        OPTROT_ENABLED="0",
+        PERGROUP_ROUNDTRIP_CHECK="0",
+        # #2135's n-gram word channels, off in its run
+        WITHIN_TAU="99.0",
+        WORD_TAU="99.0",
+        WITHIN_BOOST="0.0",
+        WORD_BOOST="0.0",
+        AGREE_ADD_BOOST="0.0",
+    ),
     **fixed("every shape compiles before the clock either way", COMPILE_SHAPE_WARMUP=("0", "1")),
     **fixed("read by YaRN only", ROPE_TRAIN_SEQ_LEN=("2048", "3072")),
-    **fixed("the timing breakdown moved to tools/timing.py (run it instead; --every N)",
-            TRAINING_TIMING_BREAKDOWN="0", TRAINING_TIMING_EVERY="200"),
-    **fixed("the validation bytes are counted on the CPU, once (cuda, the baseline's count per "
-            "batch, went)", VAL_BYTECOUNT_DEVICE="cpu"),
-}  # fmt: skip
+    **fixed(
+        "the timing breakdown moved to tools/timing.py (run it instead; --every N)",
+        TRAINING_TIMING_BREAKDOWN="0",
+        TRAINING_TIMING_EVERY="200",
+    ),
+    **fixed(
+        "the validation bytes are counted on the CPU, once (cuda, the baseline's count per "
+        "batch, went)",
+        VAL_BYTECOUNT_DEVICE="cpu",
+    ),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -931,7 +1055,9 @@ class Hyperparameters:
         with contextlib.suppress(ValueError):  # (not two numbers: no pairs)
             pairs = (item.replace("=", ":").split(":") for item in short)
             steps = sorted((int(doc), int(chunk)) for doc, chunk in pairs)
-            return [*steps * self.ttt_short_score_first_enabled, (math.inf, self.ttt_chunk_size)]
+            if not self.ttt_short_score_first_enabled:
+                steps = []
+            return [*steps, (math.inf, self.ttt_chunk_size)]
         return [(0, 0)]
 
     @classmethod
@@ -939,10 +1065,11 @@ class Hyperparameters:
         chosen = PRESETS.get(env.get("PRESET", ""), {})  # validate refuses another name
         preset = {n: v for n, v in chosen.items() if n not in env}  # a variable beats its preset
         env = preset | dict(env)
-        mask = env.get("TTT_MASK", "").partition("no_")[2].upper()  # no_q, no_v, no_qv
-        env = {f"TTT_{site}_LORA": "0" for site in mask} | env
-        values = {f.name: parse_value(n, env[n], f.type)
-                  for f in FIELDS if (n := f.name.upper()) in env}  # fmt: skip
+        masked = TTT_MASKED_ADAPTERS.get(env.get("TTT_MASK", ""), ())
+        env = {f"TTT_{site}_LORA": "0" for site in masked} | env
+        values = {
+            f.name: parse_value(n, env[n], f.type) for f in FIELDS if (n := f.name.upper()) in env
+        }
         if "NUM_LAYERS" in chosen.keys() - preset.keys():  # the preset's layer numbers follow it
             for name in LAYER_NUMBERS & preset.keys():
                 scaled = values[name.lower()] * values["num_layers"] / int(chosen["NUM_LAYERS"])
@@ -951,7 +1078,8 @@ class Hyperparameters:
             T, top = values["train_seq_len"], int(chosen["TRAIN_SEQ_LEN"])  # its stages follow:
             stages = (item.split("@") for item in preset["TRAIN_SEQ_SCHEDULE"].split(","))
             values["train_seq_schedule"] = ",".join(  # T over the nearest power of 2 of the ratio
-                f"{T >> round(math.log2(top / int(n)))}@{p}" for n, p in stages)  # fmt: skip
+                f"{T >> round(math.log2(top / int(n)))}@{p}" for n, p in stages
+            )
         for name, (accepted, what) in FIXED_VARIABLES.items():  # constants here: refused, not
             if env.get(name, accepted[0]) not in accepted:  # ignored, at another value
                 raise ConfigError(f"{name}={env[name]!r}: not read here: {what}; unset it")
@@ -964,78 +1092,183 @@ class Hyperparameters:
         return cfg
 
     def validate(self, world_size: int) -> None:
-        """Every value out of its bounds, else every conflict between values, in one error."""
+        """Every value out of its bounds, else every conflict between values, in one error: all
+        the checks of the settings, before any heavy work."""
         bad = [check_bounds(f.name.upper(), getattr(self, f.name), f.metadata) for f in FIELDS]
         if any(bad):
             raise ConfigError("; ".join(filter(None, bad)))
-        accum, T, L = grad_accum_steps_for(world_size), self.train_seq_len, self.window
-        n, layers, head = world_size * accum, self.num_layers, self.model_dim // self.num_heads
-        span = self.train_batch_tokens // n  # a rank's micro-batch; n: ranks x micro-steps
-        margin_set = self.guard_margin != DEFAULTS["guard_margin"]
-        checks = [  # (broken, variable, what was expected)
-            (not self.run_id or any(c in self.run_id for c in "/\\") or self.run_id in (".", ".."),
-             "RUN_ID", "a plain file name (it names logs/RUN_ID.txt)"),
-            (self.train_batch_tokens % (n * T), "TRAIN_BATCH_TOKENS",
-             f"a multiple of {n} x TRAIN_SEQ_LEN={T} (a sequence per rank and micro-step: "
-             f"WORLD_SIZE={world_size} x {accum} gradient accumulation steps)"),
-            (self.val_batch_size < n * L, "VAL_BATCH_SIZE",
-             f">= {n} x EVAL_SEQ_LEN={L} (a sequence per rank and micro-step)"),
-            (self.model_dim % (2 * self.num_heads), "MODEL_DIM",
-             f"a multiple of 2 x NUM_HEADS={self.num_heads} (an even head size for RoPE)"),
-            (self.num_heads % self.num_kv_heads, "NUM_KV_HEADS",
-             f"a divisor of NUM_HEADS={self.num_heads} (each KV head serves a group of them)"),
-            (self.resume_from and self.eval_only_path, "RESUME_FROM",
-             "no EVAL_ONLY_PATH with it (resume training, or evaluate a saved model: unset one)"),
-            (0 < self.max_val_tokens < T, "MAX_VAL_TOKENS",
-             f"0 (the whole split) or >= TRAIN_SEQ_LEN={T} (one whole sequence)"),
-            (self.eval_stride > L, "EVAL_STRIDE",
-             f"<= EVAL_SEQ_LEN={L} (each window scores its last EVAL_STRIDE targets)"),
-            (self.eval_ttt and self.global_ttt_chunk_tokens < L, "GLOBAL_TTT_CHUNK_TOKENS",
-             f">= EVAL_SEQ_LEN={L} (a phase's SGD step holds whole sequences)"),
-            (not all(doc > 0 < chunk <= self.ttt_eval_seq_len for doc, chunk in self.ttt_chunks),
-             "TTT_SHORT_SCORE_FIRST_STEPS", f"doc:chunk items > 0, chunks (TTT_CHUNK_SIZE="
-             f"{self.ttt_chunk_size} too) <= TTT_EVAL_SEQ_LEN={self.ttt_eval_seq_len}"),
-            (self.rope_dims % 2 or self.rope_dims > head, "ROPE_DIMS",
-             f"an even number <= {head} (the head size, MODEL_DIM / NUM_HEADS; 0 = all of it)"),
-            (self.num_loops and not self.loop_start <= self.loop_end < layers, "LOOP_START",
-             f"<= LOOP_END={self.loop_end} < NUM_LAYERS={layers} (NUM_LOOPS={self.num_loops} "
-             f"repeats layers that exist; NUM_LOOPS=0: no loops)"),
-            (self.parallel_start_layer >= layers, "PARALLEL_START_LAYER",
-             f"< NUM_LAYERS={layers} (0: no parallel lanes)"),
-            (self.preset and self.parameter_banks and not self.parallel_start_layer,
-             "PARALLEL_START_LAYER", f">= 1 under PRESET={self.preset} with PARAMETER_BANKS=1 (its "
-             "code reads the lanes' two scalars from every file); or PARAMETER_BANKS=0 with it"),
-            (self.xsa_last_n > layers, "XSA_LAST_N", f"<= NUM_LAYERS={layers}"),
-            (self.gate_window > self.model_dim, "GATE_WINDOW",
-             f"<= MODEL_DIM={self.model_dim} (the gates read that many input dims)"),
-            (int(self.mlp_mult * self.model_dim) < 1, "MLP_MULT",
-             "int(MLP_MULT*MODEL_DIM) >= 1 (the MLP's hidden width)"),
-            (0 < self.max_wallclock_seconds <= self.gptq_reserve_seconds, "GPTQ_RESERVE_SECONDS",
-             f"< MAX_WALLCLOCK_SECONDS={self.max_wallclock_seconds} (training stops this much "
-             f"before the cap)"),
-            (self.compressor.startswith("pergroup") and self.quantizer != "gptq", "COMPRESSOR",
-             "QUANTIZER=gptq with it (its files hold GPTQ's integers; int8's: zlib, brotli, lzma)"),
-            ((self.quantizer == "gptq" or self.compressor == "brotli")
-             and importlib.util.find_spec("brotli") is None,
-             "QUANTIZER" if self.quantizer == "gptq" else "COMPRESSOR",
-             "the brotli package, which it writes with: pip install -r requirements.txt (or bash "
-             "scripts/setup.sh)"),
-            (self.train_seq_schedule and self.train_loader != "docpack", "TRAIN_SEQ_SCHEDULE",
-             "TRAIN_LOADER=docpack with it (its stages cut documents at their lengths)"),
-            (not 0 <= self.guard_margin < 1, "GUARD_MARGIN",
-             "a fraction in [0, 1) of the reference's number (0.02 = 2%)"),
-            (not self.guard_log and (self.guard_from_step or margin_set), "GUARD_LOG",
-             "a reference log for GUARD_MARGIN and GUARD_FROM_STEP"),
-            (self.guard_log and self.eval_only_path, "GUARD_LOG", "no EVAL_ONLY_PATH with it"),
-        ]  # fmt: skip
-        bad = [f"{name}={getattr(self, name.lower())!r}: expected {want}"
-               for broken, name, want in checks if broken]  # fmt: skip
+        bad = self.sequence_conflicts(world_size) + self.network_conflicts() + self.run_conflicts()
         if bad:
             raise ConfigError("; ".join(bad))
-        if any(span % length for _, length in seq_stages(self)):  # seq_stages: a bad plan too
-            raise ConfigError(f"TRAIN_SEQ_SCHEDULE={self.train_seq_schedule!r}: expected lengths "
-                              f"that divide a rank's micro-batch of {span} tokens "
-                              f"(TRAIN_BATCH_TOKENS / {n} ranks x micro-steps)")  # fmt: skip
+
+    def sequence_conflicts(self, world_size: int) -> list[str]:
+        """Batches, sequences and windows that do not divide as the loaders and evaluations need
+        (as `(broken, variable, what was expected)` checks)."""
+        accum = grad_accum_steps_for(world_size)
+        T = self.train_seq_len
+        L = self.window
+        n = world_size * accum  # ranks x micro-steps
+        span = self.train_batch_tokens // n  # a rank's micro-batch
+        checks = [
+            (
+                self.train_batch_tokens % (n * T),
+                "TRAIN_BATCH_TOKENS",
+                f"a multiple of {n} x TRAIN_SEQ_LEN={T} (a sequence per rank and micro-step: "
+                f"WORLD_SIZE={world_size} x {accum} gradient accumulation steps)",
+            ),
+            (
+                self.val_batch_size < n * L,
+                "VAL_BATCH_SIZE",
+                f">= {n} x EVAL_SEQ_LEN={L} (a sequence per rank and micro-step)",
+            ),
+            (
+                0 < self.max_val_tokens < T,
+                "MAX_VAL_TOKENS",
+                f"0 (the whole split) or >= TRAIN_SEQ_LEN={T} (one whole sequence)",
+            ),
+            (
+                self.eval_stride > L,
+                "EVAL_STRIDE",
+                f"<= EVAL_SEQ_LEN={L} (each window scores its last EVAL_STRIDE targets)",
+            ),
+            (
+                self.eval_ttt and self.global_ttt_chunk_tokens < L,
+                "GLOBAL_TTT_CHUNK_TOKENS",
+                f">= EVAL_SEQ_LEN={L} (a phase's SGD step holds whole sequences)",
+            ),
+            (
+                not all(doc > 0 < chunk <= self.ttt_eval_seq_len for doc, chunk in self.ttt_chunks),
+                "TTT_SHORT_SCORE_FIRST_STEPS",
+                f"doc:chunk items > 0, chunks (TTT_CHUNK_SIZE="
+                f"{self.ttt_chunk_size} too) <= TTT_EVAL_SEQ_LEN={self.ttt_eval_seq_len}",
+            ),
+            (
+                self.train_seq_schedule and self.train_loader != "docpack",
+                "TRAIN_SEQ_SCHEDULE",
+                "TRAIN_LOADER=docpack with it (its stages cut documents at their lengths)",
+            ),
+            (
+                # (seq_stages raises for a malformed plan; with another loader the row above)
+                self.train_loader == "docpack"
+                and any(span % length for _, length in seq_stages(self)),
+                "TRAIN_SEQ_SCHEDULE",
+                f"lengths that divide a rank's micro-batch of {span} tokens (TRAIN_BATCH_TOKENS / "
+                f"{n} ranks x micro-steps)",
+            ),
+        ]
+        return [
+            f"{name}={getattr(self, name.lower())!r}: expected {want}"
+            for broken, name, want in checks
+            if broken
+        ]
+
+    def network_conflicts(self) -> list[str]:
+        """Shapes and layer numbers the model cannot be built with."""
+        layers = self.num_layers
+        head = self.model_dim // self.num_heads
+        checks = [
+            (
+                self.model_dim % (2 * self.num_heads),
+                "MODEL_DIM",
+                f"a multiple of 2 x NUM_HEADS={self.num_heads} (an even head size for RoPE)",
+            ),
+            (
+                self.num_heads % self.num_kv_heads,
+                "NUM_KV_HEADS",
+                f"a divisor of NUM_HEADS={self.num_heads} (each KV head serves a group of them)",
+            ),
+            (
+                self.rope_dims % 2 or self.rope_dims > head,
+                "ROPE_DIMS",
+                f"an even number <= {head} (the head size, MODEL_DIM / NUM_HEADS; 0 = all of it)",
+            ),
+            (
+                self.num_loops and not self.loop_start <= self.loop_end < layers,
+                "LOOP_START",
+                f"<= LOOP_END={self.loop_end} < NUM_LAYERS={layers} (NUM_LOOPS={self.num_loops} "
+                f"repeats layers that exist; NUM_LOOPS=0: no loops)",
+            ),
+            (
+                self.parallel_start_layer >= layers,
+                "PARALLEL_START_LAYER",
+                f"< NUM_LAYERS={layers} (0: no parallel lanes)",
+            ),
+            (
+                self.preset and self.parameter_banks and not self.parallel_start_layer,
+                "PARALLEL_START_LAYER",
+                f">= 1 under PRESET={self.preset} with PARAMETER_BANKS=1 (its "
+                "code reads the lanes' two scalars from every file); or PARAMETER_BANKS=0 with it",
+            ),
+            (self.xsa_last_n > layers, "XSA_LAST_N", f"<= NUM_LAYERS={layers}"),
+            (
+                self.gate_window > self.model_dim,
+                "GATE_WINDOW",
+                f"<= MODEL_DIM={self.model_dim} (the gates read that many input dims)",
+            ),
+            (
+                int(self.mlp_mult * self.model_dim) < 1,
+                "MLP_MULT",
+                "int(MLP_MULT*MODEL_DIM) >= 1 (the MLP's hidden width)",
+            ),
+        ]
+        return [
+            f"{name}={getattr(self, name.lower())!r}: expected {want}"
+            for broken, name, want in checks
+            if broken
+        ]
+
+    def run_conflicts(self) -> list[str]:
+        """Settings of the run that exclude each other, or a package a setting needs."""
+        margin_set = self.guard_margin != DEFAULTS["guard_margin"]
+        checks = [
+            (
+                not self.run_id
+                or any(c in self.run_id for c in "/\\")
+                or self.run_id in (".", ".."),
+                "RUN_ID",
+                "a plain file name (it names logs/RUN_ID.txt)",
+            ),
+            (
+                self.resume_from and self.eval_only_path,
+                "RESUME_FROM",
+                "no EVAL_ONLY_PATH with it (resume training, or evaluate a saved model: unset one)",
+            ),
+            (
+                0 < self.max_wallclock_seconds <= self.gptq_reserve_seconds,
+                "GPTQ_RESERVE_SECONDS",
+                f"< MAX_WALLCLOCK_SECONDS={self.max_wallclock_seconds} (training stops this much "
+                f"before the cap)",
+            ),
+            (
+                self.compressor.startswith("pergroup") and self.quantizer != "gptq",
+                "COMPRESSOR",
+                "QUANTIZER=gptq with it (its files hold GPTQ's integers; int8's: zlib, brotli, "
+                "lzma)",
+            ),
+            (
+                (self.quantizer == "gptq" or self.compressor == "brotli")
+                and importlib.util.find_spec("brotli") is None,
+                "QUANTIZER" if self.quantizer == "gptq" else "COMPRESSOR",
+                "the brotli package, which it writes with: pip install -r requirements.txt (or "
+                "bash scripts/setup.sh)",
+            ),
+            (
+                not 0 <= self.guard_margin < 1,
+                "GUARD_MARGIN",
+                "a fraction in [0, 1) of the reference's number (0.02 = 2%)",
+            ),
+            (
+                not self.guard_log and (self.guard_from_step or margin_set),
+                "GUARD_LOG",
+                "a reference log for GUARD_MARGIN and GUARD_FROM_STEP",
+            ),
+            (self.guard_log and self.eval_only_path, "GUARD_LOG", "no EVAL_ONLY_PATH with it"),
+        ]
+        return [
+            f"{name}={getattr(self, name.lower())!r}: expected {want}"
+            for broken, name, want in checks
+            if broken
+        ]
 
 
 FIELDS = dataclasses.fields(Hyperparameters)
@@ -1050,9 +1283,11 @@ def scaled_schedule_line(cfg: Hyperparameters, env=os.environ) -> str:
     plan = preset.get("TRAIN_SEQ_SCHEDULE", "")
     if not plan or "TRAIN_SEQ_SCHEDULE" in env or cfg.train_seq_schedule == plan:
         return ""
-    return (f"train_seq_schedule_scaled: PRESET={cfg.preset}'s {plan} is for its TRAIN_SEQ_LEN="
-            f"{preset['TRAIN_SEQ_LEN']}; at TRAIN_SEQ_LEN={cfg.train_seq_len} each stage's length "
-            f"is scaled by the same power of 2 (docs/frontier.md)")  # fmt: skip
+    return (
+        f"train_seq_schedule_scaled: PRESET={cfg.preset}'s {plan} is for its TRAIN_SEQ_LEN="
+        f"{preset['TRAIN_SEQ_LEN']}; at TRAIN_SEQ_LEN={cfg.train_seq_len} each stage's length "
+        f"is scaled by the same power of 2 (docs/frontier.md)"
+    )
 
 
 def check_bounds(name: str, value, bounds) -> str:
@@ -1066,7 +1301,11 @@ def check_bounds(name: str, value, bounds) -> str:
     if below is not None and not value < below:
         return f"{name}={value}: expected a value < {below}"
     if (low is not None and value < low) or (high is not None and value > high):
-        want = [f">= {low}"] * (low is not None) + [f"<= {high}"] * (high is not None)
+        want = []
+        if low is not None:
+            want.append(f">= {low}")
+        if high is not None:
+            want.append(f"<= {high}")
         return f"{name}={value}: expected a value {' and '.join(want)}"
     return ""
 
@@ -1076,9 +1315,11 @@ def shown_choice(choice: str) -> str:
 
 
 PARSERS = {  # a field's type: how its variable is read, what it expects
-    "int": (int, "an integer"), "float": (float, "a finite number"), "str": (str, ""),
+    "int": (int, "an integer"),
+    "float": (float, "a finite number"),
+    "str": (str, ""),
     "bool": ({"0": False, "1": True}.__getitem__, "0 or 1"),
-}  # fmt: skip
+}
 
 
 def parse_value(name: str, raw: str, kind: str):
@@ -1099,8 +1340,10 @@ def env_int(name: str, default: int) -> int:
 def grad_accum_steps_for(world_size: int) -> int:
     """8 // WORLD_SIZE keeps the global batch and math of 1-8 GPUs alike; 8k GPUs run one each."""
     if world_size < 1 or (8 % world_size and world_size % 8):
-        raise ConfigError(f"WORLD_SIZE={world_size}: expected a divisor of 8 or a multiple of 8 "
-                          f"(a step is 8 micro-batches; torchrun --nproc_per_node)")  # fmt: skip
+        raise ConfigError(
+            f"WORLD_SIZE={world_size}: expected a divisor of 8 or a multiple of 8 "
+            f"(a step is 8 micro-batches; torchrun --nproc_per_node)"
+        )
     return max(8 // world_size, 1)
 
 
@@ -1155,14 +1398,26 @@ class Bank(NamedTuple):  # PARAMETER_BANKS: this rank's share of a set of same-s
 class Muon(torch.optim.Optimizer):
     """Each rank orthogonalises its share of updates (banks: one NS call); an all-reduce shares."""
 
-    def __init__(self, params, lr, momentum, backend_steps, nesterov=True, orthogonalize=None,
-                 weight_decay=0.0, row_normalize=False, momentum_dtype=None,
-                 banks=False):  # fmt: skip
+    def __init__(
+        self,
+        params,
+        lr,
+        momentum,
+        backend_steps,
+        nesterov=True,
+        orthogonalize=None,
+        weight_decay=0.0,
+        row_normalize=False,
+        momentum_dtype=None,
+        banks=False,
+    ):
         defaults = dict(lr=lr, momentum=momentum, backend_steps=backend_steps, nesterov=nesterov)
         super().__init__(params, defaults)
         self.orthogonalize = orthogonalize or zeropower_via_newtonschulz5
         self.weight_decay, self.row_normalize = weight_decay, row_normalize
-        self.momentum_dtype, self.banks, self.plans = momentum_dtype, banks, {}
+        self.momentum_dtype = momentum_dtype
+        self.banks = banks
+        self.plans = {}
 
     def load_state_dict(self, state_dict) -> None:
         super().load_state_dict(state_dict)
@@ -1178,8 +1433,9 @@ class Muon(torch.optim.Optimizer):
         buf = state["momentum_buffer"]
         buf.mul_(group["momentum"]).add_(g)
         g = g.add(buf, alpha=group["momentum"]) if group["nesterov"] else g
-        g = self.orthogonalize(normalize_rows(g) if self.row_normalize else g,
-                               steps=group["backend_steps"])  # fmt: skip
+        g = self.orthogonalize(
+            normalize_rows(g) if self.row_normalize else g, steps=group["backend_steps"]
+        )
         g *= max(1, g.size(-2) / g.size(-1)) ** 0.5  # scale for non-square matrices
         return g
 
@@ -1235,8 +1491,9 @@ def training_fraction(step, elapsed_ms, iterations, max_wallclock_ms) -> float:
     return max(elapsed_ms / (max_wallclock_ms or math.inf), step / max(iterations, 1))
 
 
-def lr_multiplier(step, elapsed_ms, iterations, warmdown_iters, max_wallclock_ms,
-                  warmdown_frac=0.0, min_lr=0.0) -> float:  # fmt: skip
+def lr_multiplier(
+    step, elapsed_ms, iterations, warmdown_iters, max_wallclock_ms, warmdown_frac=0.0, min_lr=0.0
+) -> float:
     """Linear warm-down over the last WARMDOWN_ITERS steps (under a cap: their estimated time);
     WARMDOWN_FRAC instead: over that last fraction of training, down to MIN_LR (the record's)."""
     if warmdown_frac > 0:
@@ -1264,7 +1521,9 @@ def seq_stages(cfg: Hyperparameters) -> list[tuple[float, int]]:
     ps, lengths = zip(*stages, strict=True)
     if not 0 < min(ps) <= max(ps) <= 1 or min(lengths) < 1 or max(lengths) != cfg.train_seq_len:
         raise ConfigError(f"TRAIN_SEQ_SCHEDULE={plan!r}: expected {want}={cfg.train_seq_len}")
-    return stages + [(1.0, stages[-1][1])] * (stages[-1][0] < 1)
+    if stages[-1][0] < 1:  # the longest length runs to the end
+        stages.append((1.0, stages[-1][1]))
+    return stages
 
 
 # -----------------------------
@@ -1337,7 +1596,12 @@ def quantize_float_tensor(t: Tensor) -> tuple[Tensor, Tensor]:
 
 def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> tuple[dict, dict]:
     """The baseline's int8_clean_per_row_v1 format, and byte statistics for the log."""
-    quantized, scales, dtypes, passthrough, orig_dtypes, qmeta = {}, {}, {}, {}, {}, {}
+    quantized = {}
+    scales = {}
+    dtypes = {}
+    passthrough = {}
+    orig_dtypes = {}
+    qmeta = {}
     stats = collections.Counter()  # byte totals for the log
     for name, tensor in state_dict.items():
         t = tensor.detach().to("cpu").contiguous()
@@ -1447,7 +1711,9 @@ def gptq_quantize(w, hessian, clip_sigmas: float, bits: int, high=(), high_bits=
     W, H = W[:, perm], H[perm][:, perm]
     W[:, dead[perm]] = 0.0
     U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
-    Q, high, s_lo = torch.zeros_like(W), [c in high for c in perm.tolist()], scale.float()[:, None]
+    Q = torch.zeros_like(W)
+    high = [c in high for c in perm.tolist()]
+    s_lo = scale.float()[:, None]
     for a in range(0, W.size(1), 128):  # blocks of 128 columns, updated lazily
         b = min(a + 128, W.size(1))
         block, errors = W[:, a:b].clone(), torch.zeros_like(W[:, a:b])
@@ -1517,7 +1783,10 @@ def gptq_matrix(w: dict, name: str, q: str = ".q", s: str = ".scale") -> Tensor:
 def quantize_state_dict_gptq(cfg, state: dict, hessians: dict, act_rms=()) -> dict:
     """The record's artifact: {"w": tensors, "m": {name: how}} in `state`'s order, LQER factors last
     (largest error first); no Hessian: round to nearest. act_rms: AWQ-lite's salience."""
-    w, meta, errors, G = {}, {}, {}, cfg.awq_lite_group_size
+    w = {}
+    meta = {}
+    errors = {}
+    G = cfg.awq_lite_group_size
     _, group, a = awq_group(cfg, state, act_rms) if cfg.awq_lite_enabled else (0, None, 0)
     for name, t in state.items():
         t, route = t.detach().cpu(), quant_route(cfg, name, t)
@@ -1604,9 +1873,11 @@ def read_artifact(path: str | Path, source: str, log0: Callable, compressor: str
     except DataError:
         raise
     except Exception as e:  # truncated, not compressed, not torch.save's, another PGRP
-        raise DataError(f"{source}: not a readable artifact ({type(e).__name__}: {e}); expected a "
-                        f"whole .ptz written by this script or a record's (copy it again if it was "
-                        f"cut short)") from None  # fmt: skip
+        raise DataError(
+            f"{source}: not a readable artifact ({type(e).__name__}: {e}); expected a "
+            f"whole .ptz written by this script or a record's (copy it again if it was "
+            f"cut short)"
+        ) from None
     return obj
 
 
@@ -1623,21 +1894,32 @@ def unpack_artifact(blob: bytes, source: str, log0: Callable, compressor: str):
         with progress(start, "Deserialize: decompression", log0):
             return read_pergroup(blob, compressor)
     except FileNotFoundError:  # the lrzip binary
-        raise DataError(f"{source}: a per-group (COMPRESSOR=pergroup) artifact: expected lrzip "
-                        f"on PATH to read it (scripts/setup.sh installs it)") from None  # fmt: skip
+        raise DataError(
+            f"{source}: a per-group (COMPRESSOR=pergroup) artifact: expected lrzip "
+            f"on PATH to read it (scripts/setup.sh installs it)"
+        ) from None
     except Exception as e:  # the file, its damage, what next: lrzip's errors name neither
         cause = f"{type(e).__name__}: {e}".splitlines()[0]
-        raise DataError(f"{source}: a per-group (lrzip + brotli) artifact of {len(blob):,} "
-                        f"bytes, truncated or damaged ({cause}); copy it again, whole, from "
-                        f"the run that wrote it (its log's `Serialized model` line gives the "
-                        f"size)") from None  # fmt: skip
+        raise DataError(
+            f"{source}: a per-group (lrzip + brotli) artifact of {len(blob):,} "
+            f"bytes, truncated or damaged ({cause}); copy it again, whole, from "
+            f"the run that wrote it (its log's `Serialized model` line gives the "
+            f"size)"
+        ) from None
 
 
 # COMPRESSOR=pergroup, the records': the matrices' int8 rows (some reordered, neighbours alike) by
 # column, compressed by lrzip's ZPAQ, the rest by brotli. #1855's file (= #2014's): 7 groups, a
 # stream each; #2135's (pergroup_v2: PGRP version 2): every matrix reordered, one stream. Both read.
-PERGROUPS = ("_tok_emb.weight.q", "attn.c_k.weight.q", "attn.c_q.weight.q", "attn.c_v.weight.q",
-             "attn.proj.weight.q", "mlp.fc.weight.q", "mlp.proj.weight.q")  # fmt: skip
+PERGROUPS = (
+    "_tok_emb.weight.q",
+    "attn.c_k.weight.q",
+    "attn.c_q.weight.q",
+    "attn.c_v.weight.q",
+    "attn.proj.weight.q",
+    "mlp.fc.weight.q",
+    "mlp.proj.weight.q",
+)
 SORTED_GROUPS = PERGROUPS[0], PERGROUPS[2], PERGROUPS[5]  # #1855 reorders these rows
 ZPAQ = ("-z", "-L", "9")
 
@@ -1691,6 +1973,13 @@ def from_columns(raw: bytes, shape: tuple, order: np.ndarray) -> Tensor:
     return t[np.argsort(order)]  # row k held row order[k]: each back in place
 
 
+def torch_bytes(obj) -> bytes:
+    """torch.save's file of obj, in memory."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
 def uint16(orders) -> bytes:  # perms, little-endian
     return b"".join(np.array(order, dtype="<u2").tobytes() for order in orders)
 
@@ -1705,23 +1994,25 @@ def write_pergroup(w: dict, meta: dict, version: str) -> bytes:
             head += [struct.pack("<H", len(n)), n.encode(), struct.pack("<II", *w[n].shape)]
             head.append(uint16([orders[n]]))
         stream = lrzip(b"".join(in_columns(w[n], orders[n]) for n in names), *ZPAQ)
-        torch.save({"w": {n: w[n] for n in w if n not in orders}, "m": meta}, buf := io.BytesIO())
-        shuffled = b"BSHF\x02" + buf.getvalue()[::2] + buf.getvalue()[1::2]  # even bytes, odd
+        saved = torch_bytes({"w": {n: w[n] for n in w if n not in orders}, "m": meta})
+        shuffled = b"BSHF\x02" + saved[::2] + saved[1::2]  # even bytes, odd
         rest = brotli.compress(shuffled, quality=11)
         head += [struct.pack("<BI", 1, len(stream)), stream, struct.pack("<I", len(rest)), rest]
         return b"".join(head)
     by_layer = functools.partial(sorted, key=lambda n: (len(n), n))  # blocks.2 before blocks.10
     groups = {g: by_layer(n for n in names if n.endswith(g.lstrip("_"))) for g in PERGROUPS}
-    orders = {n: similarity_order(w[n]) if g in SORTED_GROUPS else list(range(len(w[n])))
-              for g, group in groups.items() for n in group}  # fmt: skip
+    orders = {
+        n: similarity_order(w[n]) if g in SORTED_GROUPS else list(range(len(w[n])))
+        for g, group in groups.items()
+        for n in group
+    }
     blobs = [b"".join(in_columns(w[n], orders[n]) for n in group) for group in groups.values()]
     with ThreadPoolExecutor(os.cpu_count()) as pool:  # the groups at once, on as many cores
         streams = list(pool.map(lambda blob: blob and lrzip(blob, *ZPAQ), blobs))
     shapes = {g: [tuple(w[n].shape) for n in group] for g, group in groups.items() if group}
     rest = {"r": {n: w[n] for n in sorted(w) if n not in orders}, "m": meta, "s": shapes}
-    torch.save(rest, buf := io.BytesIO())
     perms = uint16(orders[n] for g in SORTED_GROUPS for n in groups[g])
-    streams += [brotli.compress(buf.getvalue(), quality=11, lgwin=24)]
+    streams += [brotli.compress(torch_bytes(rest), quality=11, lgwin=24)]
     streams += [perms and brotli.compress(perms, quality=11)]
     return b"PGRP" + struct.pack("<10I", 9, *map(len, streams)) + b"".join(streams)
 
@@ -1777,9 +2068,13 @@ def counted_code_bytes(code: str, log0: Callable) -> int:
         return len(code.encode("utf-8"))
     try:  # the record's pyminify options; without python-minifier the source as it is
         code = importlib.import_module("python_minifier").minify(
-            code, rename_locals=False, hoist_literals=False, remove_literal_statements=True,
-            remove_asserts=True, prefer_single_line=True,
-        )  # fmt: skip
+            code,
+            rename_locals=False,
+            hoist_literals=False,
+            remove_literal_statements=True,
+            remove_asserts=True,
+            prefer_single_line=True,
+        )
     except ImportError:
         log0("WARNING: python-minifier is not installed: the code is counted unminified")
     compressed = importlib.import_module("brotli").compress(code.encode(), quality=11)
@@ -1824,18 +2119,24 @@ def read_shard_header(path: str | Path) -> int:
     """Check a shard's header and file size (cheap: no tokens read); return its token count."""
     header, size = read_array(path, "<i4", HEADER_INTS), Path(path).stat().st_size
     if header.size != HEADER_INTS:
-        raise DataError(f"{path}: {size} bytes, shorter than a shard's {HEADER_BYTES}-byte header: "
-                        f"cut short? {GET_DATA}")  # fmt: skip
+        raise DataError(
+            f"{path}: {size} bytes, shorter than a shard's {HEADER_BYTES}-byte header: "
+            f"cut short? {GET_DATA}"
+        )
     magic, version, num_tokens = header[:3].tolist()
     if magic != SHARD_MAGIC:
-        raise DataError(f"{path}: magic {magic}: expected {SHARD_MAGIC}, not a token shard "
-                        f"(data/ writes them: docs/data.md)")  # fmt: skip
+        raise DataError(
+            f"{path}: magic {magic}: expected {SHARD_MAGIC}, not a token shard "
+            f"(data/ writes them: docs/data.md)"
+        )
     if version != SHARD_VERSION:
         raise DataError(f"{path}: shard version {version}: expected {SHARD_VERSION}; {GET_DATA}")
     expected = HEADER_BYTES + 2 * num_tokens
     if num_tokens < 0 or size != expected:
-        raise DataError(f"{path}: {size} bytes, but its header's {num_tokens} tokens need "
-                        f"{expected}: cut short? {GET_DATA}")  # fmt: skip
+        raise DataError(
+            f"{path}: {size} bytes, but its header's {num_tokens} tokens need "
+            f"{expected}: cut short? {GET_DATA}"
+        )
     return num_tokens
 
 
@@ -1859,8 +2160,10 @@ def check_token_ids(tokens: np.ndarray, vocab_size: int | None, path, offset: in
     if vocab_size is not None and tokens.size and int(tokens.max()) >= vocab_size:
         bad = int(np.argmax(tokens >= vocab_size))
         token, position = int(tokens[bad]), offset + bad
-        raise DataError(f"{path}: token {token} at position {position}: expected < VOCAB_SIZE="
-                        f"{vocab_size}: set it (and TOKENIZER_PATH) as the data's")  # fmt: skip
+        raise DataError(
+            f"{path}: token {token} at position {position}: expected < VOCAB_SIZE="
+            f"{vocab_size}: set it (and TOKENIZER_PATH) as the data's"
+        )
 
 
 def list_shards(pattern: str) -> list[Path]:
@@ -1892,19 +2195,23 @@ class TrainShards:
 
     def check_order(self, order: str, world_size: int) -> None:
         if order == "shuffled" and len(self.files) < world_size:
-            raise DataError(f"TRAIN_LOADER=shuffled: {len(self.files)} train shards for "
-                            f"{world_size} ranks: expected one per rank at least (each rank "
-                            f"reads shards of its own); more shards, fewer ranks, or "
-                            f"TRAIN_LOADER=stream")  # fmt: skip
+            raise DataError(
+                f"TRAIN_LOADER=shuffled: {len(self.files)} train shards for "
+                f"{world_size} ranks: expected one per rank at least (each rank "
+                f"reads shards of its own); more shards, fewer ranks, or "
+                f"TRAIN_LOADER=stream"
+            )
         if order == "docpack" and self.bos is None:
             self.bos = [self.first_bos(i) for i in range(len(self.files))]
 
     def check_room(self, global_span: int) -> None:
         """docpack reads a micro-step of every rank from one shard, after its first BOS."""
         if all(size - bos < global_span for size, bos in zip(self.sizes, self.bos, strict=True)):
-            raise DataError(f"TRAIN_LOADER=docpack: no train shard holds {global_span} tokens (one "
-                            f"micro-step of every rank) after its first BOS: larger shards or a "
-                            f"smaller TRAIN_BATCH_TOKENS")  # fmt: skip
+            raise DataError(
+                f"TRAIN_LOADER=docpack: no train shard holds {global_span} tokens (one "
+                f"micro-step of every rank) after its first BOS: larger shards or a "
+                f"smaller TRAIN_BATCH_TOKENS"
+            )
 
     def first_bos(self, idx: int, chunk: int = 1 << 16) -> int:
         tokens = self.mapped(idx)
@@ -1912,8 +2219,10 @@ class TrainShards:
             hits = np.flatnonzero(tokens[start : start + chunk] == BOS_ID)
             if hits.size:
                 return start + int(hits[0])
-        raise DataError(f"{self.files[idx]}: no BOS token (id {BOS_ID}) to start documents at "
-                        f"(TRAIN_LOADER=docpack): use TRAIN_LOADER=stream")  # fmt: skip
+        raise DataError(
+            f"{self.files[idx]}: no BOS token (id {BOS_ID}) to start documents at "
+            f"(TRAIN_LOADER=docpack): use TRAIN_LOADER=stream"
+        )
 
 
 class Layout(NamedTuple):  # how an order stages a batch (its fill writes it, assemble reads it)
@@ -1926,9 +2235,11 @@ def rank_span(global_tokens: int, seq_len: int, grad_accum_steps: int, world_siz
     """Tokens each rank reads per micro-step: its local batch plus one for the shifted targets."""
     local = global_tokens // (world_size * grad_accum_steps)
     if local <= 0 or local % seq_len:
-        raise ValueError(f"a batch of {global_tokens} tokens over {world_size} ranks x "
-                         f"{grad_accum_steps} micro-steps gives {local} tokens per rank: expected "
-                         f"a positive multiple of seq_len={seq_len}")  # fmt: skip
+        raise ValueError(
+            f"a batch of {global_tokens} tokens over {world_size} ranks x "
+            f"{grad_accum_steps} micro-steps gives {local} tokens per rank: expected "
+            f"a positive multiple of seq_len={seq_len}"
+        )
     return local + 1
 
 
@@ -2049,7 +2360,9 @@ class ShuffledOrder:
         self.shards, self.owned = shards, list(range(rank, len(shards.files), world_size))
         self.tokens = [shards.mapped(i) for i in self.owned]
         self.rng = np.random.Generator(np.random.PCG64(rank))
-        self.seq_len, self.starts, self.remaining = None, (), np.zeros(0)
+        self.seq_len = None
+        self.starts = ()
+        self.remaining = np.zeros(0)
         if state is not None:
             rng_state, self.seq_len, self.starts, remaining = state
             self.rng.bit_generator.state = rng_state
@@ -2075,9 +2388,11 @@ class ShuffledOrder:
         self.starts = tuple(starts)  # never changed in place: a state can refer to them
         self.remaining = np.array([s.size for s in starts], dtype=np.float64)
         if self.remaining.sum() <= 0:
-            raise DataError(f"TRAIN_LOADER=shuffled: this rank's {len(self.owned)} shards hold no "
-                            f"window of TRAIN_SEQ_LEN+1 = {seq + 1} tokens: larger shards or a "
-                            f"shorter TRAIN_SEQ_LEN")  # fmt: skip
+            raise DataError(
+                f"TRAIN_LOADER=shuffled: this rank's {len(self.owned)} shards hold no "
+                f"window of TRAIN_SEQ_LEN+1 = {seq + 1} tokens: larger shards or a "
+                f"shorter TRAIN_SEQ_LEN"
+            )
 
     def fill(self, layout: Layout, seq_len: int, tokens: np.ndarray, cu) -> tuple[int, int]:
         self.seq_len = seq_len  # for reset_all; the loaders refuse one other than the first
@@ -2112,8 +2427,9 @@ class DistributedTokenLoader(ClosedOnExit):
     """The synchronous reference: (x, y), or (x, y, cu_seqlens, max_seqlen) for docpack. `order`:
     the order's class (StreamOrder, the baseline's; TRAIN_ORDERS by TRAIN_LOADER's names)."""
 
-    def __init__(self, pattern, rank, world_size, device, *, order: type, vocab_size=None,
-                 state=None):  # fmt: skip
+    def __init__(
+        self, pattern, rank, world_size, device, *, order: type, vocab_size=None, state=None
+    ):
         self.rank, self.world_size = rank, world_size
         self.device = torch.empty(0, device=device).device  # "cuda" -> "cuda:N", for the worker
         self.kind, self.seq_len = order, None
@@ -2122,8 +2438,9 @@ class DistributedTokenLoader(ClosedOnExit):
 
     def layout(self, global_tokens: int, seq_len: int, grad_accum_steps: int) -> Layout:
         if self.kind is ShuffledOrder and self.seq_len not in (None, seq_len):
-            raise ValueError(f"seq_len={seq_len}: the shuffled order is laid out for "
-                             f"{self.seq_len}")  # fmt: skip
+            raise ValueError(
+                f"seq_len={seq_len}: the shuffled order is laid out for {self.seq_len}"
+            )
         self.seq_len = seq_len
         return self.kind.layout(global_tokens, seq_len, grad_accum_steps, self.world_size)
 
@@ -2210,7 +2527,9 @@ class StagingPipeline:
     at the end; a buffer is refilled only once the copy out of it (as uint16) has completed."""
 
     def __init__(self, fill, assemble, sizes, device, name, depth, copy_stream):
-        self.assemble, self.device, self.cuda = assemble, device, device.type == "cuda"
+        self.assemble = assemble
+        self.device = device
+        self.cuda = device.type == "cuda"
         self.ready, self.free = _Handoff(depth), _Handoff(depth + 2)
         for _ in range(depth + 2):  # `depth` waiting, one being filled, one whose copy may run
             tokens = torch.empty(sizes[0], dtype=torch.int16, pin_memory=self.cuda)
@@ -2341,7 +2660,9 @@ class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
 
     def _restart(self, shape: tuple[int, int, int], layout: Layout) -> None:
         self._stop()
-        seq_len, order, position = shape[1], self.order, self.position
+        seq_len = shape[1]
+        order = self.order
+        position = self.position
         self.order = None  # the first worker takes the order made at start-up; others resume
 
         def fill(tokens: np.ndarray, cu: np.ndarray) -> tuple:  # on the worker thread
@@ -2377,22 +2698,28 @@ class ValidationSet:
     def __init__(self, cfg: Hyperparameters, rt: Runtime, luts: ByteLuts):
         files = list_shards(cfg.val_files)
         self.split = np.concatenate([load_data_shard(f, cfg.vocab_size) for f in files])
-        self.split_tokens, self.luts, self.counts = max(self.split.size - 1, 0), luts, None
+        self.split_tokens = max(self.split.size - 1, 0)
+        self.luts = luts
+        self.counts = None
         sidecars = sorted(glob.glob(cfg.val_bytes_files))  # CaseOps data: token i's UTF-8 bytes
         self.bytes_from = "sidecar" if sidecars else "tokenizer"
         if sidecars:
             self.counts = np.concatenate([load_data_shard(f) for f in sidecars])
             if self.counts.size != self.split.size:
-                raise DataError(f"{cfg.val_bytes_files}: {self.counts.size} byte counts: expected "
-                                f"{self.split.size}, one per token of {cfg.val_files}: written "
-                                f"for other shards? Build both again (docs/data.md)")  # fmt: skip
+                raise DataError(
+                    f"{cfg.val_bytes_files}: {self.counts.size} byte counts: expected "
+                    f"{self.split.size}, one per token of {cfg.val_files}: written "
+                    f"for other shards? Build both again (docs/data.md)"
+                )
         L = self.seq_len = cfg.window
         usable = min(self.split_tokens, cfg.max_val_tokens or self.split_tokens)
         if usable < L:
-            raise DataError(f"EVAL_SEQ_LEN={L}: expected <= {usable}, the validation targets "
-                            f"evaluated ({self.split_tokens} in {cfg.val_files}, "
-                            f"MAX_VAL_TOKENS={cfg.max_val_tokens}): a shorter EVAL_SEQ_LEN or more "
-                            f"data")  # fmt: skip
+            raise DataError(
+                f"EVAL_SEQ_LEN={L}: expected <= {usable}, the validation targets "
+                f"evaluated ({self.split_tokens} in {cfg.val_files}, "
+                f"MAX_VAL_TOKENS={cfg.max_val_tokens}): a shorter EVAL_SEQ_LEN or more "
+                f"data"
+            )
         usable = self.scored_targets = usable if cfg.eval_include_tail else usable // L * L
         self.tokens = self.split[: usable + 1]
         unit = 1 if cfg.eval_include_tail else L  # rank r: whole sequences, or targets Tr/W..
@@ -2457,9 +2784,13 @@ class SlidingWindows:
     start while kS + L - S < the targets (-100 past the split). Ranks: contiguous parts."""
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, val: ValidationSet):
-        L, S, B = cfg.window, cfg.eval_stride, cfg.eval_batch_seqs
+        L = cfg.window
+        S = cfg.eval_stride
+        B = cfg.eval_batch_seqs
         total = val.scored_targets
-        self.shape, self.stride, self.context = (B, L), S, L - S
+        self.shape = (B, L)
+        self.stride = S
+        self.context = L - S
         self.windows = -(-(total - self.context) // S)
         lo, hi = rt.share(self.windows)
         self.batches = [((k - lo) * S, min(B, hi - k)) for k in range(lo, hi, B)]  # offset, rows
@@ -2653,7 +2984,9 @@ def adapted(out: Tensor, lora, site: str, h: Tensor) -> Tensor:
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: Hyperparameters, attend: Callable, layer: int):
         super().__init__()
-        dim, self.num_heads, self.num_kv_heads = cfg.model_dim, cfg.num_heads, cfg.num_kv_heads
+        dim = cfg.model_dim
+        self.num_heads = cfg.num_heads
+        self.num_kv_heads = cfg.num_kv_heads
         self.head_dim = dim // cfg.num_heads
         kv_dim = self.num_kv_heads * self.head_dim
         self.c_q = CastedLinear(dim, dim, bias=False)
@@ -2768,7 +3101,9 @@ class GPT(nn.Module):
         attention = attention or select_attention(
             cfg.attention_backend, torch.device("cpu"), cfg.preset
         )
-        self.cfg, self.documents, self.logit_softcap = cfg, attention.documents, cfg.logit_softcap
+        self.cfg = cfg
+        self.documents = attention.documents
+        self.logit_softcap = cfg.logit_softcap
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.model_dim)
         if cfg.asym_logit_rescale:  # never trained (the loss that trains is symmetric): no grad
             self.softcap_pos = nn.Parameter(torch.tensor(cfg.logit_softcap), requires_grad=False)
@@ -2827,11 +3162,22 @@ class GPT(nn.Module):
             gate = gate * (input_ids[:, 1:, None] != BOS_ID)
         return torch.cat((x[:, :1], x[:, 1:] + lam * gate * x[:, :-1]), dim=1)
 
-    def forward(self, input_ids, target_ids, reduction="mean", cu_seqlens=None, max_seqlen=0,
-                lora=None, hint=None):  # fmt: skip
+    def forward(
+        self,
+        input_ids,
+        target_ids,
+        reduction="mean",
+        cu_seqlens=None,
+        max_seqlen=0,
+        lora=None,
+        hint=None,
+    ):
         """With cu_seqlens (one packed row), attention and RoPE positions stay within each segment.
         lora: EVAL_TTT's adapters (a row per slot, a set per pass). hint: nll and tilted nll."""
-        n, docs, positions = input_ids.size(1), None, None  # the segments, once per forward:
+        # The segments' tables and positions are built once per forward, for every layer.
+        n = input_ids.size(1)
+        docs = None
+        positions = None
         if cu_seqlens is not None:
             docs = self.documents(cu_seqlens, max_seqlen, n)
             positions = document_positions(cu_seqlens, n)
@@ -2840,7 +3186,9 @@ class GPT(nn.Module):
             x = self.smear(x, input_ids)
         x0 = x = F.rms_norm(x, (x.size(-1),))
         encoder, decoder = self.layer_order(self.looping)
-        skips, lanes, start = [], None, self.cfg.parallel_start_layer
+        skips = []
+        lanes = None
+        start = self.cfg.parallel_start_layer
         for slot, i in enumerate(encoder):
             x = self.blocks[i](x, x0, docs, positions, lora and lora.at(slot))
             skips.append(x)
@@ -2900,17 +3248,31 @@ def build_model(cfg: Hyperparameters, device: torch.device, attention=None) -> G
 
 # PARAMETER_BANKS: the record's final_model.pt holds each kind of matrix as one bank, layer i's at
 # [i] (the second kind of a bank at [NUM_LAYERS + i]), then its other tensors in this order.
-BANKS = {"qo_bank": ("attn.c_q", "attn.proj"), "kv_bank": ("attn.c_k", "attn.c_v"),
-         "mlp_up_bank": ("mlp.fc",), "mlp_down_bank": ("mlp.proj",)}  # fmt: skip
-RECORD_ORDER = ("skip_weights", "skip_gates", "parallel_post_lambdas", "parallel_resid_lambdas",
-                "smear_lambda", "softcap_", "tok_emb.weight", "blocks.",
-                "smear_gate.weight")  # fmt: skip
+BANKS = {
+    "qo_bank": ("attn.c_q", "attn.proj"),
+    "kv_bank": ("attn.c_k", "attn.c_v"),
+    "mlp_up_bank": ("mlp.fc",),
+    "mlp_down_bank": ("mlp.proj",),
+}
+RECORD_ORDER = (
+    "skip_weights",
+    "skip_gates",
+    "parallel_post_lambdas",
+    "parallel_resid_lambdas",
+    "smear_lambda",
+    "softcap_",
+    "tok_emb.weight",
+    "blocks.",
+    "smear_gate.weight",
+)
 RECORD_BLOCK_ORDER = ("attn_scale", "mlp_scale", "resid_mix", "attn.q_gain", "attn.attn_gate_w")
 
 
 def bank_members(num_layers: int) -> dict[str, list[str]]:
-    return {name: [f"blocks.{i}.{m}.weight" for m in kinds for i in range(num_layers)]
-            for name, kinds in BANKS.items()}  # fmt: skip
+    return {
+        name: [f"blocks.{i}.{m}.weight" for m in kinds for i in range(num_layers)]
+        for name, kinds in BANKS.items()
+    }
 
 
 def record_keys(keys, num_layers: int, pair_first=False) -> list[str]:
@@ -2932,8 +3294,10 @@ def record_keys(keys, num_layers: int, pair_first=False) -> list[str]:
 def bank_state_dict(state: dict[str, Tensor], num_layers: int, pair_first=False) -> dict:
     """Our state dict in the record's layout: its banks, names, order and shapes."""
     banks = bank_members(num_layers)
-    return {k: torch.stack([state[m] for m in banks[k]]) if k in banks else state[k]
-            for k in record_keys(state, num_layers, pair_first)}  # fmt: skip
+    return {
+        k: torch.stack([state[m] for m in banks[k]]) if k in banks else state[k]
+        for k in record_keys(state, num_layers, pair_first)
+    }
 
 
 def unbank_state_dict(state: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -2967,19 +3331,30 @@ def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim
     def adam(params, lr, weight_decay=0.0):  # decoupled weight decay (times the scheduled lr)
         groups = [{"params": params, "lr": lr, "base_lr": lr}]
         betas, eps = (cfg.beta1, cfg.beta2), cfg.adam_eps
-        return torch.optim.AdamW(groups, betas=betas, eps=eps, weight_decay=weight_decay,
-                                 fused=True)  # fmt: skip
+        return torch.optim.AdamW(
+            groups, betas=betas, eps=eps, weight_decay=weight_decay, fused=True
+        )
 
     ns = polar_express if cfg.muon_polar_express else zeropower_via_newtonschulz5
     if model.tok_emb.weight.is_cuda:  # compiled on the GPU, as the baseline does
         ns = torch.compile(ns)
     groups = [{"params": matrix_params, "base_lr": cfg.matrix_lr}]
-    muon = Muon(groups, cfg.matrix_lr, cfg.muon_momentum, cfg.muon_backend_steps,
-                orthogonalize=ns, weight_decay=cfg.muon_wd, row_normalize=cfg.muon_row_normalize,
-                momentum_dtype=torch.bfloat16 if cfg.muon_momentum_bf16 else None,
-                banks=cfg.parameter_banks)  # fmt: skip
-    optimizers = [adam([model.tok_emb.weight], token_lr, cfg.embed_wd), muon,
-                  adam(scalar_params, cfg.scalar_lr, cfg.adam_wd)]  # fmt: skip
+    muon = Muon(
+        groups,
+        cfg.matrix_lr,
+        cfg.muon_momentum,
+        cfg.muon_backend_steps,
+        orthogonalize=ns,
+        weight_decay=cfg.muon_wd,
+        row_normalize=cfg.muon_row_normalize,
+        momentum_dtype=torch.bfloat16 if cfg.muon_momentum_bf16 else None,
+        banks=cfg.parameter_banks,
+    )
+    optimizers = [
+        adam([model.tok_emb.weight], token_lr, cfg.embed_wd),
+        muon,
+        adam(scalar_params, cfg.scalar_lr, cfg.adam_wd),
+    ]
     if model.lm_head is not None:
         optimizers.insert(1, adam([model.lm_head.weight], cfg.head_lr))
     return optimizers, muon
@@ -3086,14 +3461,18 @@ class LoRA:
         outs = dict(zip(LORA_SITES, (dim, kv, kv, dim, dim), strict=True))
         keys = [(i, site) for i in range(lora_layers(model.cfg)) for site in model.cfg.lora_sites]
         self.shapes = {key: outs[key[1]] for key in keys} | {(None, "head"): vocab}
-        self.offsets, a, b = {}, 0, 0
+        self.offsets = {}
+        a = 0
+        b = 0
         for key, out in self.shapes.items():
             self.offsets[key] = (a, b)
             a, b = a + rank * dim, b + out * rank
         device = model.tok_emb.weight.device
         self.A_all = torch.zeros(slots, a, device=device, requires_grad=True)
         self.B_all = torch.zeros(slots, b, device=device, requires_grad=True)
-        self.rank, self.dim, self.scale = rank, dim, alpha / rank
+        self.rank = rank
+        self.dim = dim
+        self.scale = alpha / rank
 
     def at(self, block: int | None) -> Callable:
         return functools.partial(self.delta, block)
@@ -3113,8 +3492,15 @@ class LoRA:
     def optimizer(self, cfg: Hyperparameters) -> torch.optim.AdamW:
         betas, cuda = (cfg.ttt_beta1, cfg.ttt_beta2), self.A_all.is_cuda
         lr = cfg.ttt_lora_lr * cfg.ttt_local_lr_mult
-        return torch.optim.AdamW([self.A_all, self.B_all], lr, betas, 1e-10,
-                                 cfg.ttt_weight_decay, fused=cuda, foreach=not cuda)  # fmt: skip
+        return torch.optim.AdamW(
+            [self.A_all, self.B_all],
+            lr,
+            betas,
+            1e-10,
+            cfg.ttt_weight_decay,
+            fused=cuda,
+            foreach=not cuda,
+        )
 
     def reset(self, opt: torch.optim.AdamW) -> None:  # a new batch: B, moments, step count to 0
         torch._foreach_zero_([self.B_all, *(t for s in opt.state.values() for t in s.values())])
@@ -3211,16 +3597,21 @@ class TTTPlan:
         self.phases = phases
         steps = [self.chunk_steps(cfg, starts[b], preds[b]) for b in batches]
         self.warmup_shapes = self.shape_classes(steps)  # every rank's: the same
-        cost = [sum(width * (b.size - lo) for width, _, lo in s)
-                for b, (s, _) in zip(batches, steps, strict=True)]  # fmt: skip
+        cost = [
+            sum(width * (b.size - lo) for width, _, lo in s)
+            for b, (s, _) in zip(batches, steps, strict=True)
+        ]
         stretches = [0, *(j + 1 for j, _ in phases), len(batches)]
         self.work = []
         for lo, hi in itertools.pairwise(stretches):
-            load, mine, fresh = [0] * rt.world_size, [], True
+            load = [0] * rt.world_size
+            mine = []
+            fresh = True
             for j in sorted(range(lo, hi), key=lambda j: (-cost[j], j)):
                 owner = min(range(rt.world_size), key=lambda r: (load[r], r))
                 load[owner] += cost[j]
-                mine += [j] * (owner == rt.rank)
+                if owner == rt.rank:
+                    mine.append(j)
             for j in sorted(mine):  # the first full batch after a phase draws every slot's A
                 (widths, table), throwaway = steps[j], batches[j].size < S
                 drawn = tuple(int(d) for d in batches[j]) if fresh or throwaway else ()
@@ -3228,7 +3619,10 @@ class TTTPlan:
                 self.work.append(TTTBatch(j, widths, table, drawn, scored, throwaway))
                 fresh = fresh and throwaway
         self.draw_order = [(b.index, b.documents) for b in self.work if b.documents]
-        self.batch_count, self.used, self.lora, self.hints = len(batches), False, None, None
+        self.batch_count = len(batches)
+        self.used = False
+        self.lora = None
+        self.hints = None
         self.scored = sum(b.scored for b in self.work)  # this rank's predictions
         self.split_tokens = val.split[: total + 1]  # (a view) on the device when it runs: place
         self.split, self.device = None, None
@@ -3379,7 +3773,9 @@ def ttt_batches(cfg, rt, model, plan: TTTPlan, log0: Callable, draws) -> tuple[f
     columns = torch.arange(cfg.ttt_eval_seq_len, device=rt.device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
     phases = list(plan.phases)  # (the batch index after which it trains, its SGD steps)
-    start, barriers, done = time.perf_counter(), [], 0  # barriers: (reached, left) at each
+    start = time.perf_counter()
+    barriers = []  # (reached, left) at each barrier: the waits, for the log
+    done = 0
     if cfg.ngram_tilt_enabled and plan.hints is None:  # NGRAM_HINT_PRECOMPUTE_OUTSIDE=0: timed
         plan.hints = ngram_tilt_hints(cfg, rt.device, plan, log0)
 
@@ -3481,8 +3877,13 @@ def log_timeline(rt: Runtime, start: float, barriers: list, log0: Callable) -> N
 # THE N-GRAM TILT (NGRAM_TILT_ENABLED): #2135'S HINTS ON THE TTT'S SCORE
 # -----------------------------
 
-NGRAM_KEYS = (36313, 27191, 51647, 81929, 131071, 196613, 262147, 393241, 524309, 655373,
-              786433, 917521, 1048583, 1179653, 1310729, 1441801)  # fmt: skip  # the record's
+# The record's multipliers of the hashed n-gram keys, one per context position.
+# fmt: off
+NGRAM_KEYS = (
+    36313, 27191, 51647, 81929, 131071, 196613, 262147, 393241,
+    524309, 655373, 786433, 917521, 1048583, 1179653, 1310729, 1441801,
+)
+# fmt: on
 
 
 def ngram_hints(cfg: Hyperparameters, targets: Tensor) -> Tensor:
@@ -3501,7 +3902,9 @@ def ngram_hints(cfg: Hyperparameters, targets: Tensor) -> Tensor:
     count[order] = at + 1 - run_start(pairs, at)  # each pair's count with its position's
     keys, order = h.sort(stable=True)
     both = (count << 16 | tok)[order]  # one gather: tokens are below 2^16
-    start, count, tok = run_start(keys, at), both >> 16, both & 0xFFFF
+    start = run_start(keys, at)
+    count = both >> 16
+    tok = both & 0xFFFF
     top = run_start((start << 32 | count).cummax(0).values, at).roll(1)  # per key: the top count
     share = count[top].float() / (at - start)  # where the top count, before each position, rose
     hints = torch.full_like(s[1:], -1)
@@ -3530,8 +3933,10 @@ def ngram_tilt_hints(cfg, device: torch.device, plan: TTTPlan, log0: Callable) -
     plan.place(device)
     hints = ngram_hints(cfg, plan.split[1 : n + 1])
     gated = int((hints >= 0).sum())
-    log0(f"ngram_tilt:hints total={n} gated={gated} token_gate={gated} within_gate=0 word_gate=0 "
-         f"agree2plus=0")  # fmt: skip
+    log0(
+        f"ngram_tilt:hints total={n} gated={gated} token_gate={gated} within_gate=0 word_gate=0 "
+        f"agree2plus=0"
+    )
     done = f"{'_outside_timer' * cfg.ngram_hint_precompute_outside}_done"
     log0(f"ngram_tilt:precompute{done} elapsed={time.perf_counter() - t0:.2f}s total_targets={n}")
     return F.pad(hints, (0, plan.split.numel() - n), value=-1)
@@ -3589,7 +3994,9 @@ class EMA:
 
     def __init__(self, model: nn.Module, decay: float, state: dict | None = None):
         live = model.state_dict()  # views of the weights
-        self.decay, self.names, start = decay, list(live), state or live  # (a checkpoint's)
+        self.decay = decay
+        self.names = list(live)
+        start = state or live  # a checkpoint's averages, else the weights
         self.average = [start[k].to(t.device, torch.float32, copy=True) for k, t in live.items()]
         self.cast = [t for t in live.values() if t.dtype != torch.float32]
         self.cast_fp32 = [torch.empty_like(t, dtype=torch.float32) for t in self.cast]
@@ -3612,10 +4019,12 @@ def ema_warning(cfg: Hyperparameters) -> str:
     if initial < 0.05:
         return ""
     horizon = 1 / (1 - cfg.ema_decay)
-    return (f"WARNING: EMA_DECAY={cfg.ema_decay} averages over about {horizon:.0f} steps: after "
-            f"ITERATIONS={cfg.iterations} the initial weights still weigh {initial:.0%} in the EMA "
-            f"weights that are saved and scored (expect a worse score than without EMA; "
-            f"EMA_DECAY=0 turns it off)")  # fmt: skip
+    return (
+        f"WARNING: EMA_DECAY={cfg.ema_decay} averages over about {horizon:.0f} steps: after "
+        f"ITERATIONS={cfg.iterations} the initial weights still weigh {initial:.0%} in the EMA "
+        f"weights that are saved and scored (expect a worse score than without EMA; "
+        f"EMA_DECAY=0 turns it off)"
+    )
 
 
 class GuardStop(Exception):
@@ -3671,8 +4080,10 @@ class Guard(NamedTuple):
             raise ConfigError(f"GUARD_LOG={cfg.guard_log}: {e.strerror or e}; {expected}") from None
         scores = read_reference_log(text)
         if not scores:
-            raise ConfigError(f"GUARD_LOG={cfg.guard_log}: no `step:N/M train_loss:X` nor "
-                              f"`val_bpb:Y` lines in it; {expected}")  # fmt: skip
+            raise ConfigError(
+                f"GUARD_LOG={cfg.guard_log}: no `step:N/M train_loss:X` nor "
+                f"`val_bpb:Y` lines in it; {expected}"
+            )
         ours = {m: logged_steps(cfg, m) for m in ("train_loss", "val_bpb")}
         shared = {key: n for key, n in scores.items() if key[1] in ours[key[0]]}
         if not shared:
@@ -3688,10 +4099,12 @@ class Guard(NamedTuple):
     def describe(self) -> str:
         counts = collections.Counter(metric for metric, _ in self.scores)
         steps = sorted(step for _, step in self.scores)
-        return (f"guard: train_loss at {counts['train_loss']} steps and val_bpb at "
-                f"{counts['val_bpb']} (steps {steps[0]}-{steps[-1]}) compared with {self.name}: "
-                f"the run stops when more than {100 * self.margin:g}% behind "
-                f"(GUARD_MARGIN={self.margin:g})")  # fmt: skip
+        return (
+            f"guard: train_loss at {counts['train_loss']} steps and val_bpb at "
+            f"{counts['val_bpb']} (steps {steps[0]}-{steps[-1]}) compared with {self.name}: "
+            f"the run stops when more than {100 * self.margin:g}% behind "
+            f"(GUARD_MARGIN={self.margin:g})"
+        )
 
     def verdict(self, metric: str, step: int, value: float) -> str:
         """Stop line or "": the logged number decides (a repeat is never behind); inf/NaN stop."""
@@ -3701,9 +4114,11 @@ class Guard(NamedTuple):
         ours, limit = f"{value:.4f}", float(reference) * (1 + self.margin)
         if float(ours) <= limit:
             return ""
-        return (f"guard: stopped at step {step}: {metric} {ours} vs {reference} in {self.name}: "
-                f"more than {100 * self.margin:g}% behind (GUARD_MARGIN={self.margin:g}, "
-                f"at most {limit:.4f})")  # fmt: skip
+        return (
+            f"guard: stopped at step {step}: {metric} {ours} vs {reference} in {self.name}: "
+            f"more than {100 * self.margin:g}% behind (GUARD_MARGIN={self.margin:g}, "
+            f"at most {limit:.4f})"
+        )
 
 
 def read_guard(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> Guard | None:
@@ -3775,7 +4190,9 @@ class Trainer(ClosedOnExit):
         self.loader = None
 
     def forward_backward(self) -> Tensor:  # every micro-step: the mean loss, left on the device
-        cfg, rt, model = self.cfg, self.rt, self.net.model
+        cfg = self.cfg
+        rt = self.rt
+        model = self.net.model
         shape = (cfg.train_batch_tokens, self.seq_len, rt.grad_accum_steps)
         train_loss = torch.zeros((), device=rt.device)
         for micro_step in range(rt.grad_accum_steps):
@@ -3801,13 +4218,23 @@ class Trainer(ClosedOnExit):
                 self.ema.update()
 
     def set_schedules(self, elapsed: float) -> None:
-        cfg, cap_ms, n = self.cfg, self.cap_ms, self.cfg.seq_change_warmup_steps
-        scale = lr_multiplier(self.step, elapsed, cfg.iterations, cfg.warmdown_iters, cap_ms,
-                              cfg.warmdown_frac, cfg.min_lr)  # fmt: skip
+        cfg = self.cfg
+        cap_ms = self.cap_ms
+        n = self.cfg.seq_change_warmup_steps
+        scale = lr_multiplier(
+            self.step,
+            elapsed,
+            cfg.iterations,
+            cfg.warmdown_iters,
+            cap_ms,
+            cfg.warmdown_frac,
+            cfg.min_lr,
+        )
         if scale < 1.0 and not self.warming_down:  # (host numbers: no wait for the device)
             self.warming_down = True
-            self.log0(f"warmdown:start step:{self.step} lr_scale:{scale:.4f} "
-                      f"train_time:{elapsed:.0f}ms")  # fmt: skip
+            self.log0(
+                f"warmdown:start step:{self.step} lr_scale:{scale:.4f} train_time:{elapsed:.0f}ms"
+            )
         if n and self.rewarm_from is not None:  # after a switch of length, below MIN_LR too
             scale *= min((self.step - self.rewarm_from + 1) / n, 1.0)
         warmup = cfg.muon_momentum_warmup_steps
@@ -3830,7 +4257,9 @@ class Trainer(ClosedOnExit):
         """TRAIN_SEQ_SCHEDULE: the first stage whose p >= frac; its switch re-warms the LR."""
         length = next((n for p, n in self.stages if frac <= p), self.stages[-1][1])
         if length != self.seq_len:
-            self.seq_len, self.rewarm_from, n = length, self.step, self.cfg.seq_change_warmup_steps
+            self.seq_len = length
+            self.rewarm_from = self.step
+            n = self.cfg.seq_change_warmup_steps
             where = f"step:{self.step}"
             self.log0(f"growth_stage:seq_len:{length} progress:{frac:.3f} {where}")
             if n:
@@ -3839,10 +4268,14 @@ class Trainer(ClosedOnExit):
     def compile_shapes(self) -> list[tuple[int, bool]]:
         """Each (length, looping) training reaches, the record's `auto` shapes: a stage (a, b]
         runs plain if a < ENABLE_LOOPING_AT, looped if b >= it and NUM_LOOPS."""
-        cfg, shapes, a = self.cfg, [], 0.0
+        cfg = self.cfg
+        shapes = []
+        a = 0.0
         for b, n in self.stages:
-            shapes += [(n, False)] * (a < cfg.enable_looping_at or not cfg.num_loops)
-            shapes += [(n, True)] * (cfg.num_loops > 0 and b >= cfg.enable_looping_at)
+            if a < cfg.enable_looping_at or not cfg.num_loops:
+                shapes.append((n, False))
+            if cfg.num_loops > 0 and b >= cfg.enable_looping_at:
+                shapes.append((n, True))
             a = b
         return shapes
 
@@ -3868,10 +4301,11 @@ class Trainer(ClosedOnExit):
         if cfg.train_seq_schedule:
             names = ",".join(f"{n}x{'loop' if looping else 'plain'}" for n, looping in shapes)
             self.log0(f"compile_shape_warmup:start {names}")
-        for self.seq_len, net.base.looping in shapes:
-            if net.base.looping:
+        for seq_len, looping in shapes:
+            self.seq_len, net.base.looping = seq_len, looping
+            if looping:
                 self.log0(f"loop_warmup:enabled {loop_layers(net)}")
-            self.warm_up("loop_warmup_step" if net.base.looping else "warmup_step")
+            self.warm_up("loop_warmup_step" if looping else "warmup_step")
         net.base.looping, self.seq_len = False, self.stages[0][1]
         # Unlike the record on 8 GPUs, Muon's momentum is restored too (it is optimizer state).
         net.base.load_state_dict(model_state, strict=True)
@@ -3907,9 +4341,11 @@ class Trainer(ClosedOnExit):
                 self.pause_clock()
                 val_loss, val_bpb = evaluate()
                 ms = self.training_time_ms
-                self.log0(f"step:{self.step}/{cfg.iterations} val_loss:{val_loss:.4f} "
-                          f"val_bpb:{val_bpb:.4f} train_time:{ms:.0f}ms "
-                          f"step_avg:{ms / max(self.step, 1):.2f}ms")  # fmt: skip
+                self.log0(
+                    f"step:{self.step}/{cfg.iterations} val_loss:{val_loss:.4f} "
+                    f"val_bpb:{val_bpb:.4f} train_time:{ms:.0f}ms "
+                    f"step_avg:{ms / max(self.step, 1):.2f}ms"
+                )
                 self.stop_if_behind("val_bpb", val_bpb)
                 self.resume_clock()
             if last:
@@ -3923,12 +4359,17 @@ class Trainer(ClosedOnExit):
                 self.stop_if_behind("train_loss", self.logged_loss)
         self.close()
         if self.stopping and self.step < cfg.iterations:
-            self.log0(f"stopping_early: wallclock_cap train_time:{self.training_time_ms:.0f}ms "
-                      f"step:{self.step}/{cfg.iterations}")  # fmt: skip
+            self.log0(
+                f"stopping_early: wallclock_cap train_time:{self.training_time_ms:.0f}ms "
+                f"step:{self.step}/{cfg.iterations}"
+            )
 
     def train_one_step(self) -> None:
-        cfg, step, elapsed = self.cfg, self.step + 1, self.agreed_ms  # every rank's decisions:
-        frac = training_fraction(self.step, elapsed, cfg.iterations, self.cap_ms)  # the same
+        # Every decision below reads the agreed training time, so all ranks take the same ones.
+        cfg = self.cfg
+        step = self.step + 1
+        elapsed = self.agreed_ms
+        frac = training_fraction(self.step, elapsed, cfg.iterations, self.cap_ms)
         if cfg.num_loops and not self.net.base.looping:
             self.switch_loops_on(frac)
         if cfg.train_seq_schedule:
@@ -3972,7 +4413,9 @@ class Trainer(ClosedOnExit):
 
     def resume(self, checkpoint: dict) -> None:
         """A checkpoint's state (after the warm-up, which would restore the initial weights)."""
-        net, meta, mine = self.net, checkpoint["meta"], checkpoint["mine"]
+        net = self.net
+        meta = checkpoint["meta"]
+        mine = checkpoint["mine"]
         net.base.load_state_dict(checkpoint["model"])
         for opt, state in zip(net.optimizers, mine["optimizers"], strict=True):
             settings = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
@@ -4030,18 +4473,29 @@ def save_checkpoint(trainer: Trainer) -> None:
         tmp.mkdir(parents=True)
     barrier(rt)
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    rng = {"python": random.getstate(), "numpy": np.random.get_state(),
-           "torch": torch.get_rng_state(), "cuda": cuda_rng}  # fmt: skip
-    mine = {"optimizers": [opt.state_dict() for opt in net.optimizers], "rng": rng,
-            "looping": net.base.looping}  # fmt: skip
+    rng = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": cuda_rng,
+    }
+    mine = {
+        "optimizers": [opt.state_dict() for opt in net.optimizers],
+        "rng": rng,
+        "looping": net.base.looping,
+    }
     save_synced(mine | {"loader": trainer.loader.state()}, tmp / f"rank_{rt.rank:03d}.pt")
     if rt.rank == 0:
         save_synced(net.base.state_dict(), tmp / "model.pt")
         if trainer.ema is not None:
             save_synced(trainer.ema.state_dict(), tmp / "ema.pt")
-        meta = {"step": trainer.step, "training_time_ms": trainer.training_time_ms,
-                "stopping": trainer.stopping, "seq_stage": (trainer.seq_len, trainer.rewarm_from),
-                "config": resume_identity(cfg, rt)}  # fmt: skip
+        meta = {
+            "step": trainer.step,
+            "training_time_ms": trainer.training_time_ms,
+            "stopping": trainer.stopping,
+            "seq_stage": (trainer.seq_len, trainer.rewarm_from),
+            "config": resume_identity(cfg, rt),
+        }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         fsync(tmp / "meta.json")
         fsync(tmp)
@@ -4063,8 +4517,9 @@ def load_checkpoint_file(path: Path):
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # truncated, corrupt or missing: one line, not a traceback
-        raise DataError(f"{path}: unreadable checkpoint file ({e!r}); resume from another "
-                        f"step_* folder") from None  # fmt: skip
+        raise DataError(
+            f"{path}: unreadable checkpoint file ({e!r}); resume from another step_* folder"
+        ) from None
 
 
 def barrier(rt: Runtime) -> None:
@@ -4082,8 +4537,10 @@ def read_checkpoint(cfg: Hyperparameters, rt: Runtime) -> dict | None:
         if not (folder / "meta.json").is_file():
             done = sorted(p for p in folder.glob("step_*") if (p / "meta.json").is_file())
             if not done:
-                raise DataError(f"RESUME_FROM={folder}: no complete checkpoint (step_*/meta.json):"
-                                f" a run with CHECKPOINT_EVERY > 0 writes them")  # fmt: skip
+                raise DataError(
+                    f"RESUME_FROM={folder}: no complete checkpoint (step_*/meta.json):"
+                    f" a run with CHECKPOINT_EVERY > 0 writes them"
+                )
             folder = done[-1]
         meta = read_checkpoint_meta(folder, resume_identity(cfg, rt))
         files = {"model": "model.pt", "mine": f"rank_{rt.rank:03d}.pt"}
@@ -4104,8 +4561,10 @@ def read_checkpoint_meta(folder: Path, identity: dict) -> dict:
         meta = json.loads((folder / "meta.json").read_text())
         saved = dict(meta["config"])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise DataError(f"{folder / 'meta.json'}: unreadable checkpoint metadata ({e}); resume "
-                        f"from another step_* folder") from None  # fmt: skip
+        raise DataError(
+            f"{folder / 'meta.json'}: unreadable checkpoint metadata ({e}); resume "
+            f"from another step_* folder"
+        ) from None
     # a name saved before it was one counts at its default
     changed = [n for n, v in identity.items() if saved.get(n, DEFAULTS.get(n.lower())) != v]
     if changed:
@@ -4128,21 +4587,27 @@ def configure() -> tuple[Hyperparameters, Runtime]:
     world_size = env_int("WORLD_SIZE", 1)
     cfg = Hyperparameters.from_env(os.environ, world_size)
     if cfg.compressor.startswith("pergroup") and not shutil.which("lrzip"):  # this machine's
-        raise ConfigError(f"COMPRESSOR={cfg.compressor}: expected the lrzip binary on PATH "
-                          f"(apt-get install -y lrzip; bash scripts/setup.sh does it)")  # fmt: skip
+        raise ConfigError(
+            f"COMPRESSOR={cfg.compressor}: expected the lrzip binary on PATH "
+            f"(apt-get install -y lrzip; bash scripts/setup.sh does it)"
+        )
     rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if not distributed and ("RANK" in os.environ or world_size != 1):  # one process, 1/N of it
-        raise ConfigError(f"RANK={os.environ.get('RANK')} WORLD_SIZE={os.environ.get('WORLD_SIZE')}"
-                          f": expected both (as torchrun sets them) or neither")  # fmt: skip
+        raise ConfigError(
+            f"RANK={os.environ.get('RANK')} WORLD_SIZE={os.environ.get('WORLD_SIZE')}"
+            f": expected both (as torchrun sets them) or neither"
+        )
     if not 0 <= rank < world_size:
         raise ConfigError(f"RANK={rank}: expected 0 <= RANK < WORLD_SIZE={world_size}")
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":  # this rank's GPU, with the baseline's TF32 and SDPA flash only
         local_world = env_int("LOCAL_WORLD_SIZE", 1)  # the same on every rank: each one says it
         if local_world > (visible := torch.cuda.device_count()):
-            raise ConfigError(f"LOCAL_WORLD_SIZE={local_world}: only {visible} CUDA devices visible"
-                              f": expected torchrun --nproc_per_node <= {visible}")  # fmt: skip
+            raise ConfigError(
+                f"LOCAL_WORLD_SIZE={local_world}: only {visible} CUDA devices visible"
+                f": expected torchrun --nproc_per_node <= {visible}"
+            )
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         torch.backends.cuda.enable_cudnn_sdp(False)
@@ -4178,9 +4643,11 @@ class RunLog:
         for header in (code, "=" * 100, *versions, smi, "=" * 100):
             self(header, console=False)
         self(f"hyperparameters:{json.dumps(dataclasses.asdict(cfg), sort_keys=True)}", False)
-        changed = [f"{k.upper()}={int(v) if isinstance(v, bool) else v}"  # as the env says it
-                   for k, v in dataclasses.asdict(cfg).items()
-                   if k != "run_id" and v != DEFAULTS.get(k)]  # fmt: skip
+        changed = [
+            f"{k.upper()}={int(v) if isinstance(v, bool) else v}"  # as the env says it
+            for k, v in dataclasses.asdict(cfg).items()
+            if k != "run_id" and v != DEFAULTS.get(k)
+        ]
         self(f"settings: {' '.join(changed) or 'the defaults'} (all of them: {self.path})")
         for warning in misspelt_variables(os.environ):
             self(warning)
@@ -4226,18 +4693,22 @@ def check_tokenizer(cfg: Hyperparameters, sp, split: np.ndarray) -> None:
             raise DataError(f"{record}: unreadable ({type(e).__name__}: {e})") from None
         digest = hashlib.sha256(Path(cfg.tokenizer_path).read_bytes()).hexdigest()
         if digest != sha:
-            raise DataError(f"{ours} (sha256 {digest[:12]}) is not the tokenizer DATA_PATH="
-                            f"{cfg.data_path} was tokenized with: {name} (sha256 {sha[:12]}, "
-                            f"{record.name})")  # fmt: skip
+            raise DataError(
+                f"{ours} (sha256 {digest[:12]}) is not the tokenizer DATA_PATH="
+                f"{cfg.data_path} was tokenized with: {name} (sha256 {sha[:12]}, "
+                f"{record.name})"
+            )
         return
     special = {i for i in range(sp.vocab_size()) if sp.is_control(i) or sp.is_unknown(i)}
     starts = np.flatnonzero(split[: 1 << 20] == BOS_ID)
     documents = (split[a + 1 : b].tolist() for a, b in itertools.pairwise(starts))
     ordinary = [d for d in itertools.islice(documents, 64) if d and not special & set(d)][:8]
     if any(sp.encode(sp.decode(ids)) != ids for ids in ordinary):
-        raise DataError(f"DATA_PATH={cfg.data_path}: its first validation documents do not decode "
-                        f"and encode back to their ids with {ours}: tokenized with another "
-                        f"tokenizer? (if not, record it: docs/data.md)")  # fmt: skip
+        raise DataError(
+            f"DATA_PATH={cfg.data_path}: its first validation documents do not decode "
+            f"and encode back to their ids with {ours}: tokenized with another "
+            f"tokenizer? (if not, record it: docs/data.md)"
+        )
 
 
 # DATA_PATH's record of its train/validation overlap (data/check_overlap.py writes it)
@@ -4249,15 +4720,19 @@ def overlap_line(cfg: Hyperparameters) -> str:
     record, run = Path(cfg.data_path) / OVERLAP_RECORD, "run data/check_overlap.py DATA_PATH"
     if not record.is_file():
         return f"data_overlap: not checked ({run})"
-    ours = {k: [[p.name, p.stat().st_size] for p in map(Path, sorted(glob.glob(pattern)))]
-            for k, pattern in (("train", cfg.train_files), ("val", cfg.val_files))}  # fmt: skip
+    ours = {
+        k: [[p.name, p.stat().st_size] for p in map(Path, sorted(glob.glob(pattern)))]
+        for k, pattern in (("train", cfg.train_files), ("val", cfg.val_files))
+    }
     try:
         found = json.loads(record.read_text())
         if found["shards"] != ours:
             return f"data_overlap: not checked for these shards ({record.name} is older: {run})"
-        return (f"data_overlap: {int(found['overlapping'])} of {int(found['val_documents'])} "
-                f"validation documents in the training shards (checked {found['checked']}, "
-                f"{len(ours['train'])} train shards)")  # fmt: skip
+        return (
+            f"data_overlap: {int(found['overlapping'])} of {int(found['val_documents'])} "
+            f"validation documents in the training shards (checked {found['checked']}, "
+            f"{len(ours['train'])} train shards)"
+        )
     except (OSError, ValueError, KeyError, TypeError) as e:
         return f"data_overlap: not checked ({record.name} unreadable: {e!r}; {run})"
 
@@ -4300,8 +4775,10 @@ def data_fingerprint(tokenizer_path, val_pattern: str, train_pattern: str) -> st
     digests += [val.hexdigest(), train.hexdigest()]
     whole = hashlib.sha256("".join(d + "\n" for d in digests).encode()).hexdigest()
     tokenizer, val_digest, train_digest = (d[:12] for d in digests)
-    return (f"data_fingerprint:{whole[:16]} tokenizer:{tokenizer} val_shards:{val_digest} "
-            f"train_names_sizes:{train_digest}")  # fmt: skip
+    return (
+        f"data_fingerprint:{whole[:16]} tokenizer:{tokenizer} val_shards:{val_digest} "
+        f"train_names_sizes:{train_digest}"
+    )
 
 
 def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
@@ -4309,22 +4786,27 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     if not Path(cfg.data_path).is_dir():
         raise DataError(f"DATA_PATH={cfg.data_path}: no such folder; {GET_DATA}")
     if cfg.eval_only_path and not Path(cfg.eval_only_path).is_file():
-        raise DataError(f"EVAL_ONLY_PATH={cfg.eval_only_path}: no such file (a run's "
-                        f"final_model.pt or final_model.*.ptz)")  # fmt: skip
+        raise DataError(
+            f"EVAL_ONLY_PATH={cfg.eval_only_path}: no such file (a run's "
+            f"final_model.pt or final_model.*.ptz)"
+        )
     tokenizer = f"TOKENIZER_PATH={cfg.tokenizer_path}"
     if not Path(cfg.tokenizer_path).is_file():
         raise DataError(f"{tokenizer}: no such file; {GET_DATA}: its tokenizer comes with it")
     try:
         sp = spm.SentencePieceProcessor(model_file=cfg.tokenizer_path)
     except RuntimeError:  # not a model: the .vocab beside it, say
-        raise DataError(f"{tokenizer}: not a SentencePiece .model file (the .model, not the "
-                        f".vocab beside it)") from None  # fmt: skip
+        raise DataError(
+            f"{tokenizer}: not a SentencePiece .model file (the .model, not the .vocab beside it)"
+        ) from None
     if sp.vocab_size() != cfg.vocab_size:
         ours = "VOCAB_SIZE" in os.environ or "VOCAB_SIZE" not in PRESETS.get(cfg.preset, {})
         preset = "" if ours else f" (PRESET={cfg.preset}'s)"
-        raise ConfigError(f"VOCAB_SIZE={cfg.vocab_size}{preset}: expected {sp.vocab_size()}, the "
-                          f"vocab size of {tokenizer}: set VOCAB_SIZE={sp.vocab_size()}, or the "
-                          f"TOKENIZER_PATH the data was tokenized with")  # fmt: skip
+        raise ConfigError(
+            f"VOCAB_SIZE={cfg.vocab_size}{preset}: expected {sp.vocab_size()}, the "
+            f"vocab size of {tokenizer}: set VOCAB_SIZE={sp.vocab_size()}, or the "
+            f"TOKENIZER_PATH the data was tokenized with"
+        )
     luts = build_sentencepiece_luts(sp, cfg.vocab_size)
     shards, calibrate = None, cfg.quantizer == "gptq" and not cfg.eval_only_path.endswith(".ptz")
     if not cfg.eval_only_path or calibrate:  # (GPTQ's Hessians read them too)
@@ -4344,25 +4826,35 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     if rt.rank == 0:  # (rank 0 alone reads the validation shards again)
         log0(data_fingerprint(cfg.tokenizer_path, cfg.val_files, cfg.train_files))
     log0(overlap_line(cfg))
-    log0(f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} "
-         f"bytes:{val.target_bytes} bytes_from:{val.bytes_from}")  # fmt: skip
+    log0(
+        f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} "
+        f"bytes:{val.target_bytes} bytes_from:{val.bytes_from}"
+    )
     if windows is not None:
-        log0(f"sliding_window:stride:{cfg.eval_stride} seq_len:{cfg.window} "
-             f"batch_seqs:{cfg.eval_batch_seqs} windows:{windows.windows} "
-             f"tokens:{windows.target_tokens} bytes:{windows.target_bytes}")  # fmt: skip
+        log0(
+            f"sliding_window:stride:{cfg.eval_stride} seq_len:{cfg.window} "
+            f"batch_seqs:{cfg.eval_batch_seqs} windows:{windows.windows} "
+            f"tokens:{windows.target_tokens} bytes:{windows.target_bytes}"
+        )
     if cfg.max_val_tokens:
-        log0(f"WARNING: MAX_VAL_TOKENS={cfg.max_val_tokens} evaluates {val.target_tokens} of the "
-             f"split's {val.split_tokens} tokens: val_loss/val_bpb are NOT comparable to the "
-             f"challenge's score")  # fmt: skip
+        log0(
+            f"WARNING: MAX_VAL_TOKENS={cfg.max_val_tokens} evaluates {val.target_tokens} of the "
+            f"split's {val.split_tokens} tokens: val_loss/val_bpb are NOT comparable to the "
+            f"challenge's score"
+        )
     copy_streams = [int(on and rt.cuda) for on in (cfg.train_copy_stream, cfg.val_copy_stream)]
-    log0(f"train_tokens:{sum(shards.sizes) if shards else 0} order:{cfg.train_loader} "
-         f"train_prefetch:{int(cfg.train_prefetch)} queue:{cfg.train_prefetch_queue} "
-         f"copy_stream:{copy_streams[0]} val_prefetch:{int(cfg.val_prefetch)} "
-         f"queue:{cfg.val_prefetch_queue} copy_stream:{copy_streams[1]}")  # fmt: skip
+    log0(
+        f"train_tokens:{sum(shards.sizes) if shards else 0} order:{cfg.train_loader} "
+        f"train_prefetch:{int(cfg.train_prefetch)} queue:{cfg.train_prefetch_queue} "
+        f"copy_stream:{copy_streams[0]} val_prefetch:{int(cfg.val_prefetch)} "
+        f"queue:{cfg.val_prefetch_queue} copy_stream:{copy_streams[1]}"
+    )
     if plan is not None:
-        log0(f"ttt:batches:{plan.batch_count} phases_after_batch:{[j for j, _ in plan.phases]} "
-             f"this_rank_batches:{len(plan.work)} tokens:{plan.target_tokens} "
-             f"bytes:{plan.target_bytes}")  # fmt: skip
+        log0(
+            f"ttt:batches:{plan.batch_count} phases_after_batch:{[j for j, _ in plan.phases]} "
+            f"this_rank_batches:{len(plan.work)} tokens:{plan.target_tokens} "
+            f"bytes:{plan.target_bytes}"
+        )
     return val, windows, plan
 
 
@@ -4375,17 +4867,22 @@ def log_network(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable)
     log0(f"attention_mode:gqa num_heads:{cfg.num_heads} num_kv_heads:{cfg.num_kv_heads}")
     embed_lr = cfg.tied_embed_lr if cfg.tie_embeddings else cfg.embed_lr
     head_lr = cfg.head_lr if net.base.lm_head is not None else 0.0
-    log0(f"tie_embeddings:{cfg.tie_embeddings} embed_lr:{embed_lr} head_lr:{head_lr} "
-         f"matrix_lr:{cfg.matrix_lr} scalar_lr:{cfg.scalar_lr}")  # fmt: skip
-    log0(f"train_batch_tokens:{cfg.train_batch_tokens} train_seq_len:{cfg.train_seq_len} "
-         f"iterations:{cfg.iterations} warmup_steps:{cfg.warmup_steps} "
-         f"max_wallclock_seconds:{cfg.max_wallclock_seconds:.3f}")  # fmt: skip
+    log0(
+        f"tie_embeddings:{cfg.tie_embeddings} embed_lr:{embed_lr} head_lr:{head_lr} "
+        f"matrix_lr:{cfg.matrix_lr} scalar_lr:{cfg.scalar_lr}"
+    )
+    log0(
+        f"train_batch_tokens:{cfg.train_batch_tokens} train_seq_len:{cfg.train_seq_len} "
+        f"iterations:{cfg.iterations} warmup_steps:{cfg.warmup_steps} "
+        f"max_wallclock_seconds:{cfg.max_wallclock_seconds:.3f}"
+    )
     log0(f"seed:{cfg.seed}")
 
 
 def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, log0) -> tuple:
     """Rank 0 writes final_model.pt and the artifact; returned: what to score, any over-cap line."""
     gptq, path = cfg.quantizer == "gptq", Path(ARTIFACT_FILES[cfg.quantizer])
+    over_cap = ""  # rank 0's verdict when the submission is over the cap
     if rt.rank == 0:
         for earlier in (Path("final_model.pt"), path):
             keep_earlier(earlier, log0)
@@ -4397,26 +4894,29 @@ def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, l
         obj, stats = quantize_gptq(cfg, rt, net, log0), None
     else:
         obj, stats = quantize_state_dict_int8(net.base.state_dict())
-    torch.save(obj, buf := io.BytesIO())
+    saved = torch_bytes(obj)
     if rt.rank == 0 and cfg.compressor.startswith("pergroup"):  # the others wait at the barrier
         start = "Serialize: per-group lrzip compression"
         with progress(start, "Serialize: per-group compression", log0):
             atomic_write_bytes(path, write_pergroup(obj["w"], obj["m"], cfg.compressor))
     elif rt.rank == 0:
-        atomic_write_bytes(path, compress(buf.getvalue(), cfg.compressor))
+        atomic_write_bytes(path, compress(saved, cfg.compressor))
     if rt.rank == 0:
         size, detail = path.stat().st_size, ""
         if stats:  # the baseline's figures
             payload, tensors = stats["int8_payload_bytes"], stats["baseline_tensor_bytes"]
-            detail = f" (payload:{payload} raw_torch:{buf.tell()} payload_ratio:"
+            detail = f" (payload:{payload} raw_torch:{len(saved)} payload_ratio:"
             detail += f"{tensors / max(payload, 1):.2f}x)"
         how = f"{'quantized' if gptq else 'int8'}+{cfg.compressor}"  # (quantized: the record's)
         log0(f"Serialized model {how}: {size} bytes{detail}")
         log0(f"Total submission size {how}: {size + code_bytes} bytes")
-        log0(verdict := cap_verdict(size + code_bytes))
+        verdict = cap_verdict(size + code_bytes)
+        log0(verdict)
+        if "OVER" in verdict:
+            over_cap = verdict
     barrier(rt)
     obj = read_artifact(path, str(path), log0, cfg.compressor) if gptq or rt.rank == 0 else obj
-    return obj, verdict if rt.rank == 0 and "OVER" in verdict else ""
+    return obj, over_cap
 
 
 def cap_verdict(total: int) -> str:
@@ -4429,7 +4929,8 @@ def keep_earlier(path: Path, log0: Callable) -> None:
     """An earlier run's file is renamed by its time (final_model.20260427-093000.pt), not lost."""
     if path.exists():
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
-        path.rename(kept := path.with_stem(f"{path.stem}.{stamp}"))
+        kept = path.with_stem(f"{path.stem}.{stamp}")
+        path.rename(kept)
         log0(f"kept the earlier {path} as {kept}")
 
 
@@ -4438,7 +4939,8 @@ def log_code_size(code: str, gptq: bool, model_bytes: int, log0: Callable) -> in
     source_bytes = len(code.encode("utf-8"))
     if gptq:
         log0(f"Code size (uncompressed): {source_bytes} bytes")
-        log0(f"Code size (compressed): {(counted := counted_code_bytes(code, log0))} bytes")
+        counted = counted_code_bytes(code, log0)
+        log0(f"Code size (compressed): {counted} bytes")
         return counted
     log0(f"Code size: {source_bytes} bytes")
     log0(f"Total submission size: {model_bytes + source_bytes} bytes")
@@ -4464,7 +4966,10 @@ def quantize_gptq(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callabl
 def collect_hessians(cfg: Hyperparameters, rt: Runtime, model: GPT, names: list) -> dict:
     """docs/frontier.md#hessians: H = mean over batches of X^T X (fp32), X a matrix's input, a
     term per pass of a looped layer. Every rank draws the record's rank 0's batches: its file."""
-    hessians, squares, rows, hooks = {}, {}, collections.Counter(), []
+    hessians = {}
+    squares = {}
+    rows = collections.Counter()
+    hooks = []
     modules = {f"{n}.weight": m for n, m in model.named_modules()}
     modules["tok_emb.weight"] = model.final_norm  # the tied head's input
 
@@ -4479,8 +4984,9 @@ def collect_hessians(cfg: Hyperparameters, rt: Runtime, model: GPT, names: list)
     for name in names:  # (an untied embedding has none: it rounds to nearest)
         if name != "tok_emb.weight" or model.lm_head is None:
             hooks.append(modules[name].register_forward_hook(functools.partial(accumulate, name)))
-    loader = DistributedTokenLoader(cfg.train_files, 0, rt.world_size, rt.device,
-                                    vocab_size=cfg.vocab_size, order=ShuffledOrder)  # fmt: skip
+    loader = DistributedTokenLoader(
+        cfg.train_files, 0, rt.world_size, rt.device, vocab_size=cfg.vocab_size, order=ShuffledOrder
+    )
     shape = (GPTQ_CALIBRATION_ROWS * cfg.train_seq_len * rt.world_size, cfg.train_seq_len, 1)
     model.eval()
     with loader, torch.no_grad():
@@ -4514,13 +5020,19 @@ def weights_mismatch(ours: dict, theirs: dict) -> str:
 
 # The settings that give a tensor (weights_mismatch): the first part of its name they give it
 TENSOR_SETTINGS = (
-    ("skip_gates", "SKIP_GATES_ENABLED"), ("skip_weights", "NUM_LOOPS/LOOP_START/LOOP_END"),
-    ("parallel_", "PARALLEL_START_LAYER"), ("smear", "SMEAR_GATE_ENABLED"),
-    ("attn_gate", "SPARSE_ATTN_GATE_ENABLED"), ("lm_head", "TIE_EMBEDDINGS"),
-    ("softcap_", "ASYM_LOGIT_RESCALE"), ("tok_emb", "VOCAB_SIZE/MODEL_DIM"),
-    ("q_gain", "NUM_HEADS"), ("attn.c_", "NUM_HEADS/NUM_KV_HEADS/MODEL_DIM"),
-    ("mlp.", "MLP_MULT/MODEL_DIM"), ("", "MODEL_DIM"),
-)  # fmt: skip
+    ("skip_gates", "SKIP_GATES_ENABLED"),
+    ("skip_weights", "NUM_LOOPS/LOOP_START/LOOP_END"),
+    ("parallel_", "PARALLEL_START_LAYER"),
+    ("smear", "SMEAR_GATE_ENABLED"),
+    ("attn_gate", "SPARSE_ATTN_GATE_ENABLED"),
+    ("lm_head", "TIE_EMBEDDINGS"),
+    ("softcap_", "ASYM_LOGIT_RESCALE"),
+    ("tok_emb", "VOCAB_SIZE/MODEL_DIM"),
+    ("q_gain", "NUM_HEADS"),
+    ("attn.c_", "NUM_HEADS/NUM_KV_HEADS/MODEL_DIM"),
+    ("mlp.", "MLP_MULT/MODEL_DIM"),
+    ("", "MODEL_DIM"),
+)
 
 
 def load_weights(net: Network, state: dict, source: str) -> None:
@@ -4531,9 +5043,11 @@ def load_weights(net: Network, state: dict, source: str) -> None:
         detail = weights_mismatch(net.base.state_dict(), state)
         preset = net.base.cfg.preset  # a preset's file is told apart by its shapes only
         here = f"PRESET={preset} here" if preset else "no PRESET here"
-        raise ConfigError(f"{source}: does not fit this model config: {detail} ({here}: set the "
-                          f"PRESET and sizes it was trained with, as its log's settings: line "
-                          f"says)") from None  # fmt: skip
+        raise ConfigError(
+            f"{source}: does not fit this model config: {detail} ({here}: set the "
+            f"PRESET and sizes it was trained with, as its log's settings: line "
+            f"says)"
+        ) from None
 
 
 def load_for_evaluation(cfg, rt, net: Network, evaluate: Callable, log0: Callable) -> dict:
@@ -4694,7 +5208,9 @@ def main_interruptible() -> int:
 def stop_on_signal(wake: int) -> None:
     """First signal: partial checkpoint removed, rank 0's `interrupted` line, exit 128 + signum."""
     signum = os.read(wake, 1)[0]
-    trainer, where, saved = RunState.trainer, RunState.phase, "no checkpoint"
+    trainer = RunState.trainer
+    where = RunState.phase
+    saved = "no checkpoint"
     where = f"at step {trainer.step}" if where == "training" else where  # (with its trainer)
     if trainer is not None and trainer.cfg.checkpoint_every:
         folder = Path(trainer.cfg.checkpoint_dir)
@@ -4723,8 +5239,11 @@ def report_to_launcher(line: str) -> None:
 
 def cli() -> None:  # python train_gpt.py [--help], or under torchrun (tools/trace.py too)
     if sys.argv[1:] and sys.argv[1:] not in (["-h"], ["--help"]):
-        print(f"error: {sys.argv[1]!r}: train_gpt.py takes no arguments; settings are "
-              f"environment variables (python train_gpt.py --help)", file=sys.stderr)  # fmt: skip
+        print(
+            f"error: {sys.argv[1]!r}: train_gpt.py takes no arguments; settings are "
+            f"environment variables (python train_gpt.py --help)",
+            file=sys.stderr,
+        )
         sys.exit(2)
     exit_code = 0
     try:

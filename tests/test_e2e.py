@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import os
@@ -552,6 +553,21 @@ def test_import_has_no_side_effects(tmp_path):
 def test_script_lines_are_at_most_100_characters():  # and any number of them
     lines = (REPO / "train_gpt.py").read_text(encoding="utf-8").splitlines()
     assert [n for n, line in enumerate(lines, 1) if len(line) > 100] == []
+
+
+def test_the_script_is_formatted_by_ruff_alone_in_functions_of_at_most_80_lines():
+    """No hand-packing: ruff's formatting at the project's settings, no `# fmt: skip` without the
+    reason a table reads better aligned, and no function longer than about a screen."""
+    source = (REPO / "train_gpt.py").read_text(encoding="utf-8")
+    skips = [line for line in source.splitlines() if "# fmt: skip" in line]
+    assert all(re.search(r"# fmt: skip  # \S", line) for line in skips), skips
+    long = [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > 80
+    ]
+    assert long == []
 
 
 # -----------------------------

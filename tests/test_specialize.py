@@ -572,6 +572,28 @@ def test_an_aggregate_of_a_comprehension_over_constants_folds_and_one_over_names
     assert "a = False" in out and "b = any(" in out and "c = 3" in out
 
 
+def test_a_call_of_a_function_returning_constants_is_its_value_a_fresh_list_for_each_call():
+    tree = ast.parse(
+        textwrap.dedent("""
+        def stages():
+            \"\"\"The plan.\"\"\"
+            return [(1.0, 2048)]
+
+        def shared():
+            return TABLE  # a name: the same object each call, left alone
+
+        a = stages()
+        a.append((2.0, 1))  # mutates this call's list only, as with the literal
+        b = stages()
+        c = shared()
+    """)
+    )
+    constants = fold.constant_functions(tree)
+    assert set(constants) == {"stages"}
+    out = ast.unparse(fold.InlineConstantCalls(constants).visit(tree))
+    assert "a = [(1.0, 2048)]" in out and "b = [(1.0, 2048)]" in out and "c = shared()" in out
+
+
 def test_a_local_table_of_constants_only_looked_up_folds_and_goes():
     tree = ast.parse(
         textwrap.dedent("""

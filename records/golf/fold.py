@@ -557,7 +557,8 @@ def constant_returns(tree: ast.Module) -> dict[str, dict[int, ast.expr]]:
 
 
 def constant_functions(tree: ast.Module) -> dict[str, ast.expr]:
-    """Module functions whose whole body (a docstring aside) is `return <constant>`."""
+    """Module functions whose whole body (a docstring aside) is `return <constant>` (a constant,
+    or a tuple or list of them)."""
     out = {}
     for fn in tree.body:
         if isinstance(fn, ast.FunctionDef) and not fn.decorator_list:
@@ -565,7 +566,9 @@ def constant_functions(tree: ast.Module) -> dict[str, ast.expr]:
             if len(body) == 1 and isinstance(body[0], ast.Return):
                 value = body[0].value or ast.Constant(None)
                 ok, v = const_value(value)
-                if ok and _immutable(v):
+                # (a list of constants too: each call builds a new list, as the literal does)
+                fresh_list = isinstance(v, list) and all(map(_immutable, v))
+                if ok and (_immutable(v) or fresh_list):
                     out[fn.name] = value
     return out
 
