@@ -39,7 +39,8 @@ environment. A record runs one configuration, so its counted code need not carry
    block (and the constant parts of what a function always returns: `val, windows, plan =
    load_data(...)`), a local dict of constants only looked up (its lookups), locals no code
    reads, stores overwritten at once, calls of functions that only return a constant (or a list
-   of them: a new one each call), validation checks of the form `(broken, NAME, want)` whose `broken` folded to False.
+   of them: a new one each call), validation checks of the form `(broken, NAME, want)` whose
+   `broken` folded to False.
    Functions that read files beside the script (presets/) are evaluated on constant arguments,
    as the record folder has no such files. Then, across functions:
    - a parameter every call passes the same constant (or leaves at that default) becomes it, and
