@@ -71,7 +71,7 @@ except ModuleNotFoundError as e:  # a Python without the requirements: what to r
     )
 
 # -----------------------------
-# CONFIG
+# CONFIG: EVERY SETTING, DECLARED ONCE, READ FROM THE ENVIRONMENT AND CHECKED
 # -----------------------------
 
 
@@ -188,6 +188,8 @@ PR1855 = dict(  # #1855, 2026-04-27, val_bpb 1.0611
     FUSED_CE_ENABLED="1",
     PHASED_TTT_NUM_PHASES="3",
 )
+
+
 PR2014 = PR1855 | dict(  # #2014, 2026-04-30, val_bpb 1.0576 (docs/frontier.md#the-may-records)
     # #1855 plus progressive training context, TTT levers and AWQ-lite. Its EVAL_STRIDE=1536 is
     # read by nothing there, so it is not here (here it would add a sliding-window score).
@@ -217,6 +219,8 @@ PR2014 = PR1855 | dict(  # #2014, 2026-04-30, val_bpb 1.0576 (docs/frontier.md#t
     TTT_SHORT_DOC_LEN="2000",
     TTT_SHORT_CHUNK_SIZE="24",
 )
+
+
 PR2135 = PR1855 | dict(  # #2135, 2026-05-01, val_bpb 1.0565: the top row (PRESET=frontier)
     # #1855's network with #1797's code line, TTT levers and the token n-gram tilt, its hints
     # inside the evaluation's timer as in its run; #2135's rewritten per-group file (lrzip too)
@@ -238,9 +242,14 @@ PR2135 = PR1855 | dict(  # #2135, 2026-05-01, val_bpb 1.0565: the top row (PRESE
     NGRAM_TILT_ENABLED="1",
     NGRAM_HINT_PRECOMPUTE_OUTSIDE="0",
 )
+
+
 # TTT_MASK's values that drop adapters: their TTT_<site>_LORA defaults to 0
 TTT_MASKED_ADAPTERS = {"no_q": ("Q",), "no_v": ("V",), "no_qv": ("Q", "V")}
+
+
 PRESETS = {"pr1855": PR1855, "pr2014": PR2014, "pr2135": PR2135, "frontier": PR2135}
+
 
 # The small control tensors' name patterns, built in: the baseline's default (of both its pattern
 # variables), then the record's extra ones (their tensors exist only when their variables are on)
@@ -255,6 +264,8 @@ BASELINE_CONTROL_PATTERNS = (
     "skip_weight",
     "skip_weights",
 )
+
+
 CONTROL_TENSOR_NAME_PATTERNS = (
     *BASELINE_CONTROL_PATTERNS,
     "skip_gates",
@@ -345,6 +356,10 @@ FIXED_VARIABLES = {
         VAL_BYTECOUNT_DEVICE="cpu",
     ),
 }
+
+
+# A preset's layer numbers, scaled with NUM_LAYERS when it is set (docs/frontier.md)
+LAYER_NUMBERS = {"LOOP_START", "LOOP_END", "PARALLEL_START_LAYER", "XSA_LAST_N"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1272,9 +1287,9 @@ class Hyperparameters:
 
 
 FIELDS = dataclasses.fields(Hyperparameters)
+
+
 DEFAULTS = {f.name: f.default for f in FIELDS}
-# A preset's layer numbers, scaled with NUM_LAYERS when it is set (docs/frontier.md)
-LAYER_NUMBERS = {"LOOP_START", "LOOP_END", "PARALLEL_START_LAYER", "XSA_LAST_N"}
 
 
 def scaled_schedule_line(cfg: Hyperparameters, env=os.environ) -> str:
@@ -1347,8 +1362,125 @@ def grad_accum_steps_for(world_size: int) -> int:
     return max(8 // world_size, 1)
 
 
+LAUNCHER_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")  # torchrun's
+
+
+PREFIXES = ("TRAIN_", "VAL_", "EVAL_", "MUON_", "CHECKPOINT_", "TTT_", "GLOBAL_TTT_", "PHASED_TTT_")
+
+
+def misspelt_variables(env) -> list[str]:
+    """A warning per variable that looks like one of ours but is not (NUM_LAYER, TRAIN_SEQLEN)."""
+    known = {name.upper() for name in DEFAULTS} | set(LAUNCHER_VARIABLES) | set(FIXED_VARIABLES)
+    warnings = []
+    for name in sorted(set(env) - known):
+        close = difflib.get_close_matches(name, known, 1, 0.9)  # one letter in ten changed
+        if close or name.startswith(PREFIXES):
+            guess = f"did you mean {close[0]}?" if close else "see the Hyperparameters class"
+            warnings.append(f"WARNING: {name} is not a variable of this script; {guess}")
+    return warnings
+
+
+def settings_help() -> str:
+    """--help: every setting by group, with its default (its PRESET's value under one), its
+    choices and its help, as Hyperparameters declares them."""
+    cfg = Hyperparameters.from_env({"PRESET": os.environ.get("PRESET", ""), "RUN_ID": "-"})
+    usage = "usage: [VARIABLE=value ...] torchrun --standalone --nproc_per_node=N train_gpt.py"
+    values = f"PRESET={cfg.preset}'s values" if cfg.preset else "defaults"
+    lines = [usage, "", __doc__.split("\n\n")[0], "", f"Settings (docs/environment.md), {values}:"]
+    for group, (title, _) in SETTING_GROUPS.items():
+        lines += ["", f"{title}:"]
+        for f in FIELDS:
+            if f.metadata["group"] == group:
+                lines.append(setting_help_line(f, getattr(cfg, f.name)))
+    return "\n".join(lines)
+
+
+def setting_help_line(field: dataclasses.Field, value) -> str:
+    if field.name == "run_id":
+        value = "(new each run)"
+    elif isinstance(value, bool):
+        value = int(value)
+    choices = field.metadata["choices"]
+    choices = f"one of {'|'.join(map(shown_choice, choices))}; " if choices else ""
+    return f"  {field.name.upper()}={value}  {choices}{field.metadata['help']}".rstrip(" ;")
+
+
 # -----------------------------
-# MUON OPTIMIZER
+# RUNTIME: PROCESSES, DEVICES AND FILES
+# -----------------------------
+
+
+def fsync(path: Path) -> None:
+    """On the disk, not only in the page cache: what survives a machine that dies."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write to a temp file beside `path` and rename it over: readers never see half a file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    fsync(tmp)
+    os.replace(tmp, path)
+
+
+def atomic_torch_save(obj, path: Path) -> None:
+    """torch.save names records after the file (as the baseline's sizes need): staged, renamed."""
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as folder:
+        staged = Path(folder) / path.name
+        torch.save(obj, staged)
+        fsync(staged)
+        os.replace(staged, path)
+
+
+class ClosedOnExit(contextlib.AbstractContextManager):  # `with loader:` closes it
+    def close(self) -> None:
+        pass
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    rank: int
+    local_rank: int
+    world_size: int
+    grad_accum_steps: int
+    device: torch.device
+    distributed: bool
+
+    cuda = property(lambda self: self.device.type == "cuda")
+
+    def autocast(self):  # bf16 on CUDA; a no-op on the CPU, which computes in fp32
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cuda)
+
+    def synchronize(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def all_sum(self, t: Tensor) -> Tensor:
+        """t summed over the ranks, in place (one process: t as it is)."""
+        if self.distributed:
+            dist.all_reduce(t)
+        return t
+
+    def share(self, n: int) -> tuple[int, int]:
+        """This rank's contiguous part of n items: [n r // world_size, n (r + 1) // world_size)."""
+        return n * self.rank // self.world_size, n * (self.rank + 1) // self.world_size
+
+
+def barrier(rt: Runtime) -> None:
+    if rt.distributed:
+        dist.barrier()
+
+
+# -----------------------------
+# OPTIMIZERS AND SCHEDULES
 # -----------------------------
 
 
@@ -1527,7 +1659,7 @@ def seq_stages(cfg: Hyperparameters) -> list[tuple[float, int]]:
 
 
 # -----------------------------
-# BITS PER BYTE
+# METRIC: BITS PER BYTE
 # -----------------------------
 
 
@@ -1569,539 +1701,16 @@ def count_target_bytes(tokens: np.ndarray, luts: ByteLuts, chunk: int = 1 << 22)
 
 
 # -----------------------------
-# INT8 + ZLIB QUANTIZATION
+# DATA: SHARDS AND THE TRAINING ORDERS
 # -----------------------------
 
-INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
-INT8_CLIP_Q = 99.99984 / 100.0
-
-
-def is_control_tensor(name: str) -> bool:
-    return any(pattern in name for pattern in CONTROL_TENSOR_NAME_PATTERNS)
-
-
-def quantize_float_tensor(t: Tensor) -> tuple[Tensor, Tensor]:
-    t32 = t.float()
-    if t32.ndim == 2:  # per-row scales, clipped at a high percentile so one outlier can't flatten
-        clip_abs = torch.quantile(t32.abs(), INT8_CLIP_Q, dim=1)
-        clipped = torch.maximum(torch.minimum(t32, clip_abs[:, None]), -clip_abs[:, None])
-        scale = (clip_abs / 127.0).clamp_min(1.0 / 127.0)
-        q = torch.clamp(torch.round(clipped / scale[:, None]), -127, 127)
-        return q.to(torch.int8).contiguous(), scale.to(dtype=torch.float16).contiguous()
-    clip_abs = float(torch.quantile(t32.abs().flatten(), INT8_CLIP_Q).item())
-    scale = torch.tensor(clip_abs / 127.0 if clip_abs > 0 else 1.0, dtype=torch.float32)
-    q = torch.clamp(torch.round(torch.clamp(t32, -clip_abs, clip_abs) / scale), -127, 127)
-    return q.to(torch.int8).contiguous(), scale
-
-
-def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> tuple[dict, dict]:
-    """The baseline's int8_clean_per_row_v1 format, and byte statistics for the log."""
-    quantized = {}
-    scales = {}
-    dtypes = {}
-    passthrough = {}
-    orig_dtypes = {}
-    qmeta = {}
-    stats = collections.Counter()  # byte totals for the log
-    for name, tensor in state_dict.items():
-        t = tensor.detach().to("cpu").contiguous()
-        stats["baseline_tensor_bytes"] += t.nbytes
-        if not t.is_floating_point():
-            passthrough[name] = t
-        elif t.numel() <= INT8_KEEP_FLOAT_MAX_NUMEL:  # small: kept as floats (control in fp32)
-            if is_control_tensor(name):
-                passthrough[name] = t.float().contiguous()
-            elif t.dtype in (torch.float32, torch.bfloat16):
-                orig_dtypes[name] = str(t.dtype).removeprefix("torch.")
-                passthrough[name] = t.to(dtype=torch.float16).contiguous()
-            else:
-                passthrough[name] = t
-        else:
-            quantized[name], scales[name] = quantize_float_tensor(t)
-            if scales[name].ndim > 0:
-                qmeta[name] = {"scheme": "per_row", "axis": 0}
-            dtypes[name] = str(t.dtype).removeprefix("torch.")
-    payload = (*quantized.values(), *scales.values(), *passthrough.values())
-    stats["int8_payload_bytes"] = sum(t.nbytes for t in payload)
-    obj = dict(__quant_format__="int8_clean_per_row_v1", quantized=quantized, scales=scales)
-    obj.update(dtypes=dtypes, passthrough=passthrough)
-    if qmeta:
-        obj["qmeta"] = qmeta
-    if orig_dtypes:
-        obj["passthrough_orig_dtypes"] = orig_dtypes
-    return obj, stats
-
-
-def dequantize_state_dict_int8(obj: dict) -> dict[str, Tensor]:
-    out = {}
-    for name, q in obj["quantized"].items():
-        scale = obj["scales"][name].float()  # per row of a matrix (what qmeta says), or one
-        scale = scale[:, None] if scale.ndim else scale
-        out[name] = (q.float() * scale).to(getattr(torch, obj["dtypes"][name]))
-    orig_dtypes = obj.get("passthrough_orig_dtypes", {})
-    for name, t in obj["passthrough"].items():
-        out[name] = t.to(getattr(torch, orig_dtypes[name]) if name in orig_dtypes else t.dtype)
-    return out
-
-
-def fsync(path: Path) -> None:
-    """On the disk, not only in the page cache: what survives a machine that dies."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write to a temp file beside `path` and rename it over: readers never see half a file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    fsync(tmp)
-    os.replace(tmp, path)
-
-
-def atomic_torch_save(obj, path: Path) -> None:
-    """torch.save names records after the file (as the baseline's sizes need): staged, renamed."""
-    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as folder:
-        staged = Path(folder) / path.name
-        torch.save(obj, staged)
-        fsync(staged)
-        os.replace(staged, path)
-
-
-# -----------------------------
-# GPTQ + SDCLIP + LQER: THE RECORD'S QUANTIZER (QUANTIZER=gptq)
-# -----------------------------
-
-GPTQ_CALIBRATION_ROWS = 48  # sequences per Hessian batch and rank, the record's
-ARTIFACT_FILES = {"int8": "final_model.int8.ptz", "gptq": "final_model.int6.ptz"}
-ARTIFACT_CAP = 16_000_000  # bytes, decimal: the counted code plus the compressed model
-# The record's code bytes: minified, brotli q11, base85, in this 2-line wrapper (67 bytes).
-CODE_HEAD, CODE_TAIL = 'import brotli,base64\nexec(brotli.decompress(base64.b85decode("', '")))\n'
-
-
-def quantize_by_max(x: Tensor, divisor: float, low: int, high: int, dim=None) -> tuple:
-    """q = clamp(round(x / s), low, high), s = fp16(max(max|x|, 1e-10) / divisor): the max over
-    `dim` (a scale per slice), or the whole tensor (dim None, a 0-dim scale)."""
-    amax = x.abs().amax() if dim is None else x.abs().amax(dim, keepdim=True)
-    s = (amax.clamp_min(1e-10) / divisor).half()
-    q = torch.clamp(torch.round(x / s.float()), low, high).to(torch.int8)
-    return q, (s if dim is None else s.squeeze(dim))
-
-
-def sdclip_scales(w: Tensor, clip_sigmas: float, bits: int) -> Tensor:
-    """SDClip: each row's step is k standard deviations (unbiased) over the 2^(b-1)-1 levels."""
-    return (clip_sigmas * w.float().std(dim=1) / (2 ** (bits - 1) - 1)).clamp_min(1e-10).half()
-
-
-def gptq_quantize(w, hessian, clip_sigmas: float, bits: int, high=(), high_bits=8) -> tuple:
-    """GPTQ (docs/frontier.md#gptq): columns by decreasing Hessian diagonal, each rounded, its error
-    spread over those left via H^-1's upper Cholesky factor; `high` ones at high_bits (AWQ-lite)."""
-    R, scale = 2 ** (bits - 1) - 1, sdclip_scales(w, clip_sigmas, bits)
-    R_hi, s_hi = 2 ** (high_bits - 1) - 1, sdclip_scales(w, clip_sigmas, high_bits).float()[:, None]
-    W, H = w.float().clone(), hessian.float().clone()
-    dead = H.diagonal() == 0
-    H[dead, dead] = 1.0
-    # damping: mean(diag H) over torch.diag's contiguous copy, as the record's (a strided mean sums
-    # in another order: one fp32 unit apart on about half the matrices)
-    H.diagonal().add_(0.01 * torch.diag(H).mean())
-    perm = torch.argsort(H.diagonal(), descending=True, stable=True)
-    W, H = W[:, perm], H[perm][:, perm]
-    W[:, dead[perm]] = 0.0
-    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
-    Q = torch.zeros_like(W)
-    high = [c in high for c in perm.tolist()]
-    s_lo = scale.float()[:, None]
-    for a in range(0, W.size(1), 128):  # blocks of 128 columns, updated lazily
-        b = min(a + 128, W.size(1))
-        block, errors = W[:, a:b].clone(), torch.zeros_like(W[:, a:b])
-        for j in range(b - a):
-            s, r = (s_hi, R_hi) if high[a + j] else (s_lo, R)
-            Q[:, a + j] = torch.clamp(torch.round(block[:, j : j + 1] / s), -r, r)[:, 0]
-            errors[:, j] = (block[:, j] - Q[:, a + j] * s[:, 0]) / U[a + j, a + j]
-            block[:, j:] -= errors[:, j : j + 1] * U[a + j, a + j : b][None, :]
-        W[:, b:] -= errors @ U[a:b, b:]
-    return Q[:, torch.argsort(perm)].to(torch.int8).contiguous(), scale
-
-
-def lqer_factors(cfg: Hyperparameters, error: Tensor) -> tuple[dict, str]:
-    """LQER: the rank-r SVD of a matrix's quantization error, A = U_r S_r and B = V_r^T, stored in
-    2 and 4 bits (groups of LQER_ASYM_GROUP), or LQER_FACTOR_BITS with per-row scales."""
-    U, S, Vh = torch.linalg.svd(error.float(), full_matrices=False)
-    r = min(cfg.lqer_rank, S.numel())
-    A, B = (U[:, :r] * S[:r]).contiguous(), Vh[:r]  # A contiguous, as the record's is saved
-    if cfg.lqer_asym_enabled and B.numel() % cfg.lqer_asym_group == 0:
-        qA, sA = quantize_by_max(A, 1.5, -2, 1)
-        qB, sB = quantize_by_max(B.reshape(-1, cfg.lqer_asym_group), 7.5, -8, 7, dim=1)
-        return {"lqA_a": qA, "lqAs_a": sA, "lqB_a": qB.view(B.shape), "lqBs_a": sB}, "+lqer_asym"
-    R = 2 ** (cfg.lqer_factor_bits - 1) - 1
-    (qA, sA), (qB, sB) = (quantize_by_max(f, R, -R, R, dim=1) for f in (A, B))
-    return {"lqA": qA, "lqAs": sA, "lqB": qB, "lqBs": sB}, "+lqer"
-
-
-def quant_route(cfg: Hyperparameters, name: str, t: Tensor) -> str:
-    """docs/frontier.md#routing, first match wins: gate (int8 rows), passthrough (fp16) or gptq."""
-    gate = cfg.gated_attn_quant_gate and name.endswith(".attn_gate_w")  # (heads, GATE_WINDOW)
-    if gate and 32 <= t.numel() <= 8192:
-        return "gate"
-    return "passthrough" if not t.is_floating_point() or t.numel() <= 65_536 else "gptq"
-
-
-def clip_sigmas(cfg: Hyperparameters, name: str) -> float:  # by the first part the name holds
-    parts = ("tok_emb", cfg.embed_clip_sigmas), (".mlp.", cfg.mlp_clip_sigmas)
-    parts += ((".attn.", cfg.attn_clip_sigmas),)
-    return next((k for part, k in parts if part in name), cfg.matrix_clip_sigmas)
-
-
-def gptq_bits(cfg: Hyperparameters, name: str) -> int:
-    return cfg.embed_bits if "tok_emb" in name else cfg.matrix_bits
-
-
-def awq_group(cfg: Hyperparameters, state: dict, act_rms: dict) -> tuple:
-    """AWQ-lite: (score, name, first column) of the top group of AWQ_LITE_GROUP_SIZE columns of GPTQ
-    matrices of fewer bits, scored sum of act_rms[c] * mean |W[:, c]| (ties: the first)."""
-    G, best = cfg.awq_lite_group_size, (-1.0, None, 0)
-    for name in [n for n in state if n in act_rms and gptq_bits(cfg, n) < cfg.awq_lite_bits]:
-        n = act_rms[name].numel() // G
-        score = (act_rms[name] * state[name].float().abs().mean(0))[: n * G].view(n, G).sum(1)
-        for g, v in enumerate(score.tolist()):
-            best = (v, name, g * G) if v > best[0] else best
-    return best
-
-
-def gptq_matrix(w: dict, name: str, q: str = ".q", s: str = ".scale") -> Tensor:
-    """The integers times their row's step; AWQ-lite's groups' columns at their own step."""
-    t = w[name + q].float() * w[name + s].float()[:, None]
-    for a in map(int, w.get(f"{name}.awqg_start", ())):
-        b = a + int(w[f"{name}.awqg_size"])
-        t[:, a:b] = w[name + q][:, a:b].float() * w[f"{name}.awqg_s_hi"].float()[:, None]
-    return t
-
-
-def quantize_state_dict_gptq(cfg, state: dict, hessians: dict, act_rms=()) -> dict:
-    """The record's artifact: {"w": tensors, "m": {name: how}} in `state`'s order, LQER factors last
-    (largest error first); no Hessian: round to nearest. act_rms: AWQ-lite's salience."""
-    w = {}
-    meta = {}
-    errors = {}
-    G = cfg.awq_lite_group_size
-    _, group, a = awq_group(cfg, state, act_rms) if cfg.awq_lite_enabled else (0, None, 0)
-    for name, t in state.items():
-        t, route = t.detach().cpu(), quant_route(cfg, name, t)
-        if route == "gate":
-            w[f"{name}.gq"], w[f"{name}.gs"] = quantize_by_max(t.float(), 127, -127, 127, dim=1)
-            meta[name] = "gate_int8_row"
-        elif route == "passthrough":
-            w[name], meta[name] = t.half() if t.is_floating_point() else t, "passthrough (float16)"
-        else:
-            bits, k = gptq_bits(cfg, name), clip_sigmas(cfg, name)
-            h = hessians[name] if name in hessians else torch.eye(t.size(1))  # untied embedding
-            high = range(a, a + G) if cfg.awq_lite_enabled and name == group else ()
-            q = gptq_quantize(t, h, k, bits, high, cfg.awq_lite_bits)
-            w[f"{name}.q"], w[f"{name}.scale"] = q
-            meta[name] = f"gptq (int{bits})"
-            if high:  # the record's keys, after the matrix's own
-                w[f"{name}.awqg_start"] = torch.tensor([a], dtype=torch.int16)
-                w[f"{name}.awqg_s_hi"] = sdclip_scales(t, k, cfg.awq_lite_bits)
-                w[f"{name}.awqg_size"] = torch.tensor(G, dtype=torch.int16)
-                meta[name] += f"+awqgrpint{cfg.awq_lite_bits}"
-            errors[name] = t.float() - gptq_matrix(w, name)
-    ranked = sorted(errors, key=lambda n: float(errors[n].norm()), reverse=True)
-    for name in ranked[: cfg.lqer_top_k] if cfg.lqer_enabled else ():
-        factors, suffix = lqer_factors(cfg, errors[name])
-        w.update({f"{name}.{key}": factor for key, factor in factors.items()})
-        meta[name] += suffix
-    return {"w": w, "m": meta}
-
-
-def dequantize_state_dict_gptq(obj: dict, template: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Each template name the artifact holds, in the template's dtype
-    (docs/frontier.md#the-object-and-loading)."""
-    w, out = obj["w"], {}
-    for name, like in template.items():
-        if (how := obj["m"].get(name)) is None:
-            continue  # missing: load_weights names it
-        if how.startswith("passthrough"):
-            out[name] = w[name].to(like.dtype)
-            continue
-        t = gptq_matrix(w, name, *((".gq", ".gs") if how == "gate_int8_row" else ()))
-        if how.endswith("+lqer_asym"):
-            qB, sB = w[f"{name}.lqB_a"], w[f"{name}.lqBs_a"]
-            B = (qB.float().reshape(sB.numel(), -1) * sB.float()[:, None]).view(qB.shape)
-            t = t + (w[f"{name}.lqA_a"].float() * w[f"{name}.lqAs_a"].float()) @ B
-        elif how.endswith("+lqer"):
-            A = w[f"{name}.lqA"].float() * w[f"{name}.lqAs"].float()[:, None]
-            t = t + A @ (w[f"{name}.lqB"].float() * w[f"{name}.lqBs"].float()[:, None])
-        out[name] = t.to(like.dtype)
-    return out
-
-
-def record_order(state: dict[str, Tensor], num_layers: int, pair_first=False) -> list[str]:
-    """The record's unbanked names in its order: each bank's layers at the bank's place, the two
-    kinds of a bank interleaved (c_q0, proj0, c_q1, ...), then its other tensors in order."""
-    names = []
-    for key in record_keys(state, num_layers, pair_first):  # names only: no bank is built
-        kinds = BANKS.get(key, ())
-        names += [f"blocks.{i}.{k}.weight" for i in range(num_layers) for k in kinds] or [key]
-    return names
-
-
-def compress(data: bytes, compressor: str) -> bytes:
-    if compressor == "brotli":  # imported only when used: the defaults need only the baseline's
-        return importlib.import_module("brotli").compress(data, quality=11)
-    return lzma.compress(data, preset=9) if compressor == "lzma" else zlib.compress(data, level=9)
-
-
-def compressor_of(blob: bytes) -> str:
-    """The COMPRESSOR that wrote an artifact, by its first bytes: PGRP's version (read_pergroup
-    checks it), lzma's magic, zlib's 0x78 (our brotli streams, window 2^22, start odd), brotli."""
-    if blob.startswith(b"PGRP"):
-        return "pergroup_v2" if blob[4:8] == struct.pack("<I", 2) else "pergroup"
-    return "lzma" if blob.startswith(b"\xfd7zXZ\x00") else "zlib" if blob[:1] == b"x" else "brotli"
-
-
-def read_artifact(path: str | Path, source: str, log0: Callable, compressor: str = "") -> dict:
-    """A quantized artifact (ours or a record's: brotli, lzma, either PGRP); one line if not.
-    `compressor`: the COMPRESSOR that wrote it (this run's file), else told by its first bytes."""
-    try:
-        blob = Path(path).read_bytes()
-        obj = unpack_artifact(blob, source, log0, compressor or compressor_of(blob))
-        if not isinstance(obj, dict) or not ("__quant_format__" in obj or {"w", "m"} <= set(obj)):
-            raise ValueError("expected int8_clean_per_row_v1 or w/m")
-    except DataError:
-        raise
-    except Exception as e:  # truncated, not compressed, not torch.save's, another PGRP
-        raise DataError(
-            f"{source}: not a readable artifact ({type(e).__name__}: {e}); expected a "
-            f"whole .ptz written by this script or a record's (copy it again if it was "
-            f"cut short)"
-        ) from None
-    return obj
-
-
-def unpack_artifact(blob: bytes, source: str, log0: Callable, compressor: str):
-    """`blob` as COMPRESSOR wrote it, back to what was saved; damage named (PGRP's in one line)."""
-    if not compressor.startswith("pergroup"):
-        try:  # (the compressors are modules of their names)
-            data = importlib.import_module(compressor).decompress(blob)
-        except Exception as e:
-            raise ValueError(f"damaged {compressor} data ({e})") from None
-        return torch.load(io.BytesIO(data), map_location="cpu")
-    start = "Deserialize: per-group lrzip decompression"
-    try:
-        with progress(start, "Deserialize: decompression", log0):
-            return read_pergroup(blob, compressor)
-    except FileNotFoundError:  # the lrzip binary
-        raise DataError(
-            f"{source}: a per-group (COMPRESSOR=pergroup) artifact: expected lrzip "
-            f"on PATH to read it (scripts/setup.sh installs it)"
-        ) from None
-    except Exception as e:  # the file, its damage, what next: lrzip's errors name neither
-        cause = f"{type(e).__name__}: {e}".splitlines()[0]
-        raise DataError(
-            f"{source}: a per-group (lrzip + brotli) artifact of {len(blob):,} "
-            f"bytes, truncated or damaged ({cause}); copy it again, whole, from "
-            f"the run that wrote it (its log's `Serialized model` line gives the "
-            f"size)"
-        ) from None
-
-
-# COMPRESSOR=pergroup, the records': the matrices' int8 rows (some reordered, neighbours alike) by
-# column, compressed by lrzip's ZPAQ, the rest by brotli. #1855's file (= #2014's): 7 groups, a
-# stream each; #2135's (pergroup_v2: PGRP version 2): every matrix reordered, one stream. Both read.
-PERGROUPS = (
-    "_tok_emb.weight.q",
-    "attn.c_k.weight.q",
-    "attn.c_q.weight.q",
-    "attn.c_v.weight.q",
-    "attn.proj.weight.q",
-    "mlp.fc.weight.q",
-    "mlp.proj.weight.q",
-)
-SORTED_GROUPS = PERGROUPS[0], PERGROUPS[2], PERGROUPS[5]  # #1855 reorders these rows
-ZPAQ = ("-z", "-L", "9")
-
-
-@contextlib.contextmanager
-def progress(start: str, end: str, log0: Callable, every: float = 10.0):
-    """`start...`, a line every `every` s from a thread (joined) while it runs, `end done in`."""
-    done, t0 = threading.Event(), time.perf_counter()
-
-    def report():
-        while not done.wait(every):
-            log0(f"{start}: {time.perf_counter() - t0:.0f}s so far")
-
-    log0(f"{start}...")
-    thread = threading.Thread(target=report, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-    log0(f"{end} done in {time.perf_counter() - t0:.1f}s")
-
-
-def lrzip(data: bytes, *flags: str) -> bytes:
-    """The lrzip binary (ZPAQ, or -d) on `data`; what it writes does not depend on file names."""
-    with tempfile.TemporaryDirectory() as folder:
-        src, out = Path(folder, "in"), Path(folder, "out")
-        src.write_bytes(data)
-        subprocess.run(["lrzip", *flags, "-o", out, src], check=True, capture_output=True)
-        return out.read_bytes()
-
-
-def similarity_order(q: Tensor) -> list[int]:
-    """From row 0, the unused row nearest in L1 (the lowest index on ties), and so on. Distances
-    once, on the GPU when there is one: integers below 2^24, exact in fp32 in any order."""
-    x = q.float().to("cuda" if torch.cuda.is_available() else "cpu")
-    distances, order = torch.cdist(x, x, p=1), [0]
-    for _ in range(len(x) - 1):
-        distances[:, order[-1]] = math.inf
-        order.append(int(distances[order[-1]].argmin()))
-    return order
-
-
-def in_columns(q: Tensor, order: list) -> bytes:  # the rows in `order`, stored transposed
-    return q[order].T.contiguous().numpy().tobytes()
-
-
-def from_columns(raw: bytes, shape: tuple, order: np.ndarray) -> Tensor:
-    t = torch.frombuffer(bytearray(raw), dtype=torch.int8).view(shape[1], shape[0]).T
-    return t[np.argsort(order)]  # row k held row order[k]: each back in place
-
-
-def torch_bytes(obj) -> bytes:
-    """torch.save's file of obj, in memory."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    return buffer.getvalue()
-
-
-def uint16(orders) -> bytes:  # perms, little-endian
-    return b"".join(np.array(order, dtype="<u2").tobytes() for order in orders)
-
-
-def write_pergroup(w: dict, meta: dict, version: str) -> bytes:
-    brotli = importlib.import_module("brotli")
-    names = sorted(n for n in w if n.endswith(tuple(g.lstrip("_") for g in PERGROUPS)))
-    if version == "pergroup_v2":  # each one's name, shape and perm, then one stream of all
-        orders = {n: similarity_order(w[n]) for n in names}
-        head = [b"PGRP", struct.pack("<II", 2, len(names))]
-        for n in names:
-            head += [struct.pack("<H", len(n)), n.encode(), struct.pack("<II", *w[n].shape)]
-            head.append(uint16([orders[n]]))
-        stream = lrzip(b"".join(in_columns(w[n], orders[n]) for n in names), *ZPAQ)
-        saved = torch_bytes({"w": {n: w[n] for n in w if n not in orders}, "m": meta})
-        shuffled = b"BSHF\x02" + saved[::2] + saved[1::2]  # even bytes, odd
-        rest = brotli.compress(shuffled, quality=11)
-        head += [struct.pack("<BI", 1, len(stream)), stream, struct.pack("<I", len(rest)), rest]
-        return b"".join(head)
-    by_layer = functools.partial(sorted, key=lambda n: (len(n), n))  # blocks.2 before blocks.10
-    groups = {g: by_layer(n for n in names if n.endswith(g.lstrip("_"))) for g in PERGROUPS}
-    orders = {
-        n: similarity_order(w[n]) if g in SORTED_GROUPS else list(range(len(w[n])))
-        for g, group in groups.items()
-        for n in group
-    }
-    blobs = [b"".join(in_columns(w[n], orders[n]) for n in group) for group in groups.values()]
-    with ThreadPoolExecutor(os.cpu_count()) as pool:  # the groups at once, on as many cores
-        streams = list(pool.map(lambda blob: blob and lrzip(blob, *ZPAQ), blobs))
-    shapes = {g: [tuple(w[n].shape) for n in group] for g, group in groups.items() if group}
-    rest = {"r": {n: w[n] for n in sorted(w) if n not in orders}, "m": meta, "s": shapes}
-    perms = uint16(orders[n] for g in SORTED_GROUPS for n in groups[g])
-    streams += [brotli.compress(torch_bytes(rest), quality=11, lgwin=24)]
-    streams += [perms and brotli.compress(perms, quality=11)]
-    return b"PGRP" + struct.pack("<10I", 9, *map(len, streams)) + b"".join(streams)
-
-
-def read_pergroup(blob: bytes, version: str) -> dict:
-    """A PGRP file back to {"w", "m"}: #1855's (pergroup: 9 streams) or #2135's (pergroup_v2)."""
-    brotli, (kind,) = importlib.import_module("brotli"), struct.unpack_from("<I", blob, 4)
-    if kind != (2 if version == "pergroup_v2" else 9):
-        raise ValueError(f"PGRP {kind}: expected 9 (#1855's streams) or 2 (#2135's version)")
-    found = []  # (name, shape, row order) of each tensor in the stream(s)
-    if version == "pergroup":
-        ends = list(itertools.accumulate(struct.unpack_from("<9I", blob, 8), initial=44))
-        streams = [blob[a:b] for a, b in itertools.pairwise(ends)]
-        rest = torch.load(io.BytesIO(brotli.decompress(streams[7])), map_location="cpu")
-        perms = np.frombuffer(streams[8] and brotli.decompress(streams[8]), "<u2")
-        with ThreadPoolExecutor(len(PERGROUPS)) as pool:
-            raw = b"".join(pool.map(lambda stream: stream and lrzip(stream, "-d"), streams[:7]))
-        for group in PERGROUPS:
-            for i, (rows, cols) in enumerate(rest["s"].get(group, [])):
-                order = np.arange(rows)
-                if group in SORTED_GROUPS:
-                    order, perms = perms[:rows], perms[rows:]
-                name = group[1:] if group[0] == "_" else f"blocks.{i}.{group}"
-                found.append((name, (rows, cols), order))
-        w, meta = rest["r"], rest["m"]
-    else:
-        (count,), at = struct.unpack_from("<I", blob, 8), 12
-        for _ in range(count):
-            (n,) = struct.unpack_from("<H", blob, at)
-            shape = struct.unpack_from("<II", blob, at + 2 + n)
-            perm = np.frombuffer(blob, "<u2", shape[0], at + 10 + n)
-            found.append((blob[at + 2 : at + 2 + n].decode(), shape, perm))
-            at += 10 + n + 2 * shape[0]
-        method, size = struct.unpack_from("<BI", blob, at)
-        stream, at = blob[at + 5 : at + 5 + size], at + 5 + size
-        raw = lrzip(stream, "-d") if method else brotli.decompress(stream)  # 0: the fallback
-        shuffled = brotli.decompress(blob[at + 4 :])[5:]  # BSHF, stride 2: even bytes, odd
-        rest = bytearray(len(shuffled))
-        rest[::2], rest[1::2] = shuffled[: len(rest[::2])], shuffled[len(rest[::2]) :]
-        rest = torch.load(io.BytesIO(rest), map_location="cpu")
-        w, meta = rest["w"], rest["m"]
-    at = 0
-    for name, (rows, cols), order in found:
-        w[name] = from_columns(raw[at : at + rows * cols], (rows, cols), order)
-        at += rows * cols
-    return {"w": w, "m": meta}
-
-
-def counted_code_bytes(code: str, log0: Callable) -> int:
-    """The length of the wrapper around base85(brotli q11(minified source)): docs/frontier.md.
-    A script shipped so (a record's specialised one: records/golf/specialize.py) counts as it is."""
-    if code.startswith(CODE_HEAD):
-        return len(code.encode("utf-8"))
-    try:  # the record's pyminify options; without python-minifier the source as it is
-        code = importlib.import_module("python_minifier").minify(
-            code,
-            rename_locals=False,
-            hoist_literals=False,
-            remove_literal_statements=True,
-            remove_asserts=True,
-            prefer_single_line=True,
-        )
-    except ImportError:
-        log0("WARNING: python-minifier is not installed: the code is counted unminified")
-    compressed = importlib.import_module("brotli").compress(code.encode(), quality=11)
-    return len(CODE_HEAD) + len(base64.b85encode(compressed)) + len(CODE_TAIL)
-
-
-def log_quantized_weights(meta: dict[str, str], log0: Callable) -> None:
-    """`Quantized weights:`, then per kind its names without layer indices, as the record."""
-    kinds = collections.defaultdict(set)
-    for name, how in meta.items():
-        parts = name.split(".")
-        if parts[0] == "blocks" and parts[1:2] and parts[1].isdigit():  # without its layer
-            del parts[1]
-        if parts[-1].isdigit():  # nor a trailing index, as the record's line drops it
-            del parts[-1]
-        kinds[how].add(".".join(parts))
-    log0("Quantized weights:")
-    for how in sorted(kinds):
-        log0(f"  {how}: {', '.join(sorted(kinds[how]))}")
-
-
-# -----------------------------
-# DATA: SHARDS AND THE TOKEN STREAM
-# -----------------------------
 
 SHARD_MAGIC, SHARD_VERSION, HEADER_INTS = 20240520, 1, 256
+
+
 BOS_ID = 1  # every document starts with it
+
+
 HEADER_BYTES = HEADER_INTS * 4
 
 
@@ -2415,14 +2024,6 @@ class ShuffledOrder:
 TRAIN_ORDERS = {"stream": StreamOrder, "docpack": DocPackOrder, "shuffled": ShuffledOrder}
 
 
-class ClosedOnExit(contextlib.AbstractContextManager):  # `with loader:` closes it
-    def close(self) -> None:
-        pass
-
-    def __exit__(self, *exc):
-        self.close()
-
-
 class DistributedTokenLoader(ClosedOnExit):
     """The synchronous reference: (x, y), or (x, y, cu_seqlens, max_seqlen) for docpack. `order`:
     the order's class (StreamOrder, the baseline's; TRAIN_ORDERS by TRAIN_LOADER's names)."""
@@ -2458,7 +2059,7 @@ class DistributedTokenLoader(ClosedOnExit):
 
 
 # -----------------------------
-# DATA: BACKGROUND STAGING AND THE PREFETCHING LOADER
+# PIPELINE: BACKGROUND STAGING AND THE PREFETCHING LOADER
 # -----------------------------
 
 
@@ -2688,127 +2289,7 @@ class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
 
 
 # -----------------------------
-# DATA: THE VALIDATION SPLIT
-# -----------------------------
-
-
-class ValidationSet:
-    """The validation tokens, this rank's batches (their cu_seqlens computed once), exact totals."""
-
-    def __init__(self, cfg: Hyperparameters, rt: Runtime, luts: ByteLuts):
-        files = list_shards(cfg.val_files)
-        self.split = np.concatenate([load_data_shard(f, cfg.vocab_size) for f in files])
-        self.split_tokens = max(self.split.size - 1, 0)
-        self.luts = luts
-        self.counts = None
-        sidecars = sorted(glob.glob(cfg.val_bytes_files))  # CaseOps data: token i's UTF-8 bytes
-        self.bytes_from = "sidecar" if sidecars else "tokenizer"
-        if sidecars:
-            self.counts = np.concatenate([load_data_shard(f) for f in sidecars])
-            if self.counts.size != self.split.size:
-                raise DataError(
-                    f"{cfg.val_bytes_files}: {self.counts.size} byte counts: expected "
-                    f"{self.split.size}, one per token of {cfg.val_files}: written "
-                    f"for other shards? Build both again (docs/data.md)"
-                )
-        L = self.seq_len = cfg.window
-        usable = min(self.split_tokens, cfg.max_val_tokens or self.split_tokens)
-        if usable < L:
-            raise DataError(
-                f"EVAL_SEQ_LEN={L}: expected <= {usable}, the validation targets "
-                f"evaluated ({self.split_tokens} in {cfg.val_files}, "
-                f"MAX_VAL_TOKENS={cfg.max_val_tokens}): a shorter EVAL_SEQ_LEN or more "
-                f"data"
-            )
-        usable = self.scored_targets = usable if cfg.eval_include_tail else usable // L * L
-        self.tokens = self.split[: usable + 1]
-        unit = 1 if cfg.eval_include_tail else L  # rank r: whole sequences, or targets Tr/W..
-        first, end = (k * unit for k in rt.share(usable // unit))
-        B = cfg.val_batch_size // (rt.world_size * rt.grad_accum_steps) // L * L
-        cuts = [*range(first, end, B), end]
-        if not cfg.val_doc_attention:  # rows of L: a last part row, a batch of its own
-            cuts.insert(-1, end - (end - first) % L)
-        self.spans = [(a, b + 1) for a, b in itertools.pairwise(cuts) if b > a]
-        self.max_span = B + 1
-        order = DocPackOrder if cfg.val_doc_attention else StreamOrder
-        self.assemble = functools.partial(order.assemble, seq_len=L)
-        self.documents = None  # per batch: its cu_seqlens (padded to 64) and longest piece
-        if cfg.val_doc_attention:
-            self.documents = [self.cut_documents(a, b) for a, b in self.spans]
-        self.target_tokens, self.target_bytes = self.totals(rt, first, end)
-
-    def totals(self, rt: Runtime, a: int, b: int) -> tuple[int, int]:
-        """Targets a..b-1 (tokens a+1..b) of every rank: their count and exact UTF-8 bytes."""
-        if self.counts is not None:
-            local_bytes = int(self.counts[a + 1 : b + 1].sum(dtype=np.int64))
-        else:
-            local_bytes = count_target_bytes(self.split[a : b + 1], self.luts)
-        totals = torch.tensor([max(b - a, 0), local_bytes], dtype=torch.int64, device=rt.device)
-        return tuple(int(v) for v in rt.all_sum(totals).tolist())
-
-    def cut_documents(self, a: int, b: int) -> tuple[np.ndarray, int]:
-        cu = np.empty(pad_to_64(b - a), dtype=np.int32)
-        entries, longest = document_pieces(self.tokens[a : b - 1], self.seq_len, cu)
-        return cu[:entries].copy(), longest  # a copy: not a view keeping the whole buffer
-
-    def batches(self, cfg: Hyperparameters, device: torch.device):
-        if not cfg.val_prefetch:  # the baseline's loop: slice, widen, copy
-            for i, (a, b) in enumerate(self.spans):
-                tokens = torch.from_numpy(self.tokens[a:b].astype(np.int64))
-                cu, longest = self.documents[i] if self.documents else (None, 0)
-                cu = None if cu is None else torch.from_numpy(cu).to(device, non_blocking=True)
-                yield self.assemble(tokens.to(device, non_blocking=True), cu, longest)
-            return
-        fill = functools.partial(self.fill, iter(range(len(self.spans))))
-        sizes = (self.max_span, pad_to_64(self.max_span) if self.documents else 0)
-        options = (cfg.val_prefetch_queue, cfg.val_copy_stream)
-        pipe = StagingPipeline(fill, self.assemble, sizes, device, "val_prefetch", *options)
-        try:
-            yield from iter(pipe.next_batch, None)
-        finally:
-            pipe.close()
-
-    def fill(self, batches, tokens: np.ndarray, cu: np.ndarray) -> tuple | None:  # on the worker
-        if (i := next(batches, None)) is None:
-            return None
-        a, b = self.spans[i]
-        tokens[: b - a] = self.tokens[a:b]
-        documents, longest = self.documents[i] if self.documents else ((), 0)
-        cu[: len(documents)] = documents
-        return b - a, len(documents), longest, None
-
-
-class SlidingWindows:
-    """EVAL_STRIDE=S, EVAL_SEQ_LEN=L: window k reads tokens [kS, kS + L] and scores its last S
-    targets (window 0: all L): each target once, with L - S tokens of context at least; windows
-    start while kS + L - S < the targets (-100 past the split). Ranks: contiguous parts."""
-
-    def __init__(self, cfg: Hyperparameters, rt: Runtime, val: ValidationSet):
-        L = cfg.window
-        S = cfg.eval_stride
-        B = cfg.eval_batch_seqs
-        total = val.scored_targets
-        self.shape = (B, L)
-        self.stride = S
-        self.context = L - S
-        self.windows = -(-(total - self.context) // S)
-        lo, hi = rt.share(self.windows)
-        self.batches = [((k - lo) * S, min(B, hi - k)) for k in range(lo, hi, B)]  # offset, rows
-        self.owns_first = lo == 0 < hi
-        room = (len(self.batches) * B - 1) * S + L + 1 if self.batches else 0  # padded last batch
-        tokens = np.full(room, -100, dtype=np.int32)  # cross_entropy's ignore_index
-        part = val.split[lo * S : min(lo * S + room, total + 1)]
-        tokens[: part.size] = part
-        self.tokens = torch.from_numpy(tokens)  # on the device only when it runs: place
-        self.target_tokens, self.target_bytes = val.target_tokens, val.target_bytes  # all, once
-
-    def place(self, device: torch.device) -> None:
-        """This rank's windows' tokens on `device`: before the evaluation, not through training."""
-        self.tokens = self.tokens.to(device)
-
-
-# -----------------------------
-# TRANSFORMER MODEL
+# MODEL: THE TRANSFORMER, ITS ATTENTION KERNELS AND ITS FILE LAYOUT
 # -----------------------------
 
 
@@ -3254,6 +2735,8 @@ BANKS = {
     "mlp_up_bank": ("mlp.fc",),
     "mlp_down_bank": ("mlp.proj",),
 }
+
+
 RECORD_ORDER = (
     "skip_weights",
     "skip_gates",
@@ -3265,6 +2748,8 @@ RECORD_ORDER = (
     "blocks.",
     "smear_gate.weight",
 )
+
+
 RECORD_BLOCK_ORDER = ("attn_scale", "mlp_scale", "resid_mix", "attn.q_gain", "attn.attn_gate_w")
 
 
@@ -3360,46 +2845,132 @@ def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim
     return optimizers, muon
 
 
-# -----------------------------
-# RUNTIME AND EVALUATION
-# -----------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Runtime:
-    rank: int
-    local_rank: int
-    world_size: int
-    grad_accum_steps: int
-    device: torch.device
-    distributed: bool
-
-    cuda = property(lambda self: self.device.type == "cuda")
-
-    def autocast(self):  # bf16 on CUDA; a no-op on the CPU, which computes in fp32
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cuda)
-
-    def synchronize(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-
-    def all_sum(self, t: Tensor) -> Tensor:
-        """t summed over the ranks, in place (one process: t as it is)."""
-        if self.distributed:
-            dist.all_reduce(t)
-        return t
-
-    def share(self, n: int) -> tuple[int, int]:
-        """This rank's contiguous part of n items: [n r // world_size, n (r + 1) // world_size)."""
-        return n * self.rank // self.world_size, n * (self.rank + 1) // self.world_size
-
-
 def document_kwargs(batch: tuple, seq_len: int) -> dict:
     """GPT.forward's keywords for a docpack batch: one compiled graph for all (see README)."""
     if len(batch) == 2:
         return {}
     torch._dynamo.maybe_mark_dynamic(batch[2], 0)
     return {"cu_seqlens": batch[2], "max_seqlen": seq_len}
+
+
+# -----------------------------
+# EVALUATION: THE VALIDATION SPLIT, PLAIN AND SLIDING-WINDOW SCORES
+# -----------------------------
+
+
+class ValidationSet:
+    """The validation tokens, this rank's batches (their cu_seqlens computed once), exact totals."""
+
+    def __init__(self, cfg: Hyperparameters, rt: Runtime, luts: ByteLuts):
+        files = list_shards(cfg.val_files)
+        self.split = np.concatenate([load_data_shard(f, cfg.vocab_size) for f in files])
+        self.split_tokens = max(self.split.size - 1, 0)
+        self.luts = luts
+        self.counts = None
+        sidecars = sorted(glob.glob(cfg.val_bytes_files))  # CaseOps data: token i's UTF-8 bytes
+        self.bytes_from = "sidecar" if sidecars else "tokenizer"
+        if sidecars:
+            self.counts = np.concatenate([load_data_shard(f) for f in sidecars])
+            if self.counts.size != self.split.size:
+                raise DataError(
+                    f"{cfg.val_bytes_files}: {self.counts.size} byte counts: expected "
+                    f"{self.split.size}, one per token of {cfg.val_files}: written "
+                    f"for other shards? Build both again (docs/data.md)"
+                )
+        L = self.seq_len = cfg.window
+        usable = min(self.split_tokens, cfg.max_val_tokens or self.split_tokens)
+        if usable < L:
+            raise DataError(
+                f"EVAL_SEQ_LEN={L}: expected <= {usable}, the validation targets "
+                f"evaluated ({self.split_tokens} in {cfg.val_files}, "
+                f"MAX_VAL_TOKENS={cfg.max_val_tokens}): a shorter EVAL_SEQ_LEN or more "
+                f"data"
+            )
+        usable = self.scored_targets = usable if cfg.eval_include_tail else usable // L * L
+        self.tokens = self.split[: usable + 1]
+        unit = 1 if cfg.eval_include_tail else L  # rank r: whole sequences, or targets Tr/W..
+        first, end = (k * unit for k in rt.share(usable // unit))
+        B = cfg.val_batch_size // (rt.world_size * rt.grad_accum_steps) // L * L
+        cuts = [*range(first, end, B), end]
+        if not cfg.val_doc_attention:  # rows of L: a last part row, a batch of its own
+            cuts.insert(-1, end - (end - first) % L)
+        self.spans = [(a, b + 1) for a, b in itertools.pairwise(cuts) if b > a]
+        self.max_span = B + 1
+        order = DocPackOrder if cfg.val_doc_attention else StreamOrder
+        self.assemble = functools.partial(order.assemble, seq_len=L)
+        self.documents = None  # per batch: its cu_seqlens (padded to 64) and longest piece
+        if cfg.val_doc_attention:
+            self.documents = [self.cut_documents(a, b) for a, b in self.spans]
+        self.target_tokens, self.target_bytes = self.totals(rt, first, end)
+
+    def totals(self, rt: Runtime, a: int, b: int) -> tuple[int, int]:
+        """Targets a..b-1 (tokens a+1..b) of every rank: their count and exact UTF-8 bytes."""
+        if self.counts is not None:
+            local_bytes = int(self.counts[a + 1 : b + 1].sum(dtype=np.int64))
+        else:
+            local_bytes = count_target_bytes(self.split[a : b + 1], self.luts)
+        totals = torch.tensor([max(b - a, 0), local_bytes], dtype=torch.int64, device=rt.device)
+        return tuple(int(v) for v in rt.all_sum(totals).tolist())
+
+    def cut_documents(self, a: int, b: int) -> tuple[np.ndarray, int]:
+        cu = np.empty(pad_to_64(b - a), dtype=np.int32)
+        entries, longest = document_pieces(self.tokens[a : b - 1], self.seq_len, cu)
+        return cu[:entries].copy(), longest  # a copy: not a view keeping the whole buffer
+
+    def batches(self, cfg: Hyperparameters, device: torch.device):
+        if not cfg.val_prefetch:  # the baseline's loop: slice, widen, copy
+            for i, (a, b) in enumerate(self.spans):
+                tokens = torch.from_numpy(self.tokens[a:b].astype(np.int64))
+                cu, longest = self.documents[i] if self.documents else (None, 0)
+                cu = None if cu is None else torch.from_numpy(cu).to(device, non_blocking=True)
+                yield self.assemble(tokens.to(device, non_blocking=True), cu, longest)
+            return
+        fill = functools.partial(self.fill, iter(range(len(self.spans))))
+        sizes = (self.max_span, pad_to_64(self.max_span) if self.documents else 0)
+        options = (cfg.val_prefetch_queue, cfg.val_copy_stream)
+        pipe = StagingPipeline(fill, self.assemble, sizes, device, "val_prefetch", *options)
+        try:
+            yield from iter(pipe.next_batch, None)
+        finally:
+            pipe.close()
+
+    def fill(self, batches, tokens: np.ndarray, cu: np.ndarray) -> tuple | None:  # on the worker
+        if (i := next(batches, None)) is None:
+            return None
+        a, b = self.spans[i]
+        tokens[: b - a] = self.tokens[a:b]
+        documents, longest = self.documents[i] if self.documents else ((), 0)
+        cu[: len(documents)] = documents
+        return b - a, len(documents), longest, None
+
+
+class SlidingWindows:
+    """EVAL_STRIDE=S, EVAL_SEQ_LEN=L: window k reads tokens [kS, kS + L] and scores its last S
+    targets (window 0: all L): each target once, with L - S tokens of context at least; windows
+    start while kS + L - S < the targets (-100 past the split). Ranks: contiguous parts."""
+
+    def __init__(self, cfg: Hyperparameters, rt: Runtime, val: ValidationSet):
+        L = cfg.window
+        S = cfg.eval_stride
+        B = cfg.eval_batch_seqs
+        total = val.scored_targets
+        self.shape = (B, L)
+        self.stride = S
+        self.context = L - S
+        self.windows = -(-(total - self.context) // S)
+        lo, hi = rt.share(self.windows)
+        self.batches = [((k - lo) * S, min(B, hi - k)) for k in range(lo, hi, B)]  # offset, rows
+        self.owns_first = lo == 0 < hi
+        room = (len(self.batches) * B - 1) * S + L + 1 if self.batches else 0  # padded last batch
+        tokens = np.full(room, -100, dtype=np.int32)  # cross_entropy's ignore_index
+        part = val.split[lo * S : min(lo * S + room, total + 1)]
+        tokens[: part.size] = part
+        self.tokens = torch.from_numpy(tokens)  # on the device only when it runs: place
+        self.target_tokens, self.target_bytes = val.target_tokens, val.target_bytes  # all, once
+
+    def place(self, device: torch.device) -> None:
+        """This rank's windows' tokens on `device`: before the evaluation, not through training."""
+        self.tokens = self.tokens.to(device)
 
 
 def eval_val(cfg, rt, model, val) -> tuple[float, float]:
@@ -3447,7 +3018,10 @@ def score(rt: Runtime, loss_sum: Tensor, tokens: int, target_bytes: int) -> tupl
 # TEST-TIME TRAINING (EVAL_TTT): THE RECORDS' SCORE-FIRST PHASED EVALUATION
 # -----------------------------
 
+
 LORA_SITES = ("q", "k", "v", "o", "mlp")  # per block, in the order A is drawn; then the logits
+
+
 LORA_SEED_STRIDE = 1_000_003  # a slot's A comes from a generator seeded SEED * this + document
 
 
@@ -3876,6 +3450,7 @@ def log_timeline(rt: Runtime, start: float, barriers: list, log0: Callable) -> N
 # -----------------------------
 # THE N-GRAM TILT (NGRAM_TILT_ENABLED): #2135'S HINTS ON THE TTT'S SCORE
 # -----------------------------
+
 
 # The record's multipliers of the hashed n-gram keys, one per context position.
 # fmt: off
@@ -4446,437 +4021,513 @@ class Trainer(ClosedOnExit):
 
 
 # -----------------------------
-# CHECKPOINTS
-# -----------------------------
-
-# What a resumed run must share with its checkpoint, derived from the declarations: every setting
-# of a group a resume keeps (SETTING_GROUPS), so a new network setting is covered when declared.
-RESUME_SETTINGS = tuple(f.name for f in FIELDS if SETTING_GROUPS[f.metadata["group"]].resume_keeps)
-
-
-def resume_identity(cfg: Hyperparameters, rt: Runtime) -> dict:
-    """What a checkpoint shares with the run resuming it: variables, train shards (headers only)."""
-    sizes = {f.name: read_shard_header(f) for f in list_shards(cfg.train_files)}
-    crc = zlib.crc32(json.dumps(sizes).encode())
-    shards = f"{len(sizes)} files of {sum(sizes.values())} tokens (crc32 {crc:08x})"
-    config = {name.upper(): getattr(cfg, name) for name in RESUME_SETTINGS}
-    return {"WORLD_SIZE": rt.world_size} | config | {"train shards": shards}
-
-
-def save_checkpoint(trainer: Trainer) -> None:
-    """CHECKPOINT_DIR/step_<step>/, one for all ranks (Muon state per rank); hidden until done."""
-    cfg, rt, net = trainer.cfg, trainer.rt, trainer.net
-    final = Path(cfg.checkpoint_dir) / f"step_{trainer.step:06d}"
-    tmp = final.with_name(f".{final.name}.tmp")
-    if rt.rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)  # a crashed attempt's leftovers
-        tmp.mkdir(parents=True)
-    barrier(rt)
-    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    rng = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-        "cuda": cuda_rng,
-    }
-    mine = {
-        "optimizers": [opt.state_dict() for opt in net.optimizers],
-        "rng": rng,
-        "looping": net.base.looping,
-    }
-    save_synced(mine | {"loader": trainer.loader.state()}, tmp / f"rank_{rt.rank:03d}.pt")
-    if rt.rank == 0:
-        save_synced(net.base.state_dict(), tmp / "model.pt")
-        if trainer.ema is not None:
-            save_synced(trainer.ema.state_dict(), tmp / "ema.pt")
-        meta = {
-            "step": trainer.step,
-            "training_time_ms": trainer.training_time_ms,
-            "stopping": trainer.stopping,
-            "seq_stage": (trainer.seq_len, trainer.rewarm_from),
-            "config": resume_identity(cfg, rt),
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        fsync(tmp / "meta.json")
-        fsync(tmp)
-    barrier(rt)
-    if rt.rank == 0:
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        fsync(final.parent)
-    trainer.log0(f"checkpoint:{final} step:{trainer.step}")
-
-
-def save_synced(obj, path: Path) -> None:  # on disk before the folder is renamed
-    torch.save(obj, path)
-    fsync(path)
-
-
-def load_checkpoint_file(path: Path):
-    """Trusted files of ours (numpy state: weights_only=False), on the CPU as RNG states must."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # truncated, corrupt or missing: one line, not a traceback
-        raise DataError(
-            f"{path}: unreadable checkpoint file ({e!r}); resume from another step_* folder"
-        ) from None
-
-
-def barrier(rt: Runtime) -> None:
-    if rt.distributed:
-        dist.barrier()
-
-
-def read_checkpoint(cfg: Hyperparameters, rt: Runtime) -> dict | None:
-    """RESUME_FROM, checked before heavy work; any rank's error stops all ranks with its message."""
-    if not cfg.resume_from:
-        return None
-    checkpoint, errors = None, [None] * rt.world_size
-    try:  # the folder (or its latest step_*) and its meta.json, checked against this run
-        folder = Path(cfg.resume_from)
-        if not (folder / "meta.json").is_file():
-            done = sorted(p for p in folder.glob("step_*") if (p / "meta.json").is_file())
-            if not done:
-                raise DataError(
-                    f"RESUME_FROM={folder}: no complete checkpoint (step_*/meta.json):"
-                    f" a run with CHECKPOINT_EVERY > 0 writes them"
-                )
-            folder = done[-1]
-        meta = read_checkpoint_meta(folder, resume_identity(cfg, rt))
-        files = {"model": "model.pt", "mine": f"rank_{rt.rank:03d}.pt"}
-        files |= {"ema": "ema.pt"} if cfg.ema_decay > 0 else {}
-        checkpoint = {k: load_checkpoint_file(folder / name) for k, name in files.items()}
-        checkpoint |= {"folder": folder, "meta": meta}
-    except (ConfigError, DataError) as e:
-        errors[rt.rank] = e
-    if rt.distributed:
-        dist.all_gather_object(errors, errors[rt.rank])
-    if (error := next((e for e in errors if e is not None), None)) is not None:
-        raise error
-    return checkpoint
-
-
-def read_checkpoint_meta(folder: Path, identity: dict) -> dict:
-    try:
-        meta = json.loads((folder / "meta.json").read_text())
-        saved = dict(meta["config"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise DataError(
-            f"{folder / 'meta.json'}: unreadable checkpoint metadata ({e}); resume "
-            f"from another step_* folder"
-        ) from None
-    # a name saved before it was one counts at its default
-    changed = [n for n, v in identity.items() if saved.get(n, DEFAULTS.get(n.lower())) != v]
-    if changed:
-        was = ", ".join(f"{name}={saved.get(name, DEFAULTS.get(name.lower()))}" for name in changed)
-        now = ", ".join(str(identity[name]) for name in changed)
-        raise ConfigError(
-            f"RESUME_FROM={folder}: saved with {was}, this run has {now}: set "
-            f"{', '.join(changed)} as saved to resume it"
-        )
-    return meta
-
-
-# -----------------------------
-# MAIN
+# ARTIFACT: QUANTIZERS, COMPRESSORS AND THE SUBMISSION'S SIZE
 # -----------------------------
 
 
-def configure() -> tuple[Hyperparameters, Runtime]:
-    """The config (every user error before any heavy work), then the device and process group."""
-    world_size = env_int("WORLD_SIZE", 1)
-    cfg = Hyperparameters.from_env(os.environ, world_size)
-    if cfg.compressor.startswith("pergroup") and not shutil.which("lrzip"):  # this machine's
-        raise ConfigError(
-            f"COMPRESSOR={cfg.compressor}: expected the lrzip binary on PATH "
-            f"(apt-get install -y lrzip; bash scripts/setup.sh does it)"
-        )
-    rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
-    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    if not distributed and ("RANK" in os.environ or world_size != 1):  # one process, 1/N of it
-        raise ConfigError(
-            f"RANK={os.environ.get('RANK')} WORLD_SIZE={os.environ.get('WORLD_SIZE')}"
-            f": expected both (as torchrun sets them) or neither"
-        )
-    if not 0 <= rank < world_size:
-        raise ConfigError(f"RANK={rank}: expected 0 <= RANK < WORLD_SIZE={world_size}")
-    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-    if device.type == "cuda":  # this rank's GPU, with the baseline's TF32 and SDPA flash only
-        local_world = env_int("LOCAL_WORLD_SIZE", 1)  # the same on every rank: each one says it
-        if local_world > (visible := torch.cuda.device_count()):
-            raise ConfigError(
-                f"LOCAL_WORLD_SIZE={local_world}: only {visible} CUDA devices visible"
-                f": expected torchrun --nproc_per_node <= {visible}"
-            )
-        torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        torch.backends.cuda.enable_cudnn_sdp(False)
-        torch.backends.cuda.enable_flash_sdp(True)
-        torch.backends.cuda.enable_mem_efficient_sdp(False)
-        torch.backends.cuda.enable_math_sdp(False)
-        select_attention(cfg.attention_backend, device, cfg.preset)  # a preset: FA3, or stop
-    if distributed:
-        cuda = device.type == "cuda"
-        wait = datetime.timedelta(hours=1) if cfg.eval_ttt else None  # EVAL_TTT: a phase's
-        device_id = device if cuda else None  # barrier waits for the slowest rank's batches
-        dist.init_process_group("nccl" if cuda else "gloo", device_id=device_id, timeout=wait)
-        shared = [cfg.run_id]  # one RUN_ID for all ranks: it names the log
-        dist.broadcast_object_list(shared, src=0)
-        cfg = dataclasses.replace(cfg, run_id=shared[0])
-    accum = grad_accum_steps_for(world_size)
-    return cfg, Runtime(rank, local_rank, world_size, accum, device, distributed)
+INT8_KEEP_FLOAT_MAX_NUMEL = 65_536
 
 
-class RunLog:
-    """log0: rank 0's console and logs/<RUN_ID>.txt, from the first line to any error ending it."""
-
-    def __init__(self, cfg: Hyperparameters, rt: Runtime, code: str):
-        self.rank0, self.path = rt.rank == 0, Path(f"logs/{cfg.run_id}.txt")
-        if not self.rank0:
-            return
-        self.path.parent.mkdir(exist_ok=True)
-        try:
-            smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.TimeoutExpired) as e:
-            smi = f"nvidia-smi: unavailable ({e})"
-        versions = f"Running Python {sys.version}", f"Running PyTorch {torch.__version__}"
-        for header in (code, "=" * 100, *versions, smi, "=" * 100):
-            self(header, console=False)
-        self(f"hyperparameters:{json.dumps(dataclasses.asdict(cfg), sort_keys=True)}", False)
-        changed = [
-            f"{k.upper()}={int(v) if isinstance(v, bool) else v}"  # as the env says it
-            for k, v in dataclasses.asdict(cfg).items()
-            if k != "run_id" and v != DEFAULTS.get(k)
-        ]
-        self(f"settings: {' '.join(changed) or 'the defaults'} (all of them: {self.path})")
-        for warning in misspelt_variables(os.environ):
-            self(warning)
-        if not rt.cuda:
-            self("cpu_mode: fp32, no torch.compile; copy streams (CUDA-only) off, prefetch on")
-
-    def __call__(self, msg: str, console: bool = True) -> None:
-        if self.rank0:
-            if console:
-                print(msg, flush=True)
-            with open(self.path, "a", encoding="utf-8") as f:
-                print(msg, file=f)
+INT8_CLIP_Q = 99.99984 / 100.0
 
 
-LAUNCHER_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")  # torchrun's
-PREFIXES = ("TRAIN_", "VAL_", "EVAL_", "MUON_", "CHECKPOINT_", "TTT_", "GLOBAL_TTT_", "PHASED_TTT_")
+def is_control_tensor(name: str) -> bool:
+    return any(pattern in name for pattern in CONTROL_TENSOR_NAME_PATTERNS)
 
 
-def misspelt_variables(env) -> list[str]:
-    """A warning per variable that looks like one of ours but is not (NUM_LAYER, TRAIN_SEQLEN)."""
-    known = {name.upper() for name in DEFAULTS} | set(LAUNCHER_VARIABLES) | set(FIXED_VARIABLES)
-    warnings = []
-    for name in sorted(set(env) - known):
-        close = difflib.get_close_matches(name, known, 1, 0.9)  # one letter in ten changed
-        if close or name.startswith(PREFIXES):
-            guess = f"did you mean {close[0]}?" if close else "see the Hyperparameters class"
-            warnings.append(f"WARNING: {name} is not a variable of this script; {guess}")
-    return warnings
+def quantize_float_tensor(t: Tensor) -> tuple[Tensor, Tensor]:
+    t32 = t.float()
+    if t32.ndim == 2:  # per-row scales, clipped at a high percentile so one outlier can't flatten
+        clip_abs = torch.quantile(t32.abs(), INT8_CLIP_Q, dim=1)
+        clipped = torch.maximum(torch.minimum(t32, clip_abs[:, None]), -clip_abs[:, None])
+        scale = (clip_abs / 127.0).clamp_min(1.0 / 127.0)
+        q = torch.clamp(torch.round(clipped / scale[:, None]), -127, 127)
+        return q.to(torch.int8).contiguous(), scale.to(dtype=torch.float16).contiguous()
+    clip_abs = float(torch.quantile(t32.abs().flatten(), INT8_CLIP_Q).item())
+    scale = torch.tensor(clip_abs / 127.0 if clip_abs > 0 else 1.0, dtype=torch.float32)
+    q = torch.clamp(torch.round(torch.clamp(t32, -clip_abs, clip_abs) / scale), -127, 127)
+    return q.to(torch.int8).contiguous(), scale
 
 
-TOKENIZED_WITH = "tokenized_with.json"  # DATA_PATH's record of its tokenizer (data/shard_io.py)
+def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> tuple[dict, dict]:
+    """The baseline's int8_clean_per_row_v1 format, and byte statistics for the log."""
+    quantized = {}
+    scales = {}
+    dtypes = {}
+    passthrough = {}
+    orig_dtypes = {}
+    qmeta = {}
+    stats = collections.Counter()  # byte totals for the log
+    for name, tensor in state_dict.items():
+        t = tensor.detach().to("cpu").contiguous()
+        stats["baseline_tensor_bytes"] += t.nbytes
+        if not t.is_floating_point():
+            passthrough[name] = t
+        elif t.numel() <= INT8_KEEP_FLOAT_MAX_NUMEL:  # small: kept as floats (control in fp32)
+            if is_control_tensor(name):
+                passthrough[name] = t.float().contiguous()
+            elif t.dtype in (torch.float32, torch.bfloat16):
+                orig_dtypes[name] = str(t.dtype).removeprefix("torch.")
+                passthrough[name] = t.to(dtype=torch.float16).contiguous()
+            else:
+                passthrough[name] = t
+        else:
+            quantized[name], scales[name] = quantize_float_tensor(t)
+            if scales[name].ndim > 0:
+                qmeta[name] = {"scheme": "per_row", "axis": 0}
+            dtypes[name] = str(t.dtype).removeprefix("torch.")
+    payload = (*quantized.values(), *scales.values(), *passthrough.values())
+    stats["int8_payload_bytes"] = sum(t.nbytes for t in payload)
+    obj = dict(__quant_format__="int8_clean_per_row_v1", quantized=quantized, scales=scales)
+    obj.update(dtypes=dtypes, passthrough=passthrough)
+    if qmeta:
+        obj["qmeta"] = qmeta
+    if orig_dtypes:
+        obj["passthrough_orig_dtypes"] = orig_dtypes
+    return obj, stats
 
 
-def check_tokenizer(cfg: Hyperparameters, sp, split: np.ndarray) -> None:
-    """TOKENIZER_PATH is the data's tokenizer: the file DATA_PATH's record names, else (no record)
-    the first 8 validation documents of ordinary pieces (their text encodes back) round-trip."""
-    record, ours = Path(cfg.data_path) / TOKENIZED_WITH, f"TOKENIZER_PATH={cfg.tokenizer_path}"
-    if record.is_file():
-        try:
-            named = json.loads(record.read_text())
-            name, sha = str(named["tokenizer"]), str(named["sha256"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise DataError(f"{record}: unreadable ({type(e).__name__}: {e})") from None
-        digest = hashlib.sha256(Path(cfg.tokenizer_path).read_bytes()).hexdigest()
-        if digest != sha:
-            raise DataError(
-                f"{ours} (sha256 {digest[:12]}) is not the tokenizer DATA_PATH="
-                f"{cfg.data_path} was tokenized with: {name} (sha256 {sha[:12]}, "
-                f"{record.name})"
-            )
-        return
-    special = {i for i in range(sp.vocab_size()) if sp.is_control(i) or sp.is_unknown(i)}
-    starts = np.flatnonzero(split[: 1 << 20] == BOS_ID)
-    documents = (split[a + 1 : b].tolist() for a, b in itertools.pairwise(starts))
-    ordinary = [d for d in itertools.islice(documents, 64) if d and not special & set(d)][:8]
-    if any(sp.encode(sp.decode(ids)) != ids for ids in ordinary):
-        raise DataError(
-            f"DATA_PATH={cfg.data_path}: its first validation documents do not decode "
-            f"and encode back to their ids with {ours}: tokenized with another "
-            f"tokenizer? (if not, record it: docs/data.md)"
-        )
+def dequantize_state_dict_int8(obj: dict) -> dict[str, Tensor]:
+    out = {}
+    for name, q in obj["quantized"].items():
+        scale = obj["scales"][name].float()  # per row of a matrix (what qmeta says), or one
+        scale = scale[:, None] if scale.ndim else scale
+        out[name] = (q.float() * scale).to(getattr(torch, obj["dtypes"][name]))
+    orig_dtypes = obj.get("passthrough_orig_dtypes", {})
+    for name, t in obj["passthrough"].items():
+        out[name] = t.to(getattr(torch, orig_dtypes[name]) if name in orig_dtypes else t.dtype)
+    return out
 
 
-# DATA_PATH's record of its train/validation overlap (data/check_overlap.py writes it)
-OVERLAP_RECORD = "overlap_checked.json"
+GPTQ_CALIBRATION_ROWS = 48  # sequences per Hessian batch and rank, the record's
 
 
-def overlap_line(cfg: Hyperparameters) -> str:
-    """What data/check_overlap.py found for these shards, from its record (read, never computed)."""
-    record, run = Path(cfg.data_path) / OVERLAP_RECORD, "run data/check_overlap.py DATA_PATH"
-    if not record.is_file():
-        return f"data_overlap: not checked ({run})"
-    ours = {
-        k: [[p.name, p.stat().st_size] for p in map(Path, sorted(glob.glob(pattern)))]
-        for k, pattern in (("train", cfg.train_files), ("val", cfg.val_files))
-    }
+ARTIFACT_FILES = {"int8": "final_model.int8.ptz", "gptq": "final_model.int6.ptz"}
+
+
+ARTIFACT_CAP = 16_000_000  # bytes, decimal: the counted code plus the compressed model
+
+
+# The record's code bytes: minified, brotli q11, base85, in this 2-line wrapper (67 bytes).
+CODE_HEAD, CODE_TAIL = 'import brotli,base64\nexec(brotli.decompress(base64.b85decode("', '")))\n'
+
+
+def quantize_by_max(x: Tensor, divisor: float, low: int, high: int, dim=None) -> tuple:
+    """q = clamp(round(x / s), low, high), s = fp16(max(max|x|, 1e-10) / divisor): the max over
+    `dim` (a scale per slice), or the whole tensor (dim None, a 0-dim scale)."""
+    amax = x.abs().amax() if dim is None else x.abs().amax(dim, keepdim=True)
+    s = (amax.clamp_min(1e-10) / divisor).half()
+    q = torch.clamp(torch.round(x / s.float()), low, high).to(torch.int8)
+    return q, (s if dim is None else s.squeeze(dim))
+
+
+def sdclip_scales(w: Tensor, clip_sigmas: float, bits: int) -> Tensor:
+    """SDClip: each row's step is k standard deviations (unbiased) over the 2^(b-1)-1 levels."""
+    return (clip_sigmas * w.float().std(dim=1) / (2 ** (bits - 1) - 1)).clamp_min(1e-10).half()
+
+
+def gptq_quantize(w, hessian, clip_sigmas: float, bits: int, high=(), high_bits=8) -> tuple:
+    """GPTQ (docs/frontier.md#gptq): columns by decreasing Hessian diagonal, each rounded, its error
+    spread over those left via H^-1's upper Cholesky factor; `high` ones at high_bits (AWQ-lite)."""
+    R, scale = 2 ** (bits - 1) - 1, sdclip_scales(w, clip_sigmas, bits)
+    R_hi, s_hi = 2 ** (high_bits - 1) - 1, sdclip_scales(w, clip_sigmas, high_bits).float()[:, None]
+    W, H = w.float().clone(), hessian.float().clone()
+    dead = H.diagonal() == 0
+    H[dead, dead] = 1.0
+    # damping: mean(diag H) over torch.diag's contiguous copy, as the record's (a strided mean sums
+    # in another order: one fp32 unit apart on about half the matrices)
+    H.diagonal().add_(0.01 * torch.diag(H).mean())
+    perm = torch.argsort(H.diagonal(), descending=True, stable=True)
+    W, H = W[:, perm], H[perm][:, perm]
+    W[:, dead[perm]] = 0.0
+    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
+    Q = torch.zeros_like(W)
+    high = [c in high for c in perm.tolist()]
+    s_lo = scale.float()[:, None]
+    for a in range(0, W.size(1), 128):  # blocks of 128 columns, updated lazily
+        b = min(a + 128, W.size(1))
+        block, errors = W[:, a:b].clone(), torch.zeros_like(W[:, a:b])
+        for j in range(b - a):
+            s, r = (s_hi, R_hi) if high[a + j] else (s_lo, R)
+            Q[:, a + j] = torch.clamp(torch.round(block[:, j : j + 1] / s), -r, r)[:, 0]
+            errors[:, j] = (block[:, j] - Q[:, a + j] * s[:, 0]) / U[a + j, a + j]
+            block[:, j:] -= errors[:, j : j + 1] * U[a + j, a + j : b][None, :]
+        W[:, b:] -= errors @ U[a:b, b:]
+    return Q[:, torch.argsort(perm)].to(torch.int8).contiguous(), scale
+
+
+def lqer_factors(cfg: Hyperparameters, error: Tensor) -> tuple[dict, str]:
+    """LQER: the rank-r SVD of a matrix's quantization error, A = U_r S_r and B = V_r^T, stored in
+    2 and 4 bits (groups of LQER_ASYM_GROUP), or LQER_FACTOR_BITS with per-row scales."""
+    U, S, Vh = torch.linalg.svd(error.float(), full_matrices=False)
+    r = min(cfg.lqer_rank, S.numel())
+    A, B = (U[:, :r] * S[:r]).contiguous(), Vh[:r]  # A contiguous, as the record's is saved
+    if cfg.lqer_asym_enabled and B.numel() % cfg.lqer_asym_group == 0:
+        qA, sA = quantize_by_max(A, 1.5, -2, 1)
+        qB, sB = quantize_by_max(B.reshape(-1, cfg.lqer_asym_group), 7.5, -8, 7, dim=1)
+        return {"lqA_a": qA, "lqAs_a": sA, "lqB_a": qB.view(B.shape), "lqBs_a": sB}, "+lqer_asym"
+    R = 2 ** (cfg.lqer_factor_bits - 1) - 1
+    (qA, sA), (qB, sB) = (quantize_by_max(f, R, -R, R, dim=1) for f in (A, B))
+    return {"lqA": qA, "lqAs": sA, "lqB": qB, "lqBs": sB}, "+lqer"
+
+
+def quant_route(cfg: Hyperparameters, name: str, t: Tensor) -> str:
+    """docs/frontier.md#routing, first match wins: gate (int8 rows), passthrough (fp16) or gptq."""
+    gate = cfg.gated_attn_quant_gate and name.endswith(".attn_gate_w")  # (heads, GATE_WINDOW)
+    if gate and 32 <= t.numel() <= 8192:
+        return "gate"
+    return "passthrough" if not t.is_floating_point() or t.numel() <= 65_536 else "gptq"
+
+
+def clip_sigmas(cfg: Hyperparameters, name: str) -> float:  # by the first part the name holds
+    parts = ("tok_emb", cfg.embed_clip_sigmas), (".mlp.", cfg.mlp_clip_sigmas)
+    parts += ((".attn.", cfg.attn_clip_sigmas),)
+    return next((k for part, k in parts if part in name), cfg.matrix_clip_sigmas)
+
+
+def gptq_bits(cfg: Hyperparameters, name: str) -> int:
+    return cfg.embed_bits if "tok_emb" in name else cfg.matrix_bits
+
+
+def awq_group(cfg: Hyperparameters, state: dict, act_rms: dict) -> tuple:
+    """AWQ-lite: (score, name, first column) of the top group of AWQ_LITE_GROUP_SIZE columns of GPTQ
+    matrices of fewer bits, scored sum of act_rms[c] * mean |W[:, c]| (ties: the first)."""
+    G, best = cfg.awq_lite_group_size, (-1.0, None, 0)
+    for name in [n for n in state if n in act_rms and gptq_bits(cfg, n) < cfg.awq_lite_bits]:
+        n = act_rms[name].numel() // G
+        score = (act_rms[name] * state[name].float().abs().mean(0))[: n * G].view(n, G).sum(1)
+        for g, v in enumerate(score.tolist()):
+            best = (v, name, g * G) if v > best[0] else best
+    return best
+
+
+def gptq_matrix(w: dict, name: str, q: str = ".q", s: str = ".scale") -> Tensor:
+    """The integers times their row's step; AWQ-lite's groups' columns at their own step."""
+    t = w[name + q].float() * w[name + s].float()[:, None]
+    for a in map(int, w.get(f"{name}.awqg_start", ())):
+        b = a + int(w[f"{name}.awqg_size"])
+        t[:, a:b] = w[name + q][:, a:b].float() * w[f"{name}.awqg_s_hi"].float()[:, None]
+    return t
+
+
+def quantize_state_dict_gptq(cfg, state: dict, hessians: dict, act_rms=()) -> dict:
+    """The record's artifact: {"w": tensors, "m": {name: how}} in `state`'s order, LQER factors last
+    (largest error first); no Hessian: round to nearest. act_rms: AWQ-lite's salience."""
+    w = {}
+    meta = {}
+    errors = {}
+    G = cfg.awq_lite_group_size
+    _, group, a = awq_group(cfg, state, act_rms) if cfg.awq_lite_enabled else (0, None, 0)
+    for name, t in state.items():
+        t, route = t.detach().cpu(), quant_route(cfg, name, t)
+        if route == "gate":
+            w[f"{name}.gq"], w[f"{name}.gs"] = quantize_by_max(t.float(), 127, -127, 127, dim=1)
+            meta[name] = "gate_int8_row"
+        elif route == "passthrough":
+            w[name], meta[name] = t.half() if t.is_floating_point() else t, "passthrough (float16)"
+        else:
+            bits, k = gptq_bits(cfg, name), clip_sigmas(cfg, name)
+            h = hessians[name] if name in hessians else torch.eye(t.size(1))  # untied embedding
+            high = range(a, a + G) if cfg.awq_lite_enabled and name == group else ()
+            q = gptq_quantize(t, h, k, bits, high, cfg.awq_lite_bits)
+            w[f"{name}.q"], w[f"{name}.scale"] = q
+            meta[name] = f"gptq (int{bits})"
+            if high:  # the record's keys, after the matrix's own
+                w[f"{name}.awqg_start"] = torch.tensor([a], dtype=torch.int16)
+                w[f"{name}.awqg_s_hi"] = sdclip_scales(t, k, cfg.awq_lite_bits)
+                w[f"{name}.awqg_size"] = torch.tensor(G, dtype=torch.int16)
+                meta[name] += f"+awqgrpint{cfg.awq_lite_bits}"
+            errors[name] = t.float() - gptq_matrix(w, name)
+    ranked = sorted(errors, key=lambda n: float(errors[n].norm()), reverse=True)
+    for name in ranked[: cfg.lqer_top_k] if cfg.lqer_enabled else ():
+        factors, suffix = lqer_factors(cfg, errors[name])
+        w.update({f"{name}.{key}": factor for key, factor in factors.items()})
+        meta[name] += suffix
+    return {"w": w, "m": meta}
+
+
+def dequantize_state_dict_gptq(obj: dict, template: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Each template name the artifact holds, in the template's dtype
+    (docs/frontier.md#the-object-and-loading)."""
+    w, out = obj["w"], {}
+    for name, like in template.items():
+        if (how := obj["m"].get(name)) is None:
+            continue  # missing: load_weights names it
+        if how.startswith("passthrough"):
+            out[name] = w[name].to(like.dtype)
+            continue
+        t = gptq_matrix(w, name, *((".gq", ".gs") if how == "gate_int8_row" else ()))
+        if how.endswith("+lqer_asym"):
+            qB, sB = w[f"{name}.lqB_a"], w[f"{name}.lqBs_a"]
+            B = (qB.float().reshape(sB.numel(), -1) * sB.float()[:, None]).view(qB.shape)
+            t = t + (w[f"{name}.lqA_a"].float() * w[f"{name}.lqAs_a"].float()) @ B
+        elif how.endswith("+lqer"):
+            A = w[f"{name}.lqA"].float() * w[f"{name}.lqAs"].float()[:, None]
+            t = t + A @ (w[f"{name}.lqB"].float() * w[f"{name}.lqBs"].float()[:, None])
+        out[name] = t.to(like.dtype)
+    return out
+
+
+def record_order(state: dict[str, Tensor], num_layers: int, pair_first=False) -> list[str]:
+    """The record's unbanked names in its order: each bank's layers at the bank's place, the two
+    kinds of a bank interleaved (c_q0, proj0, c_q1, ...), then its other tensors in order."""
+    names = []
+    for key in record_keys(state, num_layers, pair_first):  # names only: no bank is built
+        kinds = BANKS.get(key, ())
+        names += [f"blocks.{i}.{k}.weight" for i in range(num_layers) for k in kinds] or [key]
+    return names
+
+
+def compress(data: bytes, compressor: str) -> bytes:
+    if compressor == "brotli":  # imported only when used: the defaults need only the baseline's
+        return importlib.import_module("brotli").compress(data, quality=11)
+    return lzma.compress(data, preset=9) if compressor == "lzma" else zlib.compress(data, level=9)
+
+
+def compressor_of(blob: bytes) -> str:
+    """The COMPRESSOR that wrote an artifact, by its first bytes: PGRP's version (read_pergroup
+    checks it), lzma's magic, zlib's 0x78 (our brotli streams, window 2^22, start odd), brotli."""
+    if blob.startswith(b"PGRP"):
+        return "pergroup_v2" if blob[4:8] == struct.pack("<I", 2) else "pergroup"
+    return "lzma" if blob.startswith(b"\xfd7zXZ\x00") else "zlib" if blob[:1] == b"x" else "brotli"
+
+
+def read_artifact(path: str | Path, source: str, log0: Callable, compressor: str = "") -> dict:
+    """A quantized artifact (ours or a record's: brotli, lzma, either PGRP); one line if not.
+    `compressor`: the COMPRESSOR that wrote it (this run's file), else told by its first bytes."""
     try:
-        found = json.loads(record.read_text())
-        if found["shards"] != ours:
-            return f"data_overlap: not checked for these shards ({record.name} is older: {run})"
-        return (
-            f"data_overlap: {int(found['overlapping'])} of {int(found['val_documents'])} "
-            f"validation documents in the training shards (checked {found['checked']}, "
-            f"{len(ours['train'])} train shards)"
-        )
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        return f"data_overlap: not checked ({record.name} unreadable: {e!r}; {run})"
-
-
-def settings_help() -> str:
-    """--help: every setting by group, with its default (its PRESET's value under one), its
-    choices and its help, as Hyperparameters declares them."""
-    cfg = Hyperparameters.from_env({"PRESET": os.environ.get("PRESET", ""), "RUN_ID": "-"})
-    usage = "usage: [VARIABLE=value ...] torchrun --standalone --nproc_per_node=N train_gpt.py"
-    values = f"PRESET={cfg.preset}'s values" if cfg.preset else "defaults"
-    lines = [usage, "", __doc__.split("\n\n")[0], "", f"Settings (docs/environment.md), {values}:"]
-    for group, (title, _) in SETTING_GROUPS.items():
-        lines += ["", f"{title}:"]
-        for f in FIELDS:
-            if f.metadata["group"] == group:
-                lines.append(setting_help_line(f, getattr(cfg, f.name)))
-    return "\n".join(lines)
-
-
-def setting_help_line(field: dataclasses.Field, value) -> str:
-    if field.name == "run_id":
-        value = "(new each run)"
-    elif isinstance(value, bool):
-        value = int(value)
-    choices = field.metadata["choices"]
-    choices = f"one of {'|'.join(map(shown_choice, choices))}; " if choices else ""
-    return f"  {field.name.upper()}={value}  {choices}{field.metadata['help']}".rstrip(" ;")
-
-
-def data_fingerprint(tokenizer_path, val_pattern: str, train_pattern: str) -> str:
-    """The run's data in one log line: sha256 of the tokenizer file, of the validation shards' bytes
-    (in name order), of the train shards' names and byte sizes, and 16 hex digits of the sha256 of
-    those digests, one a line, as data/build_local_dataset.py prints (docs/measured.md)."""
-    val, train = hashlib.sha256(), hashlib.sha256()
-    for path in sorted(glob.glob(val_pattern)):  # (a shard at a time: the split is in memory)
-        val.update(Path(path).read_bytes())
-    for path in sorted(glob.glob(train_pattern)):
-        train.update(f"{Path(path).name} {os.path.getsize(path)}\n".encode())
-    digests = [hashlib.sha256(Path(tokenizer_path).read_bytes()).hexdigest()]
-    digests += [val.hexdigest(), train.hexdigest()]
-    whole = hashlib.sha256("".join(d + "\n" for d in digests).encode()).hexdigest()
-    tokenizer, val_digest, train_digest = (d[:12] for d in digests)
-    return (
-        f"data_fingerprint:{whole[:16]} tokenizer:{tokenizer} val_shards:{val_digest} "
-        f"train_names_sizes:{train_digest}"
-    )
-
-
-def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
-    """Tokenizer and shards checked, the validation split loaded and counted, windows, TTT plan."""
-    if not Path(cfg.data_path).is_dir():
-        raise DataError(f"DATA_PATH={cfg.data_path}: no such folder; {GET_DATA}")
-    if cfg.eval_only_path and not Path(cfg.eval_only_path).is_file():
+        blob = Path(path).read_bytes()
+        obj = unpack_artifact(blob, source, log0, compressor or compressor_of(blob))
+        if not isinstance(obj, dict) or not ("__quant_format__" in obj or {"w", "m"} <= set(obj)):
+            raise ValueError("expected int8_clean_per_row_v1 or w/m")
+    except DataError:
+        raise
+    except Exception as e:  # truncated, not compressed, not torch.save's, another PGRP
         raise DataError(
-            f"EVAL_ONLY_PATH={cfg.eval_only_path}: no such file (a run's "
-            f"final_model.pt or final_model.*.ptz)"
-        )
-    tokenizer = f"TOKENIZER_PATH={cfg.tokenizer_path}"
-    if not Path(cfg.tokenizer_path).is_file():
-        raise DataError(f"{tokenizer}: no such file; {GET_DATA}: its tokenizer comes with it")
-    try:
-        sp = spm.SentencePieceProcessor(model_file=cfg.tokenizer_path)
-    except RuntimeError:  # not a model: the .vocab beside it, say
-        raise DataError(
-            f"{tokenizer}: not a SentencePiece .model file (the .model, not the .vocab beside it)"
+            f"{source}: not a readable artifact ({type(e).__name__}: {e}); expected a "
+            f"whole .ptz written by this script or a record's (copy it again if it was "
+            f"cut short)"
         ) from None
-    if sp.vocab_size() != cfg.vocab_size:
-        ours = "VOCAB_SIZE" in os.environ or "VOCAB_SIZE" not in PRESETS.get(cfg.preset, {})
-        preset = "" if ours else f" (PRESET={cfg.preset}'s)"
-        raise ConfigError(
-            f"VOCAB_SIZE={cfg.vocab_size}{preset}: expected {sp.vocab_size()}, the "
-            f"vocab size of {tokenizer}: set VOCAB_SIZE={sp.vocab_size()}, or the "
-            f"TOKENIZER_PATH the data was tokenized with"
-        )
-    luts = build_sentencepiece_luts(sp, cfg.vocab_size)
-    shards, calibrate = None, cfg.quantizer == "gptq" and not cfg.eval_only_path.endswith(".ptz")
-    if not cfg.eval_only_path or calibrate:  # (GPTQ's Hessians read them too)
-        shards = TrainShards(cfg.train_files, cfg.vocab_size)
-        shards.check_order(cfg.train_loader, rt.world_size)  # now, not once the model is compiled
-        shards.check_order("shuffled" if calibrate else cfg.train_loader, rt.world_size)
-        if cfg.train_loader == "docpack":
-            args = cfg.train_batch_tokens, cfg.train_seq_len, rt.grad_accum_steps, rt.world_size
-            shards.check_room(rt.world_size * DocPackOrder.layout(*args).tokens)
-    val = ValidationSet(cfg, rt, luts)  # every val shard loaded: header, size, token ids checked
-    check_tokenizer(cfg, sp, val.split)
-    windows = SlidingWindows(cfg, rt, val) if cfg.eval_stride else None
-    plan = TTTPlan(cfg, rt, val) if cfg.eval_ttt else None
-    log0(f"val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path={cfg.tokenizer_path}")
-    dataset = Path(cfg.data_path).resolve().name
-    log0(f"train_loader:dataset:{dataset} train_shards:{len(shards.files) if shards else 0}")
-    if rt.rank == 0:  # (rank 0 alone reads the validation shards again)
-        log0(data_fingerprint(cfg.tokenizer_path, cfg.val_files, cfg.train_files))
-    log0(overlap_line(cfg))
-    log0(
-        f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} "
-        f"bytes:{val.target_bytes} bytes_from:{val.bytes_from}"
-    )
-    if windows is not None:
-        log0(
-            f"sliding_window:stride:{cfg.eval_stride} seq_len:{cfg.window} "
-            f"batch_seqs:{cfg.eval_batch_seqs} windows:{windows.windows} "
-            f"tokens:{windows.target_tokens} bytes:{windows.target_bytes}"
-        )
-    if cfg.max_val_tokens:
-        log0(
-            f"WARNING: MAX_VAL_TOKENS={cfg.max_val_tokens} evaluates {val.target_tokens} of the "
-            f"split's {val.split_tokens} tokens: val_loss/val_bpb are NOT comparable to the "
-            f"challenge's score"
-        )
-    copy_streams = [int(on and rt.cuda) for on in (cfg.train_copy_stream, cfg.val_copy_stream)]
-    log0(
-        f"train_tokens:{sum(shards.sizes) if shards else 0} order:{cfg.train_loader} "
-        f"train_prefetch:{int(cfg.train_prefetch)} queue:{cfg.train_prefetch_queue} "
-        f"copy_stream:{copy_streams[0]} val_prefetch:{int(cfg.val_prefetch)} "
-        f"queue:{cfg.val_prefetch_queue} copy_stream:{copy_streams[1]}"
-    )
-    if plan is not None:
-        log0(
-            f"ttt:batches:{plan.batch_count} phases_after_batch:{[j for j, _ in plan.phases]} "
-            f"this_rank_batches:{len(plan.work)} tokens:{plan.target_tokens} "
-            f"bytes:{plan.target_bytes}"
-        )
-    return val, windows, plan
+    return obj
 
 
-def log_network(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable) -> None:
-    log0(f"model_params:{sum(p.numel() for p in net.base.parameters())}")
-    log0(f"world_size:{rt.world_size} grad_accum_steps:{rt.grad_accum_steps}")
-    if rt.cuda:
-        log0("sdp_backends:cudnn=False flash=True mem_efficient=False math=False")
-    log0(f"attention_backend:{net.attention}")
-    log0(f"attention_mode:gqa num_heads:{cfg.num_heads} num_kv_heads:{cfg.num_kv_heads}")
-    embed_lr = cfg.tied_embed_lr if cfg.tie_embeddings else cfg.embed_lr
-    head_lr = cfg.head_lr if net.base.lm_head is not None else 0.0
-    log0(
-        f"tie_embeddings:{cfg.tie_embeddings} embed_lr:{embed_lr} head_lr:{head_lr} "
-        f"matrix_lr:{cfg.matrix_lr} scalar_lr:{cfg.scalar_lr}"
-    )
-    log0(
-        f"train_batch_tokens:{cfg.train_batch_tokens} train_seq_len:{cfg.train_seq_len} "
-        f"iterations:{cfg.iterations} warmup_steps:{cfg.warmup_steps} "
-        f"max_wallclock_seconds:{cfg.max_wallclock_seconds:.3f}"
-    )
-    log0(f"seed:{cfg.seed}")
+def unpack_artifact(blob: bytes, source: str, log0: Callable, compressor: str):
+    """`blob` as COMPRESSOR wrote it, back to what was saved; damage named (PGRP's in one line)."""
+    if not compressor.startswith("pergroup"):
+        try:  # (the compressors are modules of their names)
+            data = importlib.import_module(compressor).decompress(blob)
+        except Exception as e:
+            raise ValueError(f"damaged {compressor} data ({e})") from None
+        return torch.load(io.BytesIO(data), map_location="cpu")
+    start = "Deserialize: per-group lrzip decompression"
+    try:
+        with progress(start, "Deserialize: decompression", log0):
+            return read_pergroup(blob, compressor)
+    except FileNotFoundError:  # the lrzip binary
+        raise DataError(
+            f"{source}: a per-group (COMPRESSOR=pergroup) artifact: expected lrzip "
+            f"on PATH to read it (scripts/setup.sh installs it)"
+        ) from None
+    except Exception as e:  # the file, its damage, what next: lrzip's errors name neither
+        cause = f"{type(e).__name__}: {e}".splitlines()[0]
+        raise DataError(
+            f"{source}: a per-group (lrzip + brotli) artifact of {len(blob):,} "
+            f"bytes, truncated or damaged ({cause}); copy it again, whole, from "
+            f"the run that wrote it (its log's `Serialized model` line gives the "
+            f"size)"
+        ) from None
+
+
+# COMPRESSOR=pergroup, the records': the matrices' int8 rows (some reordered, neighbours alike) by
+# column, compressed by lrzip's ZPAQ, the rest by brotli. #1855's file (= #2014's): 7 groups, a
+# stream each; #2135's (pergroup_v2: PGRP version 2): every matrix reordered, one stream. Both read.
+PERGROUPS = (
+    "_tok_emb.weight.q",
+    "attn.c_k.weight.q",
+    "attn.c_q.weight.q",
+    "attn.c_v.weight.q",
+    "attn.proj.weight.q",
+    "mlp.fc.weight.q",
+    "mlp.proj.weight.q",
+)
+
+
+SORTED_GROUPS = PERGROUPS[0], PERGROUPS[2], PERGROUPS[5]  # #1855 reorders these rows
+
+
+ZPAQ = ("-z", "-L", "9")
+
+
+@contextlib.contextmanager
+def progress(start: str, end: str, log0: Callable, every: float = 10.0):
+    """`start...`, a line every `every` s from a thread (joined) while it runs, `end done in`."""
+    done, t0 = threading.Event(), time.perf_counter()
+
+    def report():
+        while not done.wait(every):
+            log0(f"{start}: {time.perf_counter() - t0:.0f}s so far")
+
+    log0(f"{start}...")
+    thread = threading.Thread(target=report, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+    log0(f"{end} done in {time.perf_counter() - t0:.1f}s")
+
+
+def lrzip(data: bytes, *flags: str) -> bytes:
+    """The lrzip binary (ZPAQ, or -d) on `data`; what it writes does not depend on file names."""
+    with tempfile.TemporaryDirectory() as folder:
+        src, out = Path(folder, "in"), Path(folder, "out")
+        src.write_bytes(data)
+        subprocess.run(["lrzip", *flags, "-o", out, src], check=True, capture_output=True)
+        return out.read_bytes()
+
+
+def similarity_order(q: Tensor) -> list[int]:
+    """From row 0, the unused row nearest in L1 (the lowest index on ties), and so on. Distances
+    once, on the GPU when there is one: integers below 2^24, exact in fp32 in any order."""
+    x = q.float().to("cuda" if torch.cuda.is_available() else "cpu")
+    distances, order = torch.cdist(x, x, p=1), [0]
+    for _ in range(len(x) - 1):
+        distances[:, order[-1]] = math.inf
+        order.append(int(distances[order[-1]].argmin()))
+    return order
+
+
+def in_columns(q: Tensor, order: list) -> bytes:  # the rows in `order`, stored transposed
+    return q[order].T.contiguous().numpy().tobytes()
+
+
+def from_columns(raw: bytes, shape: tuple, order: np.ndarray) -> Tensor:
+    t = torch.frombuffer(bytearray(raw), dtype=torch.int8).view(shape[1], shape[0]).T
+    return t[np.argsort(order)]  # row k held row order[k]: each back in place
+
+
+def torch_bytes(obj) -> bytes:
+    """torch.save's file of obj, in memory."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def uint16(orders) -> bytes:  # perms, little-endian
+    return b"".join(np.array(order, dtype="<u2").tobytes() for order in orders)
+
+
+def write_pergroup(w: dict, meta: dict, version: str) -> bytes:
+    brotli = importlib.import_module("brotli")
+    names = sorted(n for n in w if n.endswith(tuple(g.lstrip("_") for g in PERGROUPS)))
+    if version == "pergroup_v2":  # each one's name, shape and perm, then one stream of all
+        orders = {n: similarity_order(w[n]) for n in names}
+        head = [b"PGRP", struct.pack("<II", 2, len(names))]
+        for n in names:
+            head += [struct.pack("<H", len(n)), n.encode(), struct.pack("<II", *w[n].shape)]
+            head.append(uint16([orders[n]]))
+        stream = lrzip(b"".join(in_columns(w[n], orders[n]) for n in names), *ZPAQ)
+        saved = torch_bytes({"w": {n: w[n] for n in w if n not in orders}, "m": meta})
+        shuffled = b"BSHF\x02" + saved[::2] + saved[1::2]  # even bytes, odd
+        rest = brotli.compress(shuffled, quality=11)
+        head += [struct.pack("<BI", 1, len(stream)), stream, struct.pack("<I", len(rest)), rest]
+        return b"".join(head)
+    by_layer = functools.partial(sorted, key=lambda n: (len(n), n))  # blocks.2 before blocks.10
+    groups = {g: by_layer(n for n in names if n.endswith(g.lstrip("_"))) for g in PERGROUPS}
+    orders = {
+        n: similarity_order(w[n]) if g in SORTED_GROUPS else list(range(len(w[n])))
+        for g, group in groups.items()
+        for n in group
+    }
+    blobs = [b"".join(in_columns(w[n], orders[n]) for n in group) for group in groups.values()]
+    with ThreadPoolExecutor(os.cpu_count()) as pool:  # the groups at once, on as many cores
+        streams = list(pool.map(lambda blob: blob and lrzip(blob, *ZPAQ), blobs))
+    shapes = {g: [tuple(w[n].shape) for n in group] for g, group in groups.items() if group}
+    rest = {"r": {n: w[n] for n in sorted(w) if n not in orders}, "m": meta, "s": shapes}
+    perms = uint16(orders[n] for g in SORTED_GROUPS for n in groups[g])
+    streams += [brotli.compress(torch_bytes(rest), quality=11, lgwin=24)]
+    streams += [perms and brotli.compress(perms, quality=11)]
+    return b"PGRP" + struct.pack("<10I", 9, *map(len, streams)) + b"".join(streams)
+
+
+def read_pergroup(blob: bytes, version: str) -> dict:
+    """A PGRP file back to {"w", "m"}: #1855's (pergroup: 9 streams) or #2135's (pergroup_v2)."""
+    brotli, (kind,) = importlib.import_module("brotli"), struct.unpack_from("<I", blob, 4)
+    if kind != (2 if version == "pergroup_v2" else 9):
+        raise ValueError(f"PGRP {kind}: expected 9 (#1855's streams) or 2 (#2135's version)")
+    found = []  # (name, shape, row order) of each tensor in the stream(s)
+    if version == "pergroup":
+        ends = list(itertools.accumulate(struct.unpack_from("<9I", blob, 8), initial=44))
+        streams = [blob[a:b] for a, b in itertools.pairwise(ends)]
+        rest = torch.load(io.BytesIO(brotli.decompress(streams[7])), map_location="cpu")
+        perms = np.frombuffer(streams[8] and brotli.decompress(streams[8]), "<u2")
+        with ThreadPoolExecutor(len(PERGROUPS)) as pool:
+            raw = b"".join(pool.map(lambda stream: stream and lrzip(stream, "-d"), streams[:7]))
+        for group in PERGROUPS:
+            for i, (rows, cols) in enumerate(rest["s"].get(group, [])):
+                order = np.arange(rows)
+                if group in SORTED_GROUPS:
+                    order, perms = perms[:rows], perms[rows:]
+                name = group[1:] if group[0] == "_" else f"blocks.{i}.{group}"
+                found.append((name, (rows, cols), order))
+        w, meta = rest["r"], rest["m"]
+    else:
+        (count,), at = struct.unpack_from("<I", blob, 8), 12
+        for _ in range(count):
+            (n,) = struct.unpack_from("<H", blob, at)
+            shape = struct.unpack_from("<II", blob, at + 2 + n)
+            perm = np.frombuffer(blob, "<u2", shape[0], at + 10 + n)
+            found.append((blob[at + 2 : at + 2 + n].decode(), shape, perm))
+            at += 10 + n + 2 * shape[0]
+        method, size = struct.unpack_from("<BI", blob, at)
+        stream, at = blob[at + 5 : at + 5 + size], at + 5 + size
+        raw = lrzip(stream, "-d") if method else brotli.decompress(stream)  # 0: the fallback
+        shuffled = brotli.decompress(blob[at + 4 :])[5:]  # BSHF, stride 2: even bytes, odd
+        rest = bytearray(len(shuffled))
+        rest[::2], rest[1::2] = shuffled[: len(rest[::2])], shuffled[len(rest[::2]) :]
+        rest = torch.load(io.BytesIO(rest), map_location="cpu")
+        w, meta = rest["w"], rest["m"]
+    at = 0
+    for name, (rows, cols), order in found:
+        w[name] = from_columns(raw[at : at + rows * cols], (rows, cols), order)
+        at += rows * cols
+    return {"w": w, "m": meta}
+
+
+def counted_code_bytes(code: str, log0: Callable) -> int:
+    """The length of the wrapper around base85(brotli q11(minified source)): docs/frontier.md.
+    A script shipped so (a record's specialised one: records/golf/specialize.py) counts as it is."""
+    if code.startswith(CODE_HEAD):
+        return len(code.encode("utf-8"))
+    try:  # the record's pyminify options; without python-minifier the source as it is
+        code = importlib.import_module("python_minifier").minify(
+            code,
+            rename_locals=False,
+            hoist_literals=False,
+            remove_literal_statements=True,
+            remove_asserts=True,
+            prefer_single_line=True,
+        )
+    except ImportError:
+        log0("WARNING: python-minifier is not installed: the code is counted unminified")
+    compressed = importlib.import_module("brotli").compress(code.encode(), quality=11)
+    return len(CODE_HEAD) + len(base64.b85encode(compressed)) + len(CODE_TAIL)
+
+
+def log_quantized_weights(meta: dict[str, str], log0: Callable) -> None:
+    """`Quantized weights:`, then per kind its names without layer indices, as the record."""
+    kinds = collections.defaultdict(set)
+    for name, how in meta.items():
+        parts = name.split(".")
+        if parts[0] == "blocks" and parts[1:2] and parts[1].isdigit():  # without its layer
+            del parts[1]
+        if parts[-1].isdigit():  # nor a trailing index, as the record's line drops it
+            del parts[-1]
+        kinds[how].add(".".join(parts))
+    log0("Quantized weights:")
+    for how in sorted(kinds):
+        log0(f"  {how}: {', '.join(sorted(kinds[how]))}")
 
 
 def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, log0) -> tuple:
@@ -5050,6 +4701,410 @@ def load_weights(net: Network, state: dict, source: str) -> None:
         ) from None
 
 
+def load_round_trip(cfg: Hyperparameters, net: Network, quantized: dict) -> str:
+    """The quantized weights dequantized into the model; the record's label of their score."""
+    # The baseline's format, else the record's (w, m): as QUANTIZER wrote it, or as the file is
+    int8 = "__quant_format__" in quantized if cfg.eval_only_path else cfg.quantizer != "gptq"
+    if int8:
+        state = dequantize_state_dict_int8(quantized)
+    else:
+        state = dequantize_state_dict_gptq(quantized, net.base.state_dict())
+    if cfg.eval_only_path:  # another run's file: a config it does not fit is named
+        load_weights(net, state, f"EVAL_ONLY_PATH={cfg.eval_only_path}")
+    else:  # this run's own weights, back from its file
+        net.base.load_state_dict(state, strict=True)
+    return "" if int8 else "diagnostic quantized"
+
+
+# -----------------------------
+# CHECKPOINTS
+# -----------------------------
+
+
+# What a resumed run must share with its checkpoint, derived from the declarations: every setting
+# of a group a resume keeps (SETTING_GROUPS), so a new network setting is covered when declared.
+RESUME_SETTINGS = tuple(f.name for f in FIELDS if SETTING_GROUPS[f.metadata["group"]].resume_keeps)
+
+
+def resume_identity(cfg: Hyperparameters, rt: Runtime) -> dict:
+    """What a checkpoint shares with the run resuming it: variables, train shards (headers only)."""
+    sizes = {f.name: read_shard_header(f) for f in list_shards(cfg.train_files)}
+    crc = zlib.crc32(json.dumps(sizes).encode())
+    shards = f"{len(sizes)} files of {sum(sizes.values())} tokens (crc32 {crc:08x})"
+    config = {name.upper(): getattr(cfg, name) for name in RESUME_SETTINGS}
+    return {"WORLD_SIZE": rt.world_size} | config | {"train shards": shards}
+
+
+def save_checkpoint(trainer: Trainer) -> None:
+    """CHECKPOINT_DIR/step_<step>/, one for all ranks (Muon state per rank); hidden until done."""
+    cfg, rt, net = trainer.cfg, trainer.rt, trainer.net
+    final = Path(cfg.checkpoint_dir) / f"step_{trainer.step:06d}"
+    tmp = final.with_name(f".{final.name}.tmp")
+    if rt.rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)  # a crashed attempt's leftovers
+        tmp.mkdir(parents=True)
+    barrier(rt)
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    rng = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": cuda_rng,
+    }
+    mine = {
+        "optimizers": [opt.state_dict() for opt in net.optimizers],
+        "rng": rng,
+        "looping": net.base.looping,
+    }
+    save_synced(mine | {"loader": trainer.loader.state()}, tmp / f"rank_{rt.rank:03d}.pt")
+    if rt.rank == 0:
+        save_synced(net.base.state_dict(), tmp / "model.pt")
+        if trainer.ema is not None:
+            save_synced(trainer.ema.state_dict(), tmp / "ema.pt")
+        meta = {
+            "step": trainer.step,
+            "training_time_ms": trainer.training_time_ms,
+            "stopping": trainer.stopping,
+            "seq_stage": (trainer.seq_len, trainer.rewarm_from),
+            "config": resume_identity(cfg, rt),
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        fsync(tmp / "meta.json")
+        fsync(tmp)
+    barrier(rt)
+    if rt.rank == 0:
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        fsync(final.parent)
+    trainer.log0(f"checkpoint:{final} step:{trainer.step}")
+
+
+def save_synced(obj, path: Path) -> None:  # on disk before the folder is renamed
+    torch.save(obj, path)
+    fsync(path)
+
+
+def load_checkpoint_file(path: Path):
+    """Trusted files of ours (numpy state: weights_only=False), on the CPU as RNG states must."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # truncated, corrupt or missing: one line, not a traceback
+        raise DataError(
+            f"{path}: unreadable checkpoint file ({e!r}); resume from another step_* folder"
+        ) from None
+
+
+def read_checkpoint(cfg: Hyperparameters, rt: Runtime) -> dict | None:
+    """RESUME_FROM, checked before heavy work; any rank's error stops all ranks with its message."""
+    if not cfg.resume_from:
+        return None
+    checkpoint, errors = None, [None] * rt.world_size
+    try:  # the folder (or its latest step_*) and its meta.json, checked against this run
+        folder = Path(cfg.resume_from)
+        if not (folder / "meta.json").is_file():
+            done = sorted(p for p in folder.glob("step_*") if (p / "meta.json").is_file())
+            if not done:
+                raise DataError(
+                    f"RESUME_FROM={folder}: no complete checkpoint (step_*/meta.json):"
+                    f" a run with CHECKPOINT_EVERY > 0 writes them"
+                )
+            folder = done[-1]
+        meta = read_checkpoint_meta(folder, resume_identity(cfg, rt))
+        files = {"model": "model.pt", "mine": f"rank_{rt.rank:03d}.pt"}
+        files |= {"ema": "ema.pt"} if cfg.ema_decay > 0 else {}
+        checkpoint = {k: load_checkpoint_file(folder / name) for k, name in files.items()}
+        checkpoint |= {"folder": folder, "meta": meta}
+    except (ConfigError, DataError) as e:
+        errors[rt.rank] = e
+    if rt.distributed:
+        dist.all_gather_object(errors, errors[rt.rank])
+    if (error := next((e for e in errors if e is not None), None)) is not None:
+        raise error
+    return checkpoint
+
+
+def read_checkpoint_meta(folder: Path, identity: dict) -> dict:
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        saved = dict(meta["config"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DataError(
+            f"{folder / 'meta.json'}: unreadable checkpoint metadata ({e}); resume "
+            f"from another step_* folder"
+        ) from None
+    # a name saved before it was one counts at its default
+    changed = [n for n, v in identity.items() if saved.get(n, DEFAULTS.get(n.lower())) != v]
+    if changed:
+        was = ", ".join(f"{name}={saved.get(name, DEFAULTS.get(name.lower()))}" for name in changed)
+        now = ", ".join(str(identity[name]) for name in changed)
+        raise ConfigError(
+            f"RESUME_FROM={folder}: saved with {was}, this run has {now}: set "
+            f"{', '.join(changed)} as saved to resume it"
+        )
+    return meta
+
+
+# -----------------------------
+# MAIN
+# -----------------------------
+
+
+def configure() -> tuple[Hyperparameters, Runtime]:
+    """The config (every user error before any heavy work), then the device and process group."""
+    world_size = env_int("WORLD_SIZE", 1)
+    cfg = Hyperparameters.from_env(os.environ, world_size)
+    if cfg.compressor.startswith("pergroup") and not shutil.which("lrzip"):  # this machine's
+        raise ConfigError(
+            f"COMPRESSOR={cfg.compressor}: expected the lrzip binary on PATH "
+            f"(apt-get install -y lrzip; bash scripts/setup.sh does it)"
+        )
+    rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
+    distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if not distributed and ("RANK" in os.environ or world_size != 1):  # one process, 1/N of it
+        raise ConfigError(
+            f"RANK={os.environ.get('RANK')} WORLD_SIZE={os.environ.get('WORLD_SIZE')}"
+            f": expected both (as torchrun sets them) or neither"
+        )
+    if not 0 <= rank < world_size:
+        raise ConfigError(f"RANK={rank}: expected 0 <= RANK < WORLD_SIZE={world_size}")
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":  # this rank's GPU, with the baseline's TF32 and SDPA flash only
+        local_world = env_int("LOCAL_WORLD_SIZE", 1)  # the same on every rank: each one says it
+        if local_world > (visible := torch.cuda.device_count()):
+            raise ConfigError(
+                f"LOCAL_WORLD_SIZE={local_world}: only {visible} CUDA devices visible"
+                f": expected torchrun --nproc_per_node <= {visible}"
+            )
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        torch.backends.cuda.enable_flash_sdp(True)
+        torch.backends.cuda.enable_mem_efficient_sdp(False)
+        torch.backends.cuda.enable_math_sdp(False)
+        select_attention(cfg.attention_backend, device, cfg.preset)  # a preset: FA3, or stop
+    if distributed:
+        cuda = device.type == "cuda"
+        wait = datetime.timedelta(hours=1) if cfg.eval_ttt else None  # EVAL_TTT: a phase's
+        device_id = device if cuda else None  # barrier waits for the slowest rank's batches
+        dist.init_process_group("nccl" if cuda else "gloo", device_id=device_id, timeout=wait)
+        shared = [cfg.run_id]  # one RUN_ID for all ranks: it names the log
+        dist.broadcast_object_list(shared, src=0)
+        cfg = dataclasses.replace(cfg, run_id=shared[0])
+    accum = grad_accum_steps_for(world_size)
+    return cfg, Runtime(rank, local_rank, world_size, accum, device, distributed)
+
+
+class RunLog:
+    """log0: rank 0's console and logs/<RUN_ID>.txt, from the first line to any error ending it."""
+
+    def __init__(self, cfg: Hyperparameters, rt: Runtime, code: str):
+        self.rank0, self.path = rt.rank == 0, Path(f"logs/{cfg.run_id}.txt")
+        if not self.rank0:
+            return
+        self.path.parent.mkdir(exist_ok=True)
+        try:
+            smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired) as e:
+            smi = f"nvidia-smi: unavailable ({e})"
+        versions = f"Running Python {sys.version}", f"Running PyTorch {torch.__version__}"
+        for header in (code, "=" * 100, *versions, smi, "=" * 100):
+            self(header, console=False)
+        self(f"hyperparameters:{json.dumps(dataclasses.asdict(cfg), sort_keys=True)}", False)
+        changed = [
+            f"{k.upper()}={int(v) if isinstance(v, bool) else v}"  # as the env says it
+            for k, v in dataclasses.asdict(cfg).items()
+            if k != "run_id" and v != DEFAULTS.get(k)
+        ]
+        self(f"settings: {' '.join(changed) or 'the defaults'} (all of them: {self.path})")
+        for warning in misspelt_variables(os.environ):
+            self(warning)
+        if not rt.cuda:
+            self("cpu_mode: fp32, no torch.compile; copy streams (CUDA-only) off, prefetch on")
+
+    def __call__(self, msg: str, console: bool = True) -> None:
+        if self.rank0:
+            if console:
+                print(msg, flush=True)
+            with open(self.path, "a", encoding="utf-8") as f:
+                print(msg, file=f)
+
+
+TOKENIZED_WITH = "tokenized_with.json"  # DATA_PATH's record of its tokenizer (data/shard_io.py)
+
+
+def check_tokenizer(cfg: Hyperparameters, sp, split: np.ndarray) -> None:
+    """TOKENIZER_PATH is the data's tokenizer: the file DATA_PATH's record names, else (no record)
+    the first 8 validation documents of ordinary pieces (their text encodes back) round-trip."""
+    record, ours = Path(cfg.data_path) / TOKENIZED_WITH, f"TOKENIZER_PATH={cfg.tokenizer_path}"
+    if record.is_file():
+        try:
+            named = json.loads(record.read_text())
+            name, sha = str(named["tokenizer"]), str(named["sha256"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise DataError(f"{record}: unreadable ({type(e).__name__}: {e})") from None
+        digest = hashlib.sha256(Path(cfg.tokenizer_path).read_bytes()).hexdigest()
+        if digest != sha:
+            raise DataError(
+                f"{ours} (sha256 {digest[:12]}) is not the tokenizer DATA_PATH="
+                f"{cfg.data_path} was tokenized with: {name} (sha256 {sha[:12]}, "
+                f"{record.name})"
+            )
+        return
+    special = {i for i in range(sp.vocab_size()) if sp.is_control(i) or sp.is_unknown(i)}
+    starts = np.flatnonzero(split[: 1 << 20] == BOS_ID)
+    documents = (split[a + 1 : b].tolist() for a, b in itertools.pairwise(starts))
+    ordinary = [d for d in itertools.islice(documents, 64) if d and not special & set(d)][:8]
+    if any(sp.encode(sp.decode(ids)) != ids for ids in ordinary):
+        raise DataError(
+            f"DATA_PATH={cfg.data_path}: its first validation documents do not decode "
+            f"and encode back to their ids with {ours}: tokenized with another "
+            f"tokenizer? (if not, record it: docs/data.md)"
+        )
+
+
+# DATA_PATH's record of its train/validation overlap (data/check_overlap.py writes it)
+OVERLAP_RECORD = "overlap_checked.json"
+
+
+def overlap_line(cfg: Hyperparameters) -> str:
+    """What data/check_overlap.py found for these shards, from its record (read, never computed)."""
+    record, run = Path(cfg.data_path) / OVERLAP_RECORD, "run data/check_overlap.py DATA_PATH"
+    if not record.is_file():
+        return f"data_overlap: not checked ({run})"
+    ours = {
+        k: [[p.name, p.stat().st_size] for p in map(Path, sorted(glob.glob(pattern)))]
+        for k, pattern in (("train", cfg.train_files), ("val", cfg.val_files))
+    }
+    try:
+        found = json.loads(record.read_text())
+        if found["shards"] != ours:
+            return f"data_overlap: not checked for these shards ({record.name} is older: {run})"
+        return (
+            f"data_overlap: {int(found['overlapping'])} of {int(found['val_documents'])} "
+            f"validation documents in the training shards (checked {found['checked']}, "
+            f"{len(ours['train'])} train shards)"
+        )
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"data_overlap: not checked ({record.name} unreadable: {e!r}; {run})"
+
+
+def data_fingerprint(tokenizer_path, val_pattern: str, train_pattern: str) -> str:
+    """The run's data in one log line: sha256 of the tokenizer file, of the validation shards' bytes
+    (in name order), of the train shards' names and byte sizes, and 16 hex digits of the sha256 of
+    those digests, one a line, as data/build_local_dataset.py prints (docs/measured.md)."""
+    val, train = hashlib.sha256(), hashlib.sha256()
+    for path in sorted(glob.glob(val_pattern)):  # (a shard at a time: the split is in memory)
+        val.update(Path(path).read_bytes())
+    for path in sorted(glob.glob(train_pattern)):
+        train.update(f"{Path(path).name} {os.path.getsize(path)}\n".encode())
+    digests = [hashlib.sha256(Path(tokenizer_path).read_bytes()).hexdigest()]
+    digests += [val.hexdigest(), train.hexdigest()]
+    whole = hashlib.sha256("".join(d + "\n" for d in digests).encode()).hexdigest()
+    tokenizer, val_digest, train_digest = (d[:12] for d in digests)
+    return (
+        f"data_fingerprint:{whole[:16]} tokenizer:{tokenizer} val_shards:{val_digest} "
+        f"train_names_sizes:{train_digest}"
+    )
+
+
+def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
+    """Tokenizer and shards checked, the validation split loaded and counted, windows, TTT plan."""
+    if not Path(cfg.data_path).is_dir():
+        raise DataError(f"DATA_PATH={cfg.data_path}: no such folder; {GET_DATA}")
+    if cfg.eval_only_path and not Path(cfg.eval_only_path).is_file():
+        raise DataError(
+            f"EVAL_ONLY_PATH={cfg.eval_only_path}: no such file (a run's "
+            f"final_model.pt or final_model.*.ptz)"
+        )
+    tokenizer = f"TOKENIZER_PATH={cfg.tokenizer_path}"
+    if not Path(cfg.tokenizer_path).is_file():
+        raise DataError(f"{tokenizer}: no such file; {GET_DATA}: its tokenizer comes with it")
+    try:
+        sp = spm.SentencePieceProcessor(model_file=cfg.tokenizer_path)
+    except RuntimeError:  # not a model: the .vocab beside it, say
+        raise DataError(
+            f"{tokenizer}: not a SentencePiece .model file (the .model, not the .vocab beside it)"
+        ) from None
+    if sp.vocab_size() != cfg.vocab_size:
+        ours = "VOCAB_SIZE" in os.environ or "VOCAB_SIZE" not in PRESETS.get(cfg.preset, {})
+        preset = "" if ours else f" (PRESET={cfg.preset}'s)"
+        raise ConfigError(
+            f"VOCAB_SIZE={cfg.vocab_size}{preset}: expected {sp.vocab_size()}, the "
+            f"vocab size of {tokenizer}: set VOCAB_SIZE={sp.vocab_size()}, or the "
+            f"TOKENIZER_PATH the data was tokenized with"
+        )
+    luts = build_sentencepiece_luts(sp, cfg.vocab_size)
+    shards, calibrate = None, cfg.quantizer == "gptq" and not cfg.eval_only_path.endswith(".ptz")
+    if not cfg.eval_only_path or calibrate:  # (GPTQ's Hessians read them too)
+        shards = TrainShards(cfg.train_files, cfg.vocab_size)
+        shards.check_order(cfg.train_loader, rt.world_size)  # now, not once the model is compiled
+        shards.check_order("shuffled" if calibrate else cfg.train_loader, rt.world_size)
+        if cfg.train_loader == "docpack":
+            args = cfg.train_batch_tokens, cfg.train_seq_len, rt.grad_accum_steps, rt.world_size
+            shards.check_room(rt.world_size * DocPackOrder.layout(*args).tokens)
+    val = ValidationSet(cfg, rt, luts)  # every val shard loaded: header, size, token ids checked
+    check_tokenizer(cfg, sp, val.split)
+    windows = SlidingWindows(cfg, rt, val) if cfg.eval_stride else None
+    plan = TTTPlan(cfg, rt, val) if cfg.eval_ttt else None
+    log0(f"val_bpb:enabled tokenizer_kind=sentencepiece tokenizer_path={cfg.tokenizer_path}")
+    dataset = Path(cfg.data_path).resolve().name
+    log0(f"train_loader:dataset:{dataset} train_shards:{len(shards.files) if shards else 0}")
+    if rt.rank == 0:  # (rank 0 alone reads the validation shards again)
+        log0(data_fingerprint(cfg.tokenizer_path, cfg.val_files, cfg.train_files))
+    log0(overlap_line(cfg))
+    log0(
+        f"val_loader:shards pattern={cfg.val_files} tokens:{val.target_tokens} "
+        f"bytes:{val.target_bytes} bytes_from:{val.bytes_from}"
+    )
+    if windows is not None:
+        log0(
+            f"sliding_window:stride:{cfg.eval_stride} seq_len:{cfg.window} "
+            f"batch_seqs:{cfg.eval_batch_seqs} windows:{windows.windows} "
+            f"tokens:{windows.target_tokens} bytes:{windows.target_bytes}"
+        )
+    if cfg.max_val_tokens:
+        log0(
+            f"WARNING: MAX_VAL_TOKENS={cfg.max_val_tokens} evaluates {val.target_tokens} of the "
+            f"split's {val.split_tokens} tokens: val_loss/val_bpb are NOT comparable to the "
+            f"challenge's score"
+        )
+    copy_streams = [int(on and rt.cuda) for on in (cfg.train_copy_stream, cfg.val_copy_stream)]
+    log0(
+        f"train_tokens:{sum(shards.sizes) if shards else 0} order:{cfg.train_loader} "
+        f"train_prefetch:{int(cfg.train_prefetch)} queue:{cfg.train_prefetch_queue} "
+        f"copy_stream:{copy_streams[0]} val_prefetch:{int(cfg.val_prefetch)} "
+        f"queue:{cfg.val_prefetch_queue} copy_stream:{copy_streams[1]}"
+    )
+    if plan is not None:
+        log0(
+            f"ttt:batches:{plan.batch_count} phases_after_batch:{[j for j, _ in plan.phases]} "
+            f"this_rank_batches:{len(plan.work)} tokens:{plan.target_tokens} "
+            f"bytes:{plan.target_bytes}"
+        )
+    return val, windows, plan
+
+
+def log_network(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable) -> None:
+    log0(f"model_params:{sum(p.numel() for p in net.base.parameters())}")
+    log0(f"world_size:{rt.world_size} grad_accum_steps:{rt.grad_accum_steps}")
+    if rt.cuda:
+        log0("sdp_backends:cudnn=False flash=True mem_efficient=False math=False")
+    log0(f"attention_backend:{net.attention}")
+    log0(f"attention_mode:gqa num_heads:{cfg.num_heads} num_kv_heads:{cfg.num_kv_heads}")
+    embed_lr = cfg.tied_embed_lr if cfg.tie_embeddings else cfg.embed_lr
+    head_lr = cfg.head_lr if net.base.lm_head is not None else 0.0
+    log0(
+        f"tie_embeddings:{cfg.tie_embeddings} embed_lr:{embed_lr} head_lr:{head_lr} "
+        f"matrix_lr:{cfg.matrix_lr} scalar_lr:{cfg.scalar_lr}"
+    )
+    log0(
+        f"train_batch_tokens:{cfg.train_batch_tokens} train_seq_len:{cfg.train_seq_len} "
+        f"iterations:{cfg.iterations} warmup_steps:{cfg.warmup_steps} "
+        f"max_wallclock_seconds:{cfg.max_wallclock_seconds:.3f}"
+    )
+    log0(f"seed:{cfg.seed}")
+
+
 def load_for_evaluation(cfg, rt, net: Network, evaluate: Callable, log0: Callable) -> dict:
     """EVAL_ONLY_PATH: a .ptz is scored by the round trip; a .pt as it is, then quantized too."""
     path = cfg.eval_only_path
@@ -5064,21 +5119,6 @@ def load_for_evaluation(cfg, rt, net: Network, evaluate: Callable, log0: Callabl
     if cfg.quantizer == "gptq":
         return quantize_gptq(cfg, rt, net, log0)
     return quantize_state_dict_int8(net.base.state_dict())[0]
-
-
-def load_round_trip(cfg: Hyperparameters, net: Network, quantized: dict) -> str:
-    """The quantized weights dequantized into the model; the record's label of their score."""
-    # The baseline's format, else the record's (w, m): as QUANTIZER wrote it, or as the file is
-    int8 = "__quant_format__" in quantized if cfg.eval_only_path else cfg.quantizer != "gptq"
-    if int8:
-        state = dequantize_state_dict_int8(quantized)
-    else:
-        state = dequantize_state_dict_gptq(quantized, net.base.state_dict())
-    if cfg.eval_only_path:  # another run's file: a config it does not fit is named
-        load_weights(net, state, f"EVAL_ONLY_PATH={cfg.eval_only_path}")
-    else:  # this run's own weights, back from its file
-        net.base.load_state_dict(state, strict=True)
-    return "" if int8 else "diagnostic quantized"
 
 
 def score_ttt(cfg: Hyperparameters, rt: Runtime, net: Network, plan: TTTPlan, log0) -> None:
