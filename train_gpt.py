@@ -1082,9 +1082,8 @@ class Hyperparameters:
         env = preset | dict(env)
         masked = TTT_MASKED_ADAPTERS.get(env.get("TTT_MASK", ""), ())
         env = {f"TTT_{site}_LORA": "0" for site in masked} | env
-        values = {
-            f.name: parse_value(n, env[n], f.type) for f in FIELDS if (n := f.name.upper()) in env
-        }
+        names = {f.name.upper(): f for f in FIELDS}
+        values = {f.name: parse_value(n, env[n], f.type) for n, f in names.items() if n in env}
         if "NUM_LAYERS" in chosen.keys() - preset.keys():  # the preset's layer numbers follow it
             for name in LAYER_NUMBERS & preset.keys():
                 scaled = values[name.lower()] * values["num_layers"] / int(chosen["NUM_LAYERS"])
@@ -4870,7 +4869,8 @@ def configure() -> tuple[Hyperparameters, Runtime]:
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":  # this rank's GPU, with the baseline's TF32 and SDPA flash only
         local_world = env_int("LOCAL_WORLD_SIZE", 1)  # the same on every rank: each one says it
-        if local_world > (visible := torch.cuda.device_count()):
+        visible = torch.cuda.device_count()
+        if local_world > visible:
             raise ConfigError(
                 f"LOCAL_WORLD_SIZE={local_world}: only {visible} CUDA devices visible"
                 f": expected torchrun --nproc_per_node <= {visible}"

@@ -224,6 +224,12 @@ def commands(doc: Document) -> list[tuple[list[str], bool]]:
     return found
 
 
+def module_constant(name: str) -> bool:
+    import train_gpt
+
+    return hasattr(train_gpt, name)
+
+
 def variable_problems(doc: Document) -> list[str]:
     named = set(ASSIGNMENT.findall(doc.text))
     # a backticked NAME_WITH_UNDERSCORES, or any backticked NAME that opens a table row (SEED):
@@ -231,6 +237,7 @@ def variable_problems(doc: Document) -> list[str]:
     named |= {s for s in doc.spans if re.fullmatch(VARIABLE, s) and "_" in s}
     named |= set(re.findall(rf"^\| `({VARIABLE})` \|", doc.prose, flags=re.M))
     missing = named - known_variables()
+    missing = {n for n in missing if not module_constant(n)}  # a name of the code, not a variable
     return [
         f"environment variable {n}: read by no code (not a Hyperparameters field)" for n in missing
     ]
