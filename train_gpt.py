@@ -364,7 +364,14 @@ LAYER_NUMBERS = {"LOOP_START", "LOOP_END", "PARALLEL_START_LAYER", "XSA_LAST_N"}
 
 @dataclasses.dataclass(frozen=True)
 class Hyperparameters:
-    """Every environment variable the run reads: the field name in upper case (DATA_PATH, ...)."""
+    """Every setting of a run, one field each: the environment variable is the field's name in upper
+    case (DATA_PATH, ...). A field's `setting(...)` declares its default, group, help and bounds.
+
+    Build it with `from_env`, which applies a PRESET's values as defaults, parses each variable by
+    its field's type and runs `validate`: a configuration that exists has passed every check, so
+    the rest of the script reads fields without checking them again. Frozen, so no code changes a
+    setting after the checks; `dataclasses.replace` makes a changed copy (a test's, or RUN_ID
+    shared from rank 0)."""
 
     data_path: str = setting(
         "./data/datasets/fineweb10B_sp1024",
@@ -1088,14 +1095,17 @@ class Hyperparameters:
             for name in LAYER_NUMBERS & preset.keys():
                 scaled = values[name.lower()] * values["num_layers"] / int(chosen["NUM_LAYERS"])
                 values[name.lower()] = round(scaled)
+        # A TRAIN_SEQ_LEN set beside the preset scales its context stages: each stage's length is
+        # the new TRAIN_SEQ_LEN over the nearest power of 2 of the preset's ratio.
         if "TRAIN_SEQ_LEN" in chosen.keys() - preset.keys() and "TRAIN_SEQ_SCHEDULE" in preset:
-            T, top = values["train_seq_len"], int(chosen["TRAIN_SEQ_LEN"])  # its stages follow:
+            T, top = values["train_seq_len"], int(chosen["TRAIN_SEQ_LEN"])
             stages = (item.split("@") for item in preset["TRAIN_SEQ_SCHEDULE"].split(","))
-            values["train_seq_schedule"] = ",".join(  # T over the nearest power of 2 of the ratio
+            values["train_seq_schedule"] = ",".join(
                 f"{T >> round(math.log2(top / int(n)))}@{p}" for n, p in stages
             )
-        for name, (accepted, what) in FIXED_VARIABLES.items():  # constants here: refused, not
-            if env.get(name, accepted[0]) not in accepted:  # ignored, at another value
+        # The variables fixed here are refused at another value, never silently ignored.
+        for name, (accepted, what) in FIXED_VARIABLES.items():
+            if env.get(name, accepted[0]) not in accepted:
                 raise ConfigError(f"{name}={env[name]!r}: not read here: {what}; unset it")
         cfg = cls(**values)
         try:
@@ -1446,6 +1456,11 @@ class ClosedOnExit(contextlib.AbstractContextManager):  # `with loader:` closes 
 
 @dataclasses.dataclass(frozen=True)
 class Runtime:
+    """Where this process runs: its rank among world_size processes (local_rank on its node), its
+    device, the gradient accumulation steps that keep the global batch of 8 micro-batches, and
+    whether a process group exists (torchrun) or the run is one plain process. Built once by
+    `configure`; everything that differs between a GPU and a CPU run asks it (cuda, autocast)."""
+
     rank: int
     local_rank: int
     world_size: int
@@ -1527,7 +1542,11 @@ class Bank(NamedTuple):  # PARAMETER_BANKS: this rank's share of a set of same-s
 
 
 class Muon(torch.optim.Optimizer):
-    """Each rank orthogonalises its share of updates (banks: one NS call); an all-reduce shares."""
+    """The baseline's Muon, with the records' options: momentum on each matrix's gradient, the
+    update orthogonalised by Newton-Schulz (or Polar Express) iterations, scaled and applied with
+    decoupled weight decay. The work is split: each rank orthogonalises its own share of the
+    matrices (a PARAMETER_BANKS bank in one call) and one all-reduce gives every rank all the
+    updates. Assumes every rank holds the same parameters in the same order (DDP's)."""
 
     def __init__(
         self,
@@ -1782,7 +1801,9 @@ def list_shards(pattern: str) -> list[Path]:
 
 
 class TrainShards:
-    """The sorted train shards, headers checked: read whole by `load(i)`, or mapped (shuffled)."""
+    """The training shards in name order, every header checked when it is built (a bad shard stops
+    the run before training). The stream and docpack orders read a shard whole through `load`;
+    the shuffled order maps its shards (`mapped`) and reads windows of them."""
 
     def __init__(self, pattern: str, vocab_size: int | None = None):
         self.files = list_shards(pattern)
@@ -2024,8 +2045,11 @@ TRAIN_ORDERS = {"stream": StreamOrder, "docpack": DocPackOrder, "shuffled": Shuf
 
 
 class DistributedTokenLoader(ClosedOnExit):
-    """The synchronous reference: (x, y), or (x, y, cu_seqlens, max_seqlen) for docpack. `order`:
-    the order's class (StreamOrder, the baseline's; TRAIN_ORDERS by TRAIN_LOADER's names)."""
+    """The synchronous loader, the reference the prefetching one is tested against: each call of
+    `next_batch` reads this rank's tokens of one step from its order and copies them to the device.
+    It returns (x, y), or (x, y, cu_seqlens, max_seqlen) for docpack's documents. `order` is the
+    order's class (StreamOrder is the baseline's; TRAIN_ORDERS maps TRAIN_LOADER's names), `state`
+    a position its `state()` returned (a checkpoint's), from which the order continues."""
 
     def __init__(
         self, pattern, rank, world_size, device, *, order: type, vocab_size=None, state=None
@@ -2123,8 +2147,12 @@ class DeviceBatch(NamedTuple):
 
 
 class StagingPipeline:
-    """A worker fills pinned buffers: fill(tokens, cu) -> (n_tokens, n_cu, max_seqlen, tag) or None
-    at the end; a buffer is refilled only once the copy out of it (as uint16) has completed."""
+    """The staging half of a prefetching loader. A worker thread calls fill(tokens, cu) on a pinned
+    host buffer, which returns (n_tokens, n_cu, max_seqlen, tag), or None at the end of the data;
+    the consumer's `next_batch` queues the buffer's copy to the device on a copy stream and makes
+    the compute stream wait for it on the GPU. A buffer is refilled only once the copy out of it
+    (as uint16) has completed, so no host sync and no allocation happen per batch once the
+    buffers exist. `depth` buffers bound how far the worker runs ahead."""
 
     def __init__(self, fill, assemble, sizes, device, name, depth, copy_stream):
         self.assemble = assemble
@@ -2232,7 +2260,12 @@ class _ShardReadAhead:
 
 
 class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
-    """Batches made ahead by a worker thread; a new batch shape restarts it where the last ended."""
+    """The DistributedTokenLoader's batches, the same tokens, made ahead on a worker thread while
+    the GPU computes (TRAIN_PREFETCH=1, the default). The worker reads the order, fills a
+    StagingPipeline's pinned buffers, and the next shard is read on a thread of its own. A call
+    with a new batch shape (a TTT phase, a context stage) restarts the worker where the last batch
+    ended, so the data order never depends on how far ahead it ran. A worker's exception is raised
+    in the training thread at its next call (WorkerError); `close` stops and joins every thread."""
 
     def __init__(self, *args, queue_depth=2, copy_stream=True, **kwargs):
         if queue_depth < 1:
@@ -2265,8 +2298,10 @@ class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
         position = self.position
         self.order = None  # the first worker takes the order made at start-up; others resume
 
-        def fill(tokens: np.ndarray, cu: np.ndarray) -> tuple:  # on the worker thread
-            nonlocal order  # made there when resumed: its shard reads stay off the training thread
+        # fill runs on the worker thread. A resumed order is made there, on its first call, so that
+        # the shard reads it starts with stay off the training thread.
+        def fill(tokens: np.ndarray, cu: np.ndarray) -> tuple:
+            nonlocal order
             order = order or self.kind(self.shards, self.rank, self.world_size, position)
             entries, max_seqlen = order.fill(layout, seq_len, tokens, cu)
             return layout.tokens, entries, max_seqlen, order.state()
@@ -2574,7 +2609,12 @@ def layer_order(cfg: Hyperparameters, looping: bool) -> tuple[list[int], list[in
 
 
 class GPT(nn.Module):
-    """U-Net-style: encoder outputs return as weighted decoder skips (+ loops, lanes, SmearGate)."""
+    """The baseline's transformer: a tied embedding, NUM_LAYERS blocks in an encoder half and a
+    decoder half (each encoder output returns as a weighted skip into its decoder block), and
+    soft-capped logits. The records' pieces are switched on by the settings: looped layers,
+    parallel lanes, gated skips and attention, a SmearGate, XSA, partial RoPE. `forward` returns
+    the mean training loss, or per-token losses (`reduction="none"`) for the evaluations, TTT's
+    adapters (`lora`) and #2135's n-gram tilt (`hint`) included."""
 
     def __init__(self, cfg: Hyperparameters, attention: Attention | None = None):
         super().__init__()
@@ -2693,12 +2733,14 @@ class GPT(nn.Module):
         logits = F.linear(x, self.tok_emb.weight) if self.lm_head is None else self.lm_head(x)
         if lora is not None:
             logits = logits + lora.at(None)("head", h).reshape(logits.shape)
-        cap = self.logit_softcap  # training's (reduction "mean"); scoring's may be a pair:
-        if self.cfg.asym_logit_rescale and reduction != "mean":  # z = 0 is 0 in either layout
+        # Training (reduction "mean") softcaps by one scalar; scoring may use ASYM_LOGIT_RESCALE's
+        # pair, one for z > 0 and one for z < 0 (z = 0 maps to 0 in either layout).
+        cap = self.logit_softcap
+        if self.cfg.asym_logit_rescale and reduction != "mean":
             positive = logits > 0 if self.cfg.asym_logit_layout == "pr2014" else logits >= 0
             cap = torch.where(positive, self.softcap_pos, self.softcap_neg).to(logits.dtype)
-        if self.cfg.fused_ce_enabled and reduction == "mean":  # the record's training loss
-            logits = logits.float()  # its fused CE softcaps in fp32
+        if self.cfg.fused_ce_enabled and reduction == "mean":
+            logits = logits.float()  # the record's fused cross-entropy softcaps in fp32
         logits = cap * torch.tanh(logits / cap)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16: fp32
         nll = F.cross_entropy(logits, target_ids.reshape(-1), reduction=reduction)
@@ -2858,7 +2900,10 @@ def document_kwargs(batch: tuple, seq_len: int) -> dict:
 
 
 class ValidationSet:
-    """The validation tokens, this rank's batches (their cu_seqlens computed once), exact totals."""
+    """The validation split, loaded, checked and counted once before training: the tokens, this
+    rank's batches (their document tables computed once, for VAL_DOC_ATTENTION), and the exact
+    totals (targets and their UTF-8 bytes, counted on the CPU) that turn a summed loss into
+    val_bpb. Every evaluation of the run reads it; none recounts anything per batch."""
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, luts: ByteLuts):
         files = list_shards(cfg.val_files)
@@ -3139,10 +3184,15 @@ class TTTBatch(NamedTuple):  # one of this rank's batches, as eval_ttt runs it
 
 
 class TTTPlan:
-    """EVAL_TTT's work, fixed on the CPU. Documents: BOS to BOS inclusive (the last: to the end),
-    sorted by length (then index) into batches of TTT_BATCH_SIZE, run longest first (ties: in that
-    order); slot: place in batch. Phases: after which batch (at most one each), this rank's SGD
-    slices. Between phases, costliest batch to least loaded rank (which redraws its reusable A)."""
+    """EVAL_TTT's whole work, fixed on the CPU before training, so the timed loop does no host work.
+
+    Documents run BOS to BOS inclusive (the last to the end of the split), sorted by length (then
+    index) into batches of TTT_BATCH_SIZE, the longest batch first (ties in that order); a
+    document's slot is its place in its batch. Each batch is a list of chunk steps (score, then
+    train the adapters). Phases say after which batch (at most one each) the base weights train,
+    and on which of this rank's slices. Between phases, the costliest batch goes to the least
+    loaded rank, which redraws its reusable A. Every rank builds the same plan from the same
+    split, so all of them agree on the work and on the shapes to compile (`warmup_shapes`)."""
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, val: ValidationSet):
         total = val.scored_targets
@@ -3522,6 +3572,8 @@ def ngram_tilt_hints(cfg, device: torch.device, plan: TTTPlan, log0: Callable) -
 
 
 class Network(NamedTuple):
+    """The model in its three forms and its optimizers, built once by `build_network`."""
+
     base: GPT  # the parameters, saved and quantized
     compiled: nn.Module  # what evaluates (torch.compile on CUDA)
     model: nn.Module  # what trains: the compiled model, in DDP when distributed
@@ -3539,6 +3591,8 @@ def allow_many_graphs() -> None:
 
 
 def build_network(cfg: Hyperparameters, rt: Runtime) -> Network:
+    """The model from SEED (the baseline's order of draws), compiled on CUDA, wrapped in DDP when
+    distributed, and its optimizers."""
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)  # every device's generator too
@@ -3714,7 +3768,12 @@ def read_guard(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> Guard | Non
 
 
 class Trainer(ClosedOnExit):
-    """The training loop: only the steps that log a loss or validate wait for the GPU."""
+    """The training loop: the compile warm-up (state restored after it), then steps until ITERATIONS
+    or the wall-clock cap, with the schedules, validation and checkpoints on their steps. Only the
+    steps that log a loss or validate wait for the GPU; every decision that ends or changes
+    training (the cap, the warm-down, the loops, the context stages, the guard) reads the training
+    time all ranks agreed on, so every rank takes it at the same step. `phase` is the hook
+    tools/timing.py and tools/trace.py time a step's parts with; here it does nothing."""
 
     def __init__(self, cfg, rt, net, log0, clock=time.perf_counter, guard=None):
         self.cfg, self.rt, self.net, self.guard = cfg, rt, net, guard
@@ -3755,8 +3814,10 @@ class Trainer(ClosedOnExit):
         self.loader = PrefetchingDistributedTokenLoader(*args, **order, **options)
         self.loader.copy_probe = functools.partial(self.phase, "h2d")
 
-    def phase(self, name: str, stream=None):  # none here; tools/timing.py times each phase of a
-        return contextlib.nullcontext()  # step (h2d on the copy `stream`), tools/trace.py labels it
+    def phase(self, name: str, stream=None):
+        """A step's part, as a context: nothing here. tools/timing.py times each part (h2d on the
+        copy `stream`) and tools/trace.py labels it in the profile."""
+        return contextlib.nullcontext()
 
     def close(self) -> None:
         if self.loader is not None:
@@ -3969,8 +4030,8 @@ class Trainer(ClosedOnExit):
         if self.cap_ms is not None and self.rt.distributed:  # the ranks' slowest clock
             dist.all_reduce(self.agreed, op=dist.ReduceOp.MAX, group=self.cap_group)
         self.agreed_ms = float(self.agreed[0])
-        if self.cap_ms is not None and self.agreed_ms >= self.cap_ms:  # every rank agrees:
-            self.stopping = True  # this step is the last
+        if self.cap_ms is not None and self.agreed_ms >= self.cap_ms:
+            self.stopping = True  # every rank agrees that this step is the last
             self.log0(f"wallclock_cap_reached step:{step} train_time:{elapsed_ms:.0f}ms")
 
     def stop_if_behind(self, metric: str, value: float) -> None:
@@ -4895,7 +4956,9 @@ def configure() -> tuple[Hyperparameters, Runtime]:
 
 
 class RunLog:
-    """log0: rank 0's console and logs/<RUN_ID>.txt, from the first line to any error ending it."""
+    """log0: rank 0's console and logs/<RUN_ID>.txt, which opens with the script's own source (the
+    code the log's numbers came from) and ends with what ended the run, an error included. Other
+    ranks write nothing."""
 
     def __init__(self, cfg: Hyperparameters, rt: Runtime, code: str):
         self.rank0, self.path = rt.rank == 0, Path(f"logs/{cfg.run_id}.txt")
@@ -5008,7 +5071,9 @@ def data_fingerprint(tokenizer_path, val_pattern: str, train_pattern: str) -> st
 
 
 def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
-    """Tokenizer and shards checked, the validation split loaded and counted, windows, TTT plan."""
+    """Everything the run reads from disk, checked before the model is built: the tokenizer against
+    the shards' record of it, the train/validation overlap record, the validation split loaded and
+    counted, and what the final evaluations need (sliding windows, the TTT plan)."""
     if not Path(cfg.data_path).is_dir():
         raise DataError(f"DATA_PATH={cfg.data_path}: no such folder; {GET_DATA}")
     if cfg.eval_only_path and not Path(cfg.eval_only_path).is_file():
@@ -5155,6 +5220,7 @@ def log_score(label, fields, rt, evaluate, log0, record_label="", digits=4) -> f
 
 
 def main() -> None:
+    """A run, from the environment to the score lines (docs/architecture.md follows it)."""
     cfg, rt = configure()
     code = Path(__file__).read_bytes().decode("utf-8")  # as counted: no newline translation
     log0 = RunState.log0 = RunLog(cfg, rt, code)

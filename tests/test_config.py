@@ -282,3 +282,20 @@ def test_a_presets_context_schedule_scaled_to_train_seq_len_is_logged_as_such():
     assert tg.scaled_schedule_line(tg.Hyperparameters.from_env(full, 8), full) == ""
     own = laptop | {"TRAIN_SEQ_SCHEDULE": "128@0.5,256@1.0"}  # the user's: not the preset's
     assert tg.scaled_schedule_line(tg.Hyperparameters.from_env(own, 2), own) == ""
+
+
+def test_every_setting_declares_a_group_a_help_line_and_a_type_the_parser_reads():
+    """The declarations are the one place: a field without its group or help, of a type no parser
+    reads (the annotation names it, `from __future__ import annotations`), or with a bound that is
+    not one validate checks, fails here rather than in a run."""
+    bounds = {"low", "high", "above", "below", "choices"}
+    for f in tg.FIELDS:
+        assert f.metadata["group"] in tg.SETTING_GROUPS, f.name
+        assert f.metadata["help"].strip(), f.name
+        assert f.type in tg.PARSERS, f.name
+        assert set(f.metadata) == bounds | {"group", "help"}, f.name
+
+
+def test_a_setting_with_a_misspelt_bound_is_refused_when_declared():
+    with pytest.raises(TypeError):
+        tg.setting(1, group="run", help="a count", lowest=0)
