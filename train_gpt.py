@@ -1446,7 +1446,10 @@ def atomic_torch_save(obj, path: Path) -> None:
         os.replace(staged, path)
 
 
-class ClosedOnExit(contextlib.AbstractContextManager):  # `with loader:` closes it
+class ClosedOnExit(contextlib.AbstractContextManager):
+    """An object that owns threads or files: `with obj:` calls its `close` on the way out, also
+    after an exception, so nothing it started outlives it."""
+
     def close(self) -> None:
         pass
 
@@ -1854,7 +1857,10 @@ class TrainShards:
         )
 
 
-class Layout(NamedTuple):  # how an order stages a batch (its fill writes it, assemble reads it)
+class Layout(NamedTuple):
+    """How an order stages one batch of a rank: its fill writes this many tokens (and document
+    boundaries) into a host buffer, its assemble reads them back as (x, y) on the device."""
+
     local: int  # input tokens per rank and micro-step
     tokens: int  # tokens staged: inputs plus the shifted targets
     cu_entries: int  # room for cu_seqlens (docpack), else 0
@@ -1873,7 +1879,8 @@ def rank_span(global_tokens: int, seq_len: int, grad_accum_steps: int, world_siz
 
 
 class StreamOrder:
-    """TRAIN_LOADER=stream, the baseline's: world_size spans a micro-step, rank r keeps the r-th."""
+    """The baseline's order (TRAIN_LOADER=stream): the shards in name order as one token stream;
+    each micro-step takes world_size consecutive spans of it, and rank r keeps the r-th."""
 
     def __init__(self, shards: TrainShards, rank: int, world_size: int, state=None):
         self.shards, self.rank, self.world_size = shards, rank, world_size
@@ -1925,7 +1932,9 @@ class StreamOrder:
 
 
 class DocPackOrder:
-    """TRAIN_LOADER=docpack (the April records' DocumentPackingLoader): spans from the first BOS."""
+    """The April records' DocumentPackingLoader (TRAIN_LOADER=docpack): the stream read from each
+    shard's first BOS, a micro-step of every rank from one shard, each batch with its documents'
+    boundaries (cu_seqlens), so that attention stays within documents."""
 
     def __init__(self, shards: TrainShards, rank: int, world_size: int, state=None):
         shards.check_order("docpack", world_size)
@@ -1982,7 +1991,9 @@ def document_pieces(x: np.ndarray, max_len: int, cu: np.ndarray) -> tuple[int, i
 
 
 class ShuffledOrder:
-    """TRAIN_LOADER=shuffled (the April records' ShuffledSequenceLoader): windows drawn by PCG64."""
+    """The April records' ShuffledSequenceLoader (TRAIN_LOADER=shuffled): each rank owns shards of
+    its own and draws sequence windows from them in the order a PCG64 generator gives, the
+    record's draws; its shards are memory-mapped, not read whole."""
 
     def __init__(self, shards: TrainShards, rank: int, world_size: int, state=None):
         shards.check_order("shuffled", world_size)
@@ -2844,7 +2855,8 @@ def file_state_dict(model: GPT) -> dict[str, Tensor]:
 
 
 def build_optimizers(cfg: Hyperparameters, model: GPT) -> tuple[list[torch.optim.Optimizer], Muon]:
-    """AdamW for the embedding, the untied head and the small/control tensors; Muon: matrices."""
+    """The baseline's split of the parameters: Muon for the blocks' matrices, Adam (AdamW with the
+    records' weight decays) for the embedding, an untied head, and the small control tensors."""
     block_params = list(model.blocks.named_parameters())
     is_control = lambda name, p: p.ndim < 2 or is_control_tensor(name)  # noqa: E731
     matrix_params = [p for name, p in block_params if not is_control(name, p)]
@@ -3018,7 +3030,8 @@ class SlidingWindows:
 
 
 def eval_val(cfg, rt, model, val) -> tuple[float, float]:
-    """(val_loss in nats per token, val_bpb); float64 sums: the batching changes nothing."""
+    """The validation score of `model`: (val_loss in nats per token, val_bpb). The sums are
+    float64 on the device, so how the split is batched changes no digit; one sync, at the end."""
     model.eval()
     loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
     with torch.no_grad(), contextlib.closing(val.batches(cfg, rt.device)) as batches:
@@ -3031,7 +3044,8 @@ def eval_val(cfg, rt, model, val) -> tuple[float, float]:
 
 
 def eval_sliding(cfg, rt, model, windows: SlidingWindows) -> tuple[float, float]:
-    """Per batch: a strided copy of resident tokens into a reused buffer; no host sync till end."""
+    """The records' sliding-window score (EVAL_STRIDE): each batch of windows is a strided copy of
+    the tokens already on the device into a buffer made once; no host sync until the end."""
     (B, L), S, context = windows.shape, windows.stride, windows.context
     model.eval()
     windows.place(rt.device)
@@ -3053,7 +3067,8 @@ def eval_sliding(cfg, rt, model, windows: SlidingWindows) -> tuple[float, float]
 
 
 def score(rt: Runtime, loss_sum: Tensor, tokens: int, target_bytes: int) -> tuple[float, float]:
-    """(val_loss, val_bpb) from every rank's summed nats and the split's exact totals."""
+    """(val_loss, val_bpb) from every rank's summed nats and the split's exact totals: the bytes
+    were counted on the CPU once, so a score is a division, not a count."""
     val_loss = rt.all_sum(loss_sum).item() / tokens
     return val_loss, val_loss / math.log(2.0) * (tokens / target_bytes)
 
@@ -3349,7 +3364,8 @@ def dynamic_sizes(*tensors, dims=(0, 1)):
 
 
 def compile_ttt_graphs(cfg, rt, model, plan: TTTPlan) -> None:
-    """warm_up_ttt's forward and backward passes on zeros."""
+    """warm_up_ttt's forward and backward passes on zeros: every graph the timed loop will run,
+    compiled now, so none compiles inside the evaluation's clock."""
     base = model._orig_mod
     plan.lora = lora = LoRA(base, cfg.ttt_batch_size, cfg.ttt_lora_rank, cfg.ttt_lora_alpha)
     model.eval()
@@ -3390,6 +3406,8 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable, draws=None) -> tuple
 
 
 def ttt_batches(cfg, rt, model, plan: TTTPlan, log0: Callable, draws) -> tuple[float, float]:
+    """eval_ttt's timed loop over this rank's batches of the plan: each chunk scored, then trained
+    on; the phases between batches, every rank meeting at a barrier before each."""
     base = getattr(model, "_orig_mod", model)  # compiled: its GPT
     lora = plan.lora or LoRA(base, cfg.ttt_batch_size, cfg.ttt_lora_rank, cfg.ttt_lora_alpha)
     opt, params = lora.optimizer(cfg), (lora.A_all, lora.B_all)
@@ -4479,6 +4497,8 @@ def uint16(orders) -> bytes:  # perms, little-endian
 
 
 def write_pergroup(w: dict, meta: dict, version: str) -> bytes:
+    """The records' per-group artifact file (PGRP) of GPTQ's integers `w` and their `meta`:
+    #1855's layout (pergroup) or #2135's (pergroup_v2), the bytes tests/test_pergroup.py checks."""
     brotli = importlib.import_module("brotli")
     names = sorted(n for n in w if n.endswith(tuple(g.lstrip("_") for g in PERGROUPS)))
     if version == "pergroup_v2":  # each one's name, shape and perm, then one stream of all
@@ -4591,7 +4611,9 @@ def log_quantized_weights(meta: dict[str, str], log0: Callable) -> None:
 
 
 def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, log0) -> tuple:
-    """Rank 0 writes final_model.pt and the artifact; returned: what to score, any over-cap line."""
+    """The run's outputs: rank 0 keeps an earlier run's files, then writes final_model.pt and the
+    quantized, compressed artifact (atomically) and logs their sizes with the counted code.
+    Returns what to score and, when the submission is over the cap, the line that says so."""
     gptq, path = cfg.quantizer == "gptq", Path(ARTIFACT_FILES[cfg.quantizer])
     over_cap = ""  # rank 0's verdict when the submission is over the cap
     if rt.rank == 0:
@@ -4659,6 +4681,8 @@ def log_code_size(code: str, gptq: bool, model_bytes: int, log0: Callable) -> in
 
 
 def quantize_gptq(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable) -> dict:
+    """QUANTIZER=gptq: the trained weights in the record's order, its calibration Hessians, then
+    GPTQ with SDClip and LQER; every rank computes the same result."""
     state = net.base.state_dict()
     order = record_order(state, cfg.num_layers, cfg.asym_logit_layout == "pr2135")
     state = {name: state[name] for name in order}
@@ -4762,7 +4786,8 @@ def load_weights(net: Network, state: dict, source: str) -> None:
 
 
 def load_round_trip(cfg: Hyperparameters, net: Network, quantized: dict) -> str:
-    """The quantized weights dequantized into the model; the record's label of their score."""
+    """The quantized weights dequantized into the model, which every final score then reads;
+    returns the label the record gives that score."""
     # The baseline's format, else the record's (w, m): as QUANTIZER wrote it, or as the file is
     int8 = "__quant_format__" in quantized if cfg.eval_only_path else cfg.quantizer != "gptq"
     if int8:
@@ -4796,7 +4821,9 @@ def resume_identity(cfg: Hyperparameters, rt: Runtime) -> dict:
 
 
 def save_checkpoint(trainer: Trainer) -> None:
-    """CHECKPOINT_DIR/step_<step>/, one for all ranks (Muon state per rank); hidden until done."""
+    """CHECKPOINT_DIR/step_<step>/, one folder for all ranks (each rank's optimizer state, RNG
+    and loader position in a file of its own): written under a hidden name and renamed once
+    every rank is done, so a folder with its final name is always complete."""
     cfg, rt, net = trainer.cfg, trainer.rt, trainer.net
     final = Path(cfg.checkpoint_dir) / f"step_{trainer.step:06d}"
     tmp = final.with_name(f".{final.name}.tmp")
@@ -4910,7 +4937,8 @@ def read_checkpoint_meta(folder: Path, identity: dict) -> dict:
 
 
 def configure() -> tuple[Hyperparameters, Runtime]:
-    """The config (every user error before any heavy work), then the device and process group."""
+    """The settings (every user error before any heavy work), then this rank's device and the
+    process group; returns them as the run's Hyperparameters and Runtime."""
     world_size = env_int("WORLD_SIZE", 1)
     cfg = Hyperparameters.from_env(os.environ, world_size)
     if cfg.compressor.startswith("pergroup") and not shutil.which("lrzip"):  # this machine's
