@@ -40,6 +40,7 @@ _FIELD_KEY = re.compile(r"(?<![\w.\-])([A-Za-z_][\w.]*):(?=\S|\s*[-+.\d])")  # k
 _VAL_LOSS = re.compile(r"(?<![\w])val_loss:\s*" + NUMBER)
 _VAL_BPB = re.compile(r"(?<![\w])val_bpb:\s*" + NUMBER)
 _UNIT = r"\s*(ms|s|min|m|h)?(?![A-Za-z])"
+_TRAIN_LOSS = re.compile(r"(?<![\w])train_loss:\s*" + NUMBER)
 _TRAIN_TIME = re.compile(r"(?<![\w])train_time:\s*" + NUMBER + _UNIT)
 _EVAL_TIME = re.compile(r"(?<![\w])eval_time:\s*" + NUMBER + _UNIT)
 _STEP_AVG = re.compile(r"(?<![\w])step_avg:\s*" + NUMBER + r"\s*ms")
@@ -167,6 +168,9 @@ class TrainLog:
     step_evals: list[Evaluation] = field(default_factory=list)
     evaluations: list[Evaluation] = field(default_factory=list)
     not_finite: list[str] = field(default_factory=list)  # evaluations printed as nan/inf: diverged
+    # the curves: (step, training time in ms or None where the line gives none, value)
+    train_points: list[tuple[int, float | None, float]] = field(default_factory=list)
+    val_points: list[tuple[int, float | None, float]] = field(default_factory=list)
     data_overlap: str | None = None  # `data_overlap: 0 of N ...` (train_gpt.py's, after `: `)
 
     @property
@@ -480,10 +484,15 @@ def _parse_step(log: TrainLog, line: str, line_no: int) -> bool:
     if a and _finite(a.group(1)) is not None:
         log.step_avg_ms, log.step_avg_text = float(a.group(1)), a.group(1)
     log.train_lines += "train_loss" in line
+    at_ms = train_time[0] if train_time is not None else None
+    loss = _TRAIN_LOSS.search(line)
+    if loss and _finite(loss.group(1)) is not None:
+        log.train_points.append((step, at_ms, float(loss.group(1))))
     ev = _parse_evaluation(line, line_no, f"step:{step}")
     if ev is not None:
         ev.step, ev.eval_time_ms, ev.eval_time_tol_ms = step, None, 0.0
         log.step_evals.append(ev)
+        log.val_points.append((step, at_ms, ev.val_bpb))
     return True
 
 
