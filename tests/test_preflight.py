@@ -164,6 +164,22 @@ def test_a_bad_setting_is_no_go_in_one_line(tiny_dataset, monkeypatch, capsys):
     assert lines[-2:] == ["NO-GO", f"  fix settings: {lines[1].split('fix: ')[1]}"]
 
 
+def test_a_misspelt_variable_is_named_as_the_run_would_warn(monkeypatch):
+    cl = pf.Checklist(speak=False)
+    monkeypatch.setenv("NUM_LAYER", "6")
+    pf.check_variables(cl, tg)
+    (check,) = cl.checks
+    assert check.line() == (
+        "WARN variables: NUM_LAYER is not a variable of this script; did you mean NUM_LAYERS?; "
+        "fix: correct or unset it: the run ignores it and trains with the default"
+    )
+    assert check.numbers == {"unknown": ["NUM_LAYER"]}
+    monkeypatch.delenv("NUM_LAYER")
+    cl = pf.Checklist(speak=False)
+    pf.check_variables(cl, tg)
+    assert [c.status for c in cl.checks] == ["PASS"]
+
+
 def test_help_and_bad_arguments():
     res = subprocess.run([sys.executable, str(TOOL), "--help"], capture_output=True, text=True)
     assert res.returncode == 0 and "GO or NO-GO" in res.stdout

@@ -186,7 +186,20 @@ def check_settings(cl: Checklist, tg):
         return None
     preset = f"PRESET={cfg.preset}" if cfg.preset else "no PRESET"
     cl.passed("settings", f"{preset}, WORLD_SIZE={world}", preset=cfg.preset, world_size=world)
+    check_variables(cl, tg)
     return cfg
+
+
+def check_variables(cl: Checklist, tg) -> None:
+    """What the run itself would warn about: a variable that looks like one of the script's but
+    is not (NUM_LAYER), which the run ignores."""
+    warnings = [w.removeprefix("WARNING: ") for w in tg.misspelt_variables(os.environ)]
+    if warnings:
+        names = [w.split()[0] for w in warnings]
+        fix = "correct or unset it: the run ignores it and trains with the default"
+        cl.warn("variables", "; ".join(warnings), fix, unknown=names)
+    else:
+        cl.passed("variables", "none that looks like the script's but is not")
 
 
 def needs_lrzip(cfg) -> bool:
