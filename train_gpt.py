@@ -723,8 +723,8 @@ class Hyperparameters:
     matrix_clip_sigmas: float = setting(
         12.85,
         group="quantizer",
-        help="SDClip: a row's scale is k·std(row)/(2^(b−1)−1), for matrices that are neither MLP,"
-        " attention nor embedding",
+        help="SDClip: a row's scale is k·std(row)/(2^(b−1)−1), for matrices that are neither "
+        "MLP, attention nor embedding",
         above=0,
     )
     embed_clip_sigmas: float = setting(

@@ -552,7 +552,8 @@ def test_import_has_no_side_effects(tmp_path):
 
 def test_script_lines_are_at_most_100_characters():  # and any number of them
     lines = (REPO / "train_gpt.py").read_text(encoding="utf-8").splitlines()
-    assert [n for n, line in enumerate(lines, 1) if len(line) > 100] == []
+    # (in bytes too: a tool that counts bytes sees `·` and `−` as two or three)
+    assert [n for n, line in enumerate(lines, 1) if len(line.encode()) > 100] == []
 
 
 def test_the_script_is_formatted_by_ruff_alone_in_functions_of_at_most_80_lines():
