@@ -17,9 +17,8 @@ cannot be read or has no training lines.
 from __future__ import annotations
 
 import argparse
-import os
+import io
 import sys
-import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -111,6 +110,8 @@ def plot(runs: list[Curves], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from records.golf.folders import write_bytes_atomic
+
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
     for run in runs:
         for row, (kind, metric) in enumerate((("train", "train_loss"), ("val", "val_bpb"))):
@@ -129,16 +130,12 @@ def plot(runs: list[Curves], out: Path) -> None:
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:  # written atomically
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png")
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    png = io.BytesIO()
+    try:
+        fig.savefig(png, format="png")
     finally:
         plt.close(fig)
+    write_bytes_atomic(out, png.getvalue())  # never seen half-written
 
 
 def unique_names(paths: list[Path]) -> list[str]:

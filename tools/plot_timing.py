@@ -18,10 +18,9 @@ title. Exit code: 0 on success, 1 when the log has no breakdown lines, 2 when it
 from __future__ import annotations
 
 import argparse
-import os
+import io
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,6 +66,8 @@ def plot(rows: list[dict[str, float]], summary: dict[str, str], title: str, out:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from records.golf.folders import write_bytes_atomic
+
     phases = phases_of(rows)
     xs = list(range(len(rows)))
     fig, ax = plt.subplots(figsize=(max(6.0, min(0.35 * len(rows) + 3, 24.0)), 4.8), dpi=120)
@@ -101,18 +102,12 @@ def plot(rows: list[dict[str, float]], summary: dict[str, str], title: str, out:
     line2 = " ".join(f"{k}:{v}" for k, v in summary.items())
     ax.set_title(title + (f"\n{line2}" if line2 else ""), fontsize=9)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{out.name}.", suffix=".tmp", dir=out.parent
-    )  # written atomically
+    png = io.BytesIO()
     try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png")
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        fig.savefig(png, format="png")
     finally:
         plt.close(fig)
+    write_bytes_atomic(out, png.getvalue())  # never seen half-written
 
 
 def main(argv=None) -> int:
