@@ -4627,18 +4627,19 @@ def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, l
         obj, stats = quantize_gptq(cfg, rt, net, log0), None
     else:
         obj, stats = quantize_state_dict_int8(net.base.state_dict())
-    saved = torch_bytes(obj)
+    raw = b""  # rank 0's torch file of obj, which a compressor of the whole file compresses
     if rt.rank == 0 and cfg.compressor.startswith("pergroup"):  # the others wait at the barrier
         start = "Serialize: per-group lrzip compression"
         with progress(start, "Serialize: per-group compression", log0):
             atomic_write_bytes(path, write_pergroup(obj["w"], obj["m"], cfg.compressor))
     elif rt.rank == 0:
-        atomic_write_bytes(path, compress(saved, cfg.compressor))
+        raw = torch_bytes(obj)
+        atomic_write_bytes(path, compress(raw, cfg.compressor))
     if rt.rank == 0:
         size, detail = path.stat().st_size, ""
         if stats:  # the baseline's figures
             payload, tensors = stats["int8_payload_bytes"], stats["baseline_tensor_bytes"]
-            detail = f" (payload:{payload} raw_torch:{len(saved)} payload_ratio:"
+            detail = f" (payload:{payload} raw_torch:{len(raw)} payload_ratio:"
             detail += f"{tensors / max(payload, 1):.2f}x)"
         how = f"{'quantized' if gptq else 'int8'}+{cfg.compressor}"  # (quantized: the record's)
         log0(f"Serialized model {how}: {size} bytes{detail}")
