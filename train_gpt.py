@@ -38,7 +38,6 @@ import lzma
 import math
 import os
 import random
-import re
 import resource
 import shutil
 import signal
@@ -99,7 +98,7 @@ SETTING_GROUPS = {
     "evaluation": SettingGroup("Validation and the final evaluations", resume_keeps=False),
     "ttt": SettingGroup("Score-first phased test-time training (EVAL_TTT)", resume_keeps=False),
     "ngram": SettingGroup("#2135's n-gram tilt of the TTT's score", resume_keeps=False),
-    "tools": SettingGroup("Checkpoints, the guard, evaluation-only runs", resume_keeps=False),
+    "tools": SettingGroup("Checkpoints and evaluation-only runs", resume_keeps=False),
 }
 
 
@@ -1034,25 +1033,6 @@ class Hyperparameters:
         group="tools",
         help="a step_* folder, or a CHECKPOINT_DIR for its latest complete checkpoint",
     )
-    guard_log: str = setting(
-        "",
-        group="tools",
-        help="an earlier run's log (logs/<RUN_ID>.txt or a record's train_seed*.log): this run "
-        "stops, exit code 3, when it falls more than GUARD_MARGIN behind it at a step both "
-        "log (docs/training.md#stopping-a-run-that-falls-behind-guard_log)",
-    )
-    guard_margin: float = setting(
-        0.02,
-        group="tools",
-        help="how far behind stops the run: a fraction of the reference's number, in [0, 1) (0.02"
-        " = 2%: 0.05 nats at a train_loss of 2.5, 0.024 bits per byte at a val_bpb of 1.22)",
-    )
-    guard_from_step: int = setting(
-        0,
-        group="tools",
-        help="compare from this step on (the first steps are noisy); 0 = every step both runs log",
-        low=0,
-    )
     eval_only_path: str = setting(
         "",
         group="tools",
@@ -1243,7 +1223,6 @@ class Hyperparameters:
 
     def run_conflicts(self) -> list[str]:
         """Settings of the run that exclude each other, or a package a setting needs."""
-        margin_set = self.guard_margin != DEFAULTS["guard_margin"]
         checks = [
             (
                 not self.run_id
@@ -1276,17 +1255,6 @@ class Hyperparameters:
                 "the brotli package, which it writes with: pip install -r requirements.txt (or "
                 "bash scripts/setup.sh)",
             ),
-            (
-                not 0 <= self.guard_margin < 1,
-                "GUARD_MARGIN",
-                "a fraction in [0, 1) of the reference's number (0.02 = 2%)",
-            ),
-            (
-                not self.guard_log and (self.guard_from_step or margin_set),
-                "GUARD_LOG",
-                "a reference log for GUARD_MARGIN and GUARD_FROM_STEP",
-            ),
-            (self.guard_log and self.eval_only_path, "GUARD_LOG", "no EVAL_ONLY_PATH with it"),
         ]
         return [
             f"{name}={getattr(self, name.lower())!r}: expected {want}"
@@ -1374,7 +1342,17 @@ def grad_accum_steps_for(world_size: int) -> int:
 LAUNCHER_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")  # torchrun's
 
 
-PREFIXES = ("TRAIN_", "VAL_", "EVAL_", "MUON_", "CHECKPOINT_", "TTT_", "GLOBAL_TTT_", "PHASED_TTT_")
+PREFIXES = (
+    "TRAIN_",
+    "VAL_",
+    "EVAL_",
+    "MUON_",
+    "CHECKPOINT_",
+    "TTT_",
+    "GLOBAL_TTT_",
+    "PHASED_TTT_",
+    "GUARD_",
+)
 
 
 def misspelt_variables(env) -> list[str]:
@@ -3673,128 +3651,16 @@ def ema_warning(cfg: Hyperparameters) -> str:
     )
 
 
-class GuardStop(Exception):
-    """GUARD_LOG: the run fell behind its reference and stopped; the line is in its log."""
-
-
-# `step:N/M train_loss:X`, `step:N/M val_loss:X val_bpb:Y` or the records' `N/M train_loss: X`,
-# after torchrun tags (`[default0]:`); no leading space: never the source a log begins with.
-REFERENCE_LINE = re.compile(
-    r"^(?:\[[^\]]*\]:?\s*)*(?:step:)?(\d+)/\d+ "
-    r"(?:train_loss:\s*(\S+)|val_loss:\s*\S+ val_bpb:\s*(\S+))"
-)
-
-
-def read_reference_log(text: str) -> dict[tuple[str, int], str]:
-    """(metric, step) -> the number as printed, for train_loss and val_bpb; a step printed twice
-    (a resumed run) by its last line; numbers that are not finite (a diverged run) left out."""
-    scores = {}
-    for line in text.splitlines():
-        if match := REFERENCE_LINE.match(line):
-            step, train_loss, val_bpb = match.groups()
-            metric, number = ("train_loss", train_loss) if val_bpb is None else ("val_bpb", val_bpb)
-            with contextlib.suppress(ValueError):
-                if math.isfinite(float(number)):
-                    scores[metric, int(step)] = number
-    return scores
-
-
-def logged_steps(cfg: Hyperparameters, metric: str) -> set[int]:
-    """The steps this run logs `metric` at, as planned (a wall-clock cap may end it earlier)."""
-    steps = range(cfg.guard_from_step, cfg.iterations + 1)
-    if metric == "val_bpb":
-        every = cfg.val_loss_every
-        return {s for s in steps if (every and s % every == 0) or s == cfg.iterations}
-    every = cfg.train_log_every
-    return {s for s in steps if every and s and (s <= 10 or s % every == 0)}
-
-
-class Guard(NamedTuple):
-    """GUARD_LOG: a run more than GUARD_MARGIN of the reference's number behind it at a step where
-    both log a train_loss or val_bpb stops (all-reduced numbers: every rank decides alike)."""
-
-    name: str  # GUARD_LOG, as given
-    margin: float
-    scores: dict[tuple[str, int], str]  # the comparable ones: (metric, step) -> printed number
-
-    @classmethod
-    def read(cls, cfg: Hyperparameters) -> Guard:
-        expected = "expected a previous run's logs/<RUN_ID>.txt or a record's train_seed*.log"
-        try:
-            text = Path(cfg.guard_log).read_text(encoding="utf-8", errors="replace")
-        except OSError as e:
-            raise ConfigError(f"GUARD_LOG={cfg.guard_log}: {e.strerror or e}; {expected}") from None
-        scores = read_reference_log(text)
-        if not scores:
-            raise ConfigError(
-                f"GUARD_LOG={cfg.guard_log}: no `step:N/M train_loss:X` nor "
-                f"`val_bpb:Y` lines in it; {expected}"
-            )
-        ours = {m: logged_steps(cfg, m) for m in ("train_loss", "val_bpb")}
-        shared = {key: n for key, n in scores.items() if key[1] in ours[key[0]]}
-        if not shared:
-            steps = sorted({step for _, step in scores})
-            raise ConfigError(
-                f"GUARD_LOG={cfg.guard_log}: none of its {len(steps)} steps ({steps[0]}-"
-                f"{steps[-1]}) is one this run logs at (ITERATIONS={cfg.iterations} "
-                f"TRAIN_LOG_EVERY={cfg.train_log_every} VAL_LOSS_EVERY={cfg.val_loss_every} "
-                f"GUARD_FROM_STEP={cfg.guard_from_step}); set them as that run had them"
-            )
-        return cls(cfg.guard_log, cfg.guard_margin, shared)
-
-    def describe(self) -> str:
-        counts = collections.Counter(metric for metric, _ in self.scores)
-        steps = sorted(step for _, step in self.scores)
-        return (
-            f"guard: train_loss at {counts['train_loss']} steps and val_bpb at "
-            f"{counts['val_bpb']} (steps {steps[0]}-{steps[-1]}) compared with {self.name}: "
-            f"the run stops when more than {100 * self.margin:g}% behind "
-            f"(GUARD_MARGIN={self.margin:g})"
-        )
-
-    def verdict(self, metric: str, step: int, value: float) -> str:
-        """Stop line or "": the logged number decides (a repeat is never behind); inf/NaN stop."""
-        reference = self.scores.get((metric, step))
-        if reference is None:
-            return ""
-        ours, limit = f"{value:.4f}", float(reference) * (1 + self.margin)
-        if float(ours) <= limit:
-            return ""
-        return (
-            f"guard: stopped at step {step}: {metric} {ours} vs {reference} in {self.name}: "
-            f"more than {100 * self.margin:g}% behind (GUARD_MARGIN={self.margin:g}, "
-            f"at most {limit:.4f})"
-        )
-
-
-def read_guard(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> Guard | None:
-    """GUARD_LOG, before heavy work: read by rank 0 and sent to every rank (one reference)."""
-    if not cfg.guard_log:
-        return None
-    found = [None]
-    if rt.rank == 0:
-        try:
-            found[0] = Guard.read(cfg)
-        except ConfigError as e:
-            found[0] = e
-    if rt.distributed:
-        dist.broadcast_object_list(found, src=0)
-    if isinstance(found[0], ConfigError):
-        raise found[0]
-    log0(found[0].describe())
-    return found[0]
-
-
 class Trainer(ClosedOnExit):
     """The training loop: the compile warm-up (state restored after it), then steps until ITERATIONS
     or the wall-clock cap, with the schedules, validation and checkpoints on their steps. Only the
     steps that log a loss or validate wait for the GPU; every decision that ends or changes
-    training (the cap, the warm-down, the loops, the context stages, the guard) reads the training
+    training (the cap, the warm-down, the loops, the context stages) reads the training
     time all ranks agreed on, so every rank takes it at the same step. `phase` is the hook
     tools/timing.py and tools/trace.py time a step's parts with; here it does nothing."""
 
-    def __init__(self, cfg, rt, net, log0, clock=time.perf_counter, guard=None):
-        self.cfg, self.rt, self.net, self.guard = cfg, rt, net, guard
+    def __init__(self, cfg, rt, net, log0, clock=time.perf_counter):
+        self.cfg, self.rt, self.net = cfg, rt, net
         self.log0, self.clock = log0, clock
         self.cap_ms = None  # training's: the cap less the time GPTQ_RESERVE_SECONDS keeps
         if cfg.max_wallclock_seconds > 0:
@@ -3817,7 +3683,6 @@ class Trainer(ClosedOnExit):
         self.resume_position = None  # the loader's position in a checkpoint resumed from
         self.ema = None  # EMA_DECAY's averages, from the weights training starts with
         self.warming_down = False  # the LR's multiplier went below 1 (its line is out)
-        self.logged_loss = None  # the last step's train_loss, if it logged one (the guard's)
 
     def open_loader(self, position=None) -> None:  # the order from its start or from `position`
         cfg, rt = self.cfg, self.rt
@@ -3999,7 +3864,6 @@ class Trainer(ClosedOnExit):
                     f"val_bpb:{val_bpb:.4f} train_time:{ms:.0f}ms "
                     f"step_avg:{ms / max(self.step, 1):.2f}ms"
                 )
-                self.stop_if_behind("val_bpb", val_bpb)
                 self.resume_clock()
             if last:
                 break
@@ -4008,8 +3872,6 @@ class Trainer(ClosedOnExit):
                 self.pause_clock()  # checkpoint time is not training time
                 save_checkpoint(self)
                 self.resume_clock()
-            if self.logged_loss is not None:
-                self.stop_if_behind("train_loss", self.logged_loss)
         self.close()
         if self.stopping and self.step < cfg.iterations:
             self.log0(
@@ -4036,12 +3898,11 @@ class Trainer(ClosedOnExit):
             self.step_ends[step % 2].record()
             self.step_ends[(step + 1) % 2].synchronize()  # returns at once if never recorded
         elapsed_ms = self.elapsed_ms()
-        self.logged_loss = None
         if cfg.train_log_every > 0 and (step <= 10 or step % cfg.train_log_every == 0):
             if self.rt.distributed:  # the mean of every rank's micro-batches: 1 and 8 GPUs agree
                 dist.all_reduce(train_loss)
                 train_loss /= self.rt.world_size
-            self.logged_loss = loss = train_loss.item()
+            loss = train_loss.item()
             timing = f"train_time:{elapsed_ms:.0f}ms step_avg:{elapsed_ms / step:.2f}ms"
             self.log0(f"step:{step}/{cfg.iterations} train_loss:{loss:.4f} {timing}")
         self.agreed[0] = elapsed_ms
@@ -4051,18 +3912,6 @@ class Trainer(ClosedOnExit):
         if self.cap_ms is not None and self.agreed_ms >= self.cap_ms:
             self.stopping = True  # every rank agrees that this step is the last
             self.log0(f"wallclock_cap_reached step:{step} train_time:{elapsed_ms:.0f}ms")
-
-    def stop_if_behind(self, metric: str, value: float) -> None:
-        """GUARD_LOG: behind the reference, every rank stops here (after the line, a checkpoint)."""
-        verdict = self.guard.verdict(metric, self.step, value) if self.guard else ""
-        if not verdict:
-            return
-        self.log0(verdict)
-        if self.cfg.checkpoint_every and self.step % self.cfg.checkpoint_every:
-            save_checkpoint(self)
-        self.close()
-        barrier(self.rt)  # no rank exits before rank 0's lines and files are written
-        raise GuardStop(verdict)
 
     def resume(self, checkpoint: dict) -> None:
         """A checkpoint's state (after the warm-up, which would restore the initial weights)."""
@@ -5254,7 +5103,6 @@ def main() -> None:
     code = Path(__file__).read_bytes().decode("utf-8")  # as counted: no newline translation
     log0 = RunState.log0 = RunLog(cfg, rt, code)
     checkpoint = read_checkpoint(cfg, rt)
-    guard = read_guard(cfg, rt, log0)
     val, windows, plan = load_data(cfg, rt, log0)
     net = build_network(cfg, rt)
     log_network(cfg, rt, net, log0)
@@ -5265,7 +5113,7 @@ def main() -> None:
         net.base.looping = cfg.num_loops > 0  # the record evaluates looped
         quantized = load_for_evaluation(cfg, rt, net, evaluate, log0)
     else:
-        with Trainer(cfg, rt, net, log0, guard=guard) as trainer:
+        with Trainer(cfg, rt, net, log0) as trainer:
             RunState.trainer, RunState.phase = trainer, "training"  # at its step
             trainer.warm_up_and_restore()
             if checkpoint:
@@ -5328,11 +5176,6 @@ def main_interruptible() -> int:
     handle_signals(hold)
     try:
         main()
-    except GuardStop:  # its line ends the log; rank 0 exits first (torchrun then ends the rest)
-        handle_signals(signal.SIG_DFL)
-        if os.environ.get("RANK", "0") != "0":
-            time.sleep(5)
-        return 3
     except Exception:
         handle_signals(signal.SIG_DFL)
         raise

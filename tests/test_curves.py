@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from records.golf.logs import time_at
 
 TOOL = REPO / "tools" / "curves.py"
 RECORD_LOG = REPO / "tests" / "fixtures" / "curves" / "pr1855_train_seed42_excerpt.log"
@@ -71,9 +72,9 @@ def test_our_log_is_read_past_its_source_and_its_launcher_prefix(tmp_path):
 
 def test_a_time_between_two_logged_ones_is_linear_and_past_the_last_keeps_its_rate():
     known = [(100, 1.0), (300, 2.0)]
-    assert curves.minutes_at(200, known) == pytest.approx(1.5)
-    assert curves.minutes_at(50, known) == pytest.approx(0.5)  # from (0, 0)
-    assert curves.minutes_at(600, known) == pytest.approx(2.0 + 300 * 2.0 / 300)
+    assert time_at(200, known) == pytest.approx(1.5)
+    assert time_at(50, known) == pytest.approx(0.5)  # from (0, 0)
+    assert time_at(600, known) == pytest.approx(2.0 + 300 * 2.0 / 300)
 
 
 def test_the_table_compares_each_log_with_the_first_at_the_steps_both_logged(tmp_path):

@@ -180,6 +180,17 @@ def test_a_misspelt_variable_is_named_as_the_run_would_warn(monkeypatch):
     assert [c.status for c in cl.checks] == ["PASS"]
 
 
+def test_a_guard_variable_of_the_script_points_to_the_guard_tool(monkeypatch):
+    cl = pf.Checklist(speak=False)
+    monkeypatch.setenv("GUARD_LOG", "logs/baseline.txt")
+    pf.check_variables(cl, tg)
+    (check,) = cl.checks
+    assert check.line().startswith("WARN variables: GUARD_LOG is not a variable of this script")
+    assert check.line().endswith(
+        "; a guard: python tools/guard.py --reference LOG -- <the training command>"
+    )
+
+
 def test_help_and_bad_arguments():
     res = subprocess.run([sys.executable, str(TOOL), "--help"], capture_output=True, text=True)
     assert res.returncode == 0 and "GO or NO-GO" in res.stdout

@@ -283,7 +283,7 @@ def option_uses(words: list[str], in_shell: bool):
     no_tool = None if in_shell else ""
     owner, after, start = no_tool, "", True
     for i, word in enumerate(words):
-        if word in SEPARATORS:
+        if word in SEPARATORS or word == "--":  # `tool -- command`: the command's own words
             owner, after, start = no_tool, "", True
             continue
         if word.startswith("--"):

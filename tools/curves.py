@@ -35,34 +35,15 @@ class Curves(NamedTuple):
     finals: dict[str, float]
 
 
-def minutes_at(step: int, known: list[tuple[int, float]]) -> float:
-    """The training minutes at `step`, linear between the logged (step, minutes) around it."""
-    before = max(((s, m) for s, m in known if s <= step), default=(0, 0.0))
-    after = min(((s, m) for s, m in known if s >= step), default=None)
-    if after is None or after[0] == before[0]:
-        last = known[-1] if known else (0, 0.0)  # past the last known time: its rate
-        rate = last[1] / last[0] if last[0] else 0.0
-        return before[1] + rate * (step - before[0])
-    share = (step - before[0]) / (after[0] - before[0])
-    return before[1] + share * (after[1] - before[1])
-
-
 def read_curves(path: Path, name: str | None = None) -> Curves:
     from records.golf.logs import read_log
 
     log = read_log(path)
     if not log.train_points and not log.val_points:
         raise ValueError(f"{path}: no training lines (`step:N/M train_loss:X` or `N/M ...`)")
-    known = [(s, ms / 60_000) for s, ms, _ in log.train_points + log.val_points if ms is not None]
-    if log.stopped_early and log.train_time_ms is not None:  # the stopping line's time
-        known.append((log.stop_step, log.train_time_ms / 60_000))
-    known = sorted(set(known))
 
     def timed(points):
-        return [
-            (s, ms / 60_000 if ms is not None else minutes_at(s, known), value)
-            for s, ms, value in points
-        ]
+        return [(s, ms / 60_000, value) for s, ms, value in log.timed(points)]
 
     finals = {ev.label: ev.val_bpb for ev in log.evaluations if ev.is_final}
     return Curves(name or path.name, timed(log.train_points), timed(log.val_points), finals)

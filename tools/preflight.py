@@ -197,6 +197,8 @@ def check_variables(cl: Checklist, tg) -> None:
     if warnings:
         names = [w.split()[0] for w in warnings]
         fix = "correct or unset it: the run ignores it and trains with the default"
+        if any(name.startswith("GUARD_") for name in names):  # the run's guard is a tool now
+            fix += "; a guard: python tools/guard.py --reference LOG -- <the training command>"
         cl.warn("variables", "; ".join(warnings), fix, unknown=names)
     else:
         cl.passed("variables", "none that looks like the script's but is not")

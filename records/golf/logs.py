@@ -11,6 +11,7 @@ optionally after a hyperparameter dump.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -198,6 +199,21 @@ class TrainLog:
         evals = {"evaluations": other.evaluations, "step_evals": other.step_evals}
         return replace(self, **evals, not_finite=other.not_finite, rescored=other.name)
 
+    def known_times(self) -> list[tuple[int, float]]:
+        """(step, training ms) of every line that prints one, and of the stopping line."""
+        known = [(s, ms) for s, ms, _ in self.train_points + self.val_points if ms is not None]
+        if self.stopped_early and self.train_time_ms is not None:
+            known.append((self.stop_step, self.train_time_ms))
+        return sorted(set(known))
+
+    def timed(
+        self, points: list[tuple[int, float | None, float]]
+    ) -> list[tuple[int, float, float]]:
+        """`points` with each missing time placed from the lines around it (a record's
+        validation lines print none)."""
+        known = self.known_times()
+        return [(s, ms if ms is not None else time_at(s, known), v) for s, ms, v in points]
+
     @property
     def is_train_log(self) -> bool:
         return bool(self.train_lines or self.step_evals or self.evaluations)
@@ -287,6 +303,19 @@ class TrainLog:
         """What makes two logs the same run: seed, score, steps (a .txt and .log copy match)."""
         s = self.scored
         return (self.seed, s and s.label, s and s.bpb_text, s and s.loss_text, self.steps)
+
+
+def time_at(step: int, known: list[tuple[int, float]]) -> float:
+    """The training time at `step`, linear between the known (step, time) around it; past the
+    last, at its average rate."""
+    before = max(((s, t) for s, t in known if s <= step), default=(0, 0.0))
+    after = min(((s, t) for s, t in known if s >= step), default=None)
+    if after is None or after[0] == before[0]:
+        last = known[-1] if known else (0, 0.0)
+        rate = last[1] / last[0] if last[0] else 0.0
+        return before[1] + rate * (step - before[0])
+    share = (step - before[0]) / (after[0] - before[0])
+    return before[1] + share * (after[1] - before[1])
 
 
 def seed_from_name(name: str) -> int | None:
@@ -533,3 +562,86 @@ def _parse_evaluation(
     if eval_time is not None:
         ev.eval_time_ms, ev.eval_time_tol_ms = eval_time
     return ev
+
+
+# -----------------------------
+# THE RUN'S SETTINGS
+# -----------------------------
+
+# `train_batch_tokens:524288 train_seq_len:1024 iterations:20000 ...`: every format's key:value
+# lines; `model_params:17059912` too. A value is one word (a path with spaces is not read).
+_SETTING_PAIR = re.compile(r"(?<![\w.])([a-z][a-z0-9_]*):(\S+)")
+_SETTING_LINES = ("model_params:", "train_batch_tokens:", "world_size:", "tie_embeddings:")
+# `VOCAB_SIZE = int(os.environ.get("VOCAB_SIZE", 1024))` in an embedded source: its default.
+_SOURCE_DEFAULT = re.compile(
+    r"""os\.environ\.get\(\s*["']([A-Z][A-Z0-9_]*)["']\s*,\s*["']?([^"'()\s,]*)["']?\s*\)"""
+)
+
+
+@dataclass
+class LoggedSettings:
+    """A run's settings as its log states them, by lower-case name, values as printed."""
+
+    values: dict[str, str]
+    defaults: set[str]  # names known only as its embedded source's default (the env may differ)
+
+    def get(self, name: str) -> str | None:
+        return self.values.get(name)
+
+    def number(self, name: str) -> float | None:
+        text = self.values.get(name)
+        return _finite(text) if text is not None else None
+
+    def said(self, name: str) -> str:
+        """`name=value`, marked when only the source's default says so."""
+        value = self.values.get(name)
+        if value is None:
+            return f"{name}: not in the log"
+        return f"{name}={value}" + (" (its script's default)" if name in self.defaults else "")
+
+
+def logged_settings(data: bytes | str) -> LoggedSettings:
+    """What a log says its run's settings were, in every format: our `hyperparameters:{json}`
+    line, the records' `Hyperparameters:` block of `  name: value` lines, the `model_params:N`
+    and `train_batch_tokens:... iterations:... max_wallclock_seconds:...` lines all of them
+    print; for a name none of these gives, the default its embedded source reads it with (the
+    baseline's log prints neither its vocabulary nor its warm-down)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    source, rest = split_embedded_source(data)
+    values: dict[str, str] = {}
+    in_block = False
+    for raw in re.split(r"\r\n|\r|\n", rest.decode("utf-8", errors="replace")):
+        line = strip_prefix(raw)
+        if line.startswith("hyperparameters:{"):
+            values.update(_json_settings(line.removeprefix("hyperparameters:")))
+        elif line == "Hyperparameters:":
+            in_block = True
+        elif in_block and raw.startswith("  ") and ":" in line:
+            name, _, value = line.partition(":")
+            values[name.strip().lower()] = value.strip()
+        else:
+            in_block = False
+            if line.startswith(_SETTING_LINES):
+                values.update((k, v) for k, v in _SETTING_PAIR.findall(line))
+    defaults = set()
+    text = source.decode("utf-8", errors="replace") if source else ""
+    for name, default in _SOURCE_DEFAULT.findall(text):
+        if name.lower() not in values and default:
+            values[name.lower()] = default
+            defaults.add(name.lower())
+    return LoggedSettings(values, defaults)
+
+
+def _json_settings(text: str) -> dict[str, str]:
+    """Our `hyperparameters:` JSON as printed values (True -> "1", as the env says it)."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return {}
+    as_env = {True: "1", False: "0"}
+    return {
+        k: as_env[v] if isinstance(v, bool) else str(v)
+        for k, v in parsed.items()
+        if isinstance(v, (str, int, float, bool))
+    }

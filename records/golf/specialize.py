@@ -47,8 +47,8 @@ environment. A record runs one configuration, so its counted code need not carry
      one the body never reads goes (functions and classes only ever called by name);
    - `self.x = <constant>` in `__init__`, stored nowhere else, is that constant in the class's
      methods; `hasattr(self, "x")` folds when `__init__` always stores x or no code does;
-   - a hook that does nothing (`pass`, or `return contextlib.nullcontext()`: Trainer.phase, the
-     guard once GUARD_LOG is off) is no longer called or entered; an exception class only
+   - a hook that does nothing (`pass`, or `return contextlib.nullcontext()`: Trainer.phase) is
+     no longer called or entered; an exception class only
      named in except clauses (nothing raises it) loses them.
 5. Reachability, to a fixpoint: from the module's statements that are not definitions (the
    `if __name__ == "__main__"` block), every function, class, constant and import referenced by
