@@ -4907,18 +4907,25 @@ def check_tokenizer(cfg: Hyperparameters, sp, split: np.ndarray) -> None:
 OVERLAP_RECORD = "overlap_checked.json"
 
 
+def shard_key(path: Path) -> list:
+    """What the overlap record keys a shard by: its name, size and modification time (ns), which
+    any write changes; one stat, where hashing the train shards would read gigabytes a start."""
+    stat = path.stat()
+    return [path.name, stat.st_size, stat.st_mtime_ns]
+
+
 def overlap_line(cfg: Hyperparameters) -> str:
     """What data/check_overlap.py found for these shards, from its record (read, never computed)."""
     record, run = Path(cfg.data_path) / OVERLAP_RECORD, "run data/check_overlap.py DATA_PATH"
     if not record.is_file():
         return f"data_overlap: not checked ({run})"
     ours = {
-        k: [[p.name, p.stat().st_size] for p in map(Path, sorted(glob.glob(pattern)))]
+        k: [shard_key(p) for p in map(Path, sorted(glob.glob(pattern)))]
         for k, pattern in (("train", cfg.train_files), ("val", cfg.val_files))
     }
     try:
         found = json.loads(record.read_text())
-        if found["shards"] != ours:
+        if found["shards"] != ours:  # another shard, or one written since the check
             return f"data_overlap: not checked for these shards ({record.name} is older: {run})"
         return (
             f"data_overlap: {int(found['overlapping'])} of {int(found['val_documents'])} "

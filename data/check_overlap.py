@@ -13,9 +13,11 @@ positions, whatever the shards' size.
     python data/check_overlap.py DATA_PATH --tokenizer data/tokenizers/x.model   # decoded examples
 
 It writes DATA_PATH/overlap_checked.json (not with --no-record): the result, keyed to the shards
-it checked (names and byte sizes), which train_gpt.py copies into its log as one line
-(`data_overlap: 0 of N validation documents in the training shards (...)`), and which
-records/submission.py check reports. Exit codes: 0 no overlap, 1 overlap found, 2 bad input.
+it checked (names, byte sizes and modification times: a shard written since no longer matches),
+which train_gpt.py copies into its log as one line (`data_overlap: 0 of N validation documents in
+the training shards (...)`), and which the preflight and records/submission.py check judge by one
+rule (records/golf/rules.py overlap_status). Exit codes: 0 no overlap, 1 overlap found, 2 bad
+input.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import datetime
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -37,11 +40,11 @@ _REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(_REPO_ROOT) not in sys.path:  # run as a script, data/ is on sys.path but not the repo
     sys.path.insert(0, str(_REPO_ROOT))
 
-from data.shard_io import HEADER_BYTES, ShardError, check_shard_header  # noqa: E402
+from data.shard_io import HEADER_BYTES, ShardError, check_shard_header, write_shard  # noqa: E402
 
 BOS_ID = 1  # train_gpt.BOS_ID: every document starts with it
 RECORD = "overlap_checked.json"  # train_gpt.OVERLAP_RECORD reads it
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2  # 2: shards keyed by name, size and mtime_ns
 TRAIN_GLOB, VAL_GLOB = "fineweb_train_*.bin", "fineweb_val_[0-9]*.bin"  # train_gpt.py's
 CHUNK_TOKENS = 1 << 24  # BOS search window: 32 MiB of tokens at a time
 EXAMPLES = 5
@@ -222,8 +225,13 @@ def dataset_files(data_path: str | Path) -> tuple[list[Path], list[Path]]:
 
 
 def shard_list(files: list[Path]) -> list[list]:
-    """The shards as the record keys them: [name, bytes] each (train_gpt.overlap_line's)."""
-    return [[f.name, f.stat().st_size] for f in files]
+    """The shards as the record keys them: [name, bytes, mtime_ns] each (train_gpt.shard_key's:
+    a shard written since the check, even to the same size, no longer matches)."""
+    keys = []
+    for f in files:
+        stat = f.stat()
+        keys.append([f.name, stat.st_size, stat.st_mtime_ns])
+    return keys
 
 
 @dataclass
@@ -233,11 +241,12 @@ class Report:
     train_documents: int
     overlapping: int  # validation documents found in the training shards
     occurrences: int  # train documents that are validation documents (one may repeat)
-    examples: list[dict]
-    shards: dict  # {"train": [[name, bytes], ...], "val": [...]}
+    examples: list[dict]  # the first EXAMPLES matches (the record's)
+    shards: dict  # {"train": [[name, bytes, mtime_ns], ...], "val": [...]}
     min_tokens: int
     seconds: float
     seconds_per_shard: list[float]
+    matches: list[dict] = field(default_factory=list)  # every one (--write-clean's)
 
     def line(self) -> str:
         n = self.val_documents
@@ -262,7 +271,7 @@ def merge(data_path, val: ValidationIndex, results: list[ShardResult], train, va
         str(data_path), val.documents, sum(r.documents for r in results),
         len({m["val_document"] for m in matches}), len(matches), matches[:examples],
         {"train": shard_list(train), "val": shard_list(valf)}, min_tokens, seconds,
-        [r.seconds for r in results],
+        [r.seconds for r in results], matches,
     )  # fmt: skip
 
 
@@ -312,6 +321,57 @@ def write_record(report: Report) -> Path:
     return path
 
 
+# -----------------------------
+# CLEAN SHARDS
+# -----------------------------
+
+
+def removed_spans(report: Report, train: list[Path]) -> list[tuple[int, int]]:
+    """Each matched document's tokens, its BOS included, as [start, end) in the train split read
+    as one stream (a document may run on into the next shards)."""
+    base, at = {}, 0
+    for path in train:
+        base[path.name] = at
+        at += check_shard_header(path)
+    spans = []
+    for m in report.matches:
+        start = base[m["shard"]] + m["offset"]
+        # the offset is the document's BOS, except for the split's first tokens (none before)
+        has_bos = int(mapped(folder_file(train, m["shard"]))[m["offset"]] == BOS_ID)
+        spans.append((start, start + has_bos + m["tokens"]))
+    return sorted(spans)
+
+
+def folder_file(files: list[Path], name: str) -> Path:
+    return next(path for path in files if path.name == name)
+
+
+def write_clean(report: Report, out: Path) -> tuple[int, int]:
+    """A copy of the dataset in `out` whose train shards hold no validation document: each
+    shard rewritten without the matched documents' tokens (same names), every other file of
+    the folder (validation shards, sidecars, the tokenizer's record) copied as it is. Returns
+    (documents removed, tokens removed)."""
+    folder = Path(report.data_path)
+    train, _ = dataset_files(folder)
+    spans = removed_spans(report, train)
+    out.mkdir(parents=True, exist_ok=True)
+    at, removed = 0, 0
+    for path in train:
+        tokens = np.asarray(mapped(path))
+        keep = np.ones(tokens.size, dtype=bool)
+        for a, b in spans:  # the parts of each span inside this shard
+            lo, hi = max(a - at, 0), min(b - at, tokens.size)
+            if lo < hi:
+                keep[lo:hi] = False
+        removed += int(tokens.size - keep.sum())
+        write_shard(out / path.name, tokens[keep])
+        at += tokens.size
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and path not in train and path.name != RECORD:
+            shutil.copy2(path, out / path.name)
+    return len(spans), removed
+
+
 def describe(report: Report) -> list[str]:
     """The result in lines: the count, then each example."""
     lines = [f"data_overlap: {report.line()}"]
@@ -333,11 +393,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     what = "ignore documents shorter than this (default 1: every non-empty one)"
     p.add_argument("--min-tokens", type=int, default=1, help=what)
     p.add_argument("--no-record", action="store_true", help=f"do not write DATA_PATH/{RECORD}")
+    p.add_argument(
+        "--write-clean",
+        metavar="OUT",
+        type=Path,
+        help="write a copy of the dataset to the folder OUT whose train shards hold none of the "
+        "validation documents found (then checked, and its record written there)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     if args.min_tokens < 1:
         p.error(f"--min-tokens {args.min_tokens}: expected >= 1")
+    out = args.write_clean
+    if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
+        p.error(f"--write-clean {out}: expected a new or empty folder (the clean copy goes there)")
+    if out is not None and out.resolve() == Path(args.data_path).resolve():
+        p.error(f"--write-clean {out}: that is DATA_PATH; give another folder")
     return args
 
 
@@ -362,7 +434,20 @@ def main(argv=None) -> int:
             print(
                 f"warning: not recorded ({e}); train_gpt.py will log 'not checked'", file=sys.stderr
             )
+    if args.write_clean is not None and report.overlapping:
+        return clean_copy(report, args)
     return 1 if report.overlapping else 0
+
+
+def clean_copy(report: Report, args) -> int:
+    """--write-clean: the copy, then its own check (0 expected) and record."""
+    documents, tokens = write_clean(report, args.write_clean)
+    print(f"wrote {args.write_clean}: {documents} documents ({tokens} tokens) removed")
+    clean = check_overlap(args.write_clean, args.min_tokens, not args.quiet)
+    print("\n".join(describe(clean)))
+    if not args.no_record:
+        print(f"recorded in {write_record(clean)}", file=sys.stderr)
+    return 1 if clean.overlapping else 0
 
 
 if __name__ == "__main__":

@@ -130,6 +130,58 @@ def test_the_record_feeds_the_run_log_only_while_it_describes_the_shards(dataset
     assert "unreadable" in overlap_line(cfg)
 
 
+def test_a_shard_overwritten_in_place_to_the_same_size_is_checked_again(dataset):
+    """The stale-record case: a training document replaced by a validation document of the same
+    length, the shard's size unchanged; the record no longer describes it, and a new check
+    finds it."""
+    cfg = Hyperparameters(data_path=str(dataset.path))
+    co.write_record(co.check_overlap(dataset.path, progress=False))
+    assert "not checked" not in overlap_line(cfg)
+    path = dataset.path / shard_name("train", 1)
+    tokens = np.asarray(co.mapped(path)).copy()
+    starts = np.flatnonzero(tokens == BOS_ID)
+    a, b = int(starts[1]), int(starts[2])  # a whole document inside the shard
+    leaked = next(d for d in dataset.val if d.size == b - a)
+    size = path.stat().st_size
+    tokens[a:b] = leaked
+    write_shard(path, tokens)
+    assert path.stat().st_size == size
+    assert "not checked for these shards" in overlap_line(cfg)
+    assert co.check_overlap(dataset.path, progress=False).overlapping == 1
+
+
+def test_write_clean_copies_the_dataset_without_the_validation_documents(dataset, tmp_path):
+    """Two validation documents leaked into training, one of them across a shard boundary:
+    the clean copy has neither, every training document in order, the validation shards as
+    they were, and a record of 0 the run reads."""
+    docs = [*dataset.train[:100], dataset.val[4], *dataset.train[100:200], dataset.val[9]]
+    docs += dataset.train[200:]
+    across = sum(d.size for d in docs[:100]) + 3  # a cut 3 tokens into the first leaked one
+    write_split(dataset.path, "train", docs, [across, across + 5000])
+    out = tmp_path / "clean"
+    result = run_tool(dataset.path, "--quiet", "--write-clean", out)
+    assert result.returncode == 0, result.stderr
+    assert "2 documents (" in result.stdout and "data_overlap: 0 of 40" in result.stdout
+    train = sorted(out.glob("fineweb_train_*.bin"))
+    assert [p.name for p in train] == [shard_name("train", i) for i in range(3)]
+    clean = np.concatenate([np.asarray(co.mapped(p)) for p in train])
+    assert np.array_equal(clean, np.concatenate(dataset.train))
+    val = shard_name("val", 0)
+    assert (out / val).read_bytes() == (dataset.path / val).read_bytes()
+    assert overlap_line(Hyperparameters(data_path=str(out))).startswith(
+        "data_overlap: 0 of 40 validation documents"
+    )
+    again = run_tool(dataset.path, "--quiet", "--write-clean", out)
+    assert again.returncode == 2 and "expected a new or empty folder" in again.stderr
+
+
+def test_the_preflight_and_check_judge_overlap_by_one_rule():
+    from records.golf.rules import OVERLAP_SHARE, overlap_status
+
+    assert OVERLAP_SHARE == 0.001
+    assert [overlap_status(n, 50_000) for n in (0, 1, 50, 51)] == ["PASS", "WARN", "WARN", "FAIL"]
+
+
 def test_the_tool_and_train_gpt_read_the_same_shards():
     cfg = Hyperparameters(data_path="D")
     assert cfg.train_files == str(Path("D") / co.TRAIN_GLOB)
@@ -194,12 +246,12 @@ def test_check_reports_the_logs_overlap_line_as_advice():
 
     clean = "data_overlap: 0 of 50000 validation documents in the training shards (checked x)"
     leaked = "data_overlap: 15 of 50000 validation documents in the training shards (checked x)"
+    many = "data_overlap: 51 of 50000 validation documents in the training shards (checked x)"
     assert parse_log(f"{clean}\n").data_overlap == clean.removeprefix("data_overlap: ")
     assert findings(clean, clean) == [f"PASS data_overlap: 2 log(s): {clean[14:]}"]
-    assert findings(clean, leaked) == [
-        f"WARN data_overlap: train_seed1.log: {leaked[14:]}; fix: train on shards without the "
-        "validation documents (check_overlap names them)"
-    ]
+    fix = "fix: train on shards without the validation documents (docs/data.md: clean shards)"
+    assert findings(clean, leaked) == [f"WARN data_overlap: train_seed1.log: {leaked[14:]}; {fix}"]
+    assert findings(many) == [f"FAIL val_in_train: train_seed0.log: {many[14:]}; {fix}"]
     unchecked = findings(overlap_line(Hyperparameters(data_path="/nowhere")))
     assert unchecked[0].startswith("WARN data_overlap: train_seed0.log: the train/validation ")
     assert unchecked[0].endswith("fix: run data/check_overlap.py DATA_PATH before the runs")

@@ -28,6 +28,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from records.golf.logs import logged_settings, parse_log, strip_prefix  # noqa: E402
+
 STOPPED = 3  # the guard's exit code when it ended the run
 REFUSED = 2
 SIZE_TOLERANCE = 0.25  # a model this much larger or smaller is another model, not an idea
@@ -185,8 +189,6 @@ class Reference(NamedTuple):
     @classmethod
     def read(cls, tg, path: Path, cfg, params: int) -> tuple[Reference, list[str]]:
         """The reference and what the guard could not check in it (vocabulary, size)."""
-        from records.golf.logs import logged_settings, parse_log
-
         try:
             data = path.read_bytes()
         except OSError as e:
@@ -229,8 +231,6 @@ class Judge:
 
     def verdict(self, line: str) -> str:
         """The stop line for this line of the run's output, or ""."""
-        from records.golf.logs import parse_log, strip_prefix
-
         text = strip_prefix(line)
         if found := LOG_PATH.search(text):
             self.log_path = found.group(1)
@@ -298,8 +298,7 @@ def world_size(command: list[str]) -> int:
 def prepare(args, env=os.environ) -> tuple[Judge, list[str]]:
     """This run's settings (from the environment it will get), the reference, and the lines that
     say what is compared; Refused when they cannot be compared."""
-    sys.path.insert(0, str(REPO))
-    import train_gpt as tg
+    import train_gpt as tg  # here: torch loads in seconds, which --help need not wait for
 
     try:
         cfg = tg.Hyperparameters.from_env(env, world_size(args.command))
