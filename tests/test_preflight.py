@@ -57,9 +57,11 @@ def test_a_fail_is_no_go_and_skips_are_counted():
     cl.passed("a", "fine")
     cl.skip("b", "no GPU")
     cl.cpu = True
-    assert cl.verdict() == "GO (CPU: 1 checks skipped)"
+    assert cl.verdict() == "GO (CPU: 1 check skipped)"
     cl.fail("c", "broken", "mend it")
-    assert cl.summary() == ["NO-GO (CPU: 1 checks skipped)", "  fix c: mend it"]
+    assert cl.summary() == ["NO-GO (CPU: 1 check skipped)", "  fix c: mend it"]
+    cl.skip("skipped", "--skip code,comm", groups=["code", "comm"])
+    assert cl.verdict() == "NO-GO (CPU: 1 check skipped; groups not run: code,comm)"
     assert cl.as_json()["checks"][2] == {
         "name": "c", "status": "FAIL", "what": "broken", "fix": "mend it", "numbers": {}
     }  # fmt: skip
@@ -189,6 +191,17 @@ def test_a_guard_variable_of_the_script_points_to_the_guard_tool(monkeypatch):
     assert check.line().endswith(
         "; a guard: python tools/guard.py --reference LOG -- <the training command>"
     )
+
+
+def test_under_its_own_torchrun_the_verdict_and_fixes_are_the_last_lines(tiny_dataset, tmp_path):
+    """--nproc-per-node 2: the ranks' report, torchrun's report of the failed ranks, then the
+    verdict and its fix line again, last; the exit status is the verdict's."""
+    res = preflight(tmp_path, tiny_dataset, "--nproc-per-node", "2", *QUICK, nproc=0, NUM_LAYERS=0)
+    assert res.returncode == 1, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[-2:-1] == ["preflight, 2 ranks: NO-GO"], res.stdout + res.stderr
+    assert lines[-1] == "  fix settings: change the variable it names (train_gpt.py --help)"
+    assert "FAIL settings: NUM_LAYERS=0: expected a value >= 1" in res.stdout  # rank 0's, first
 
 
 def test_help_and_bad_arguments():

@@ -1,8 +1,10 @@
 """Will this run work, fit and be submittable? A checklist, then GO or NO-GO, in minutes.
 
-Run it where you will run train_gpt.py, with the same environment variables and launcher:
+Run it where you will run train_gpt.py, with the same environment variables and ranks:
 
-  PRESET=pr1855 torchrun --standalone --nproc_per_node=8 tools/preflight.py --json preflight.json
+  PRESET=pr1855 python tools/preflight.py --nproc-per-node 8 --json preflight.json
+  PRESET=pr1855 torchrun --standalone --nproc_per_node=8 tools/preflight.py   (the same, launched
+               by you: the verdict then comes above torchrun's report of a NO-GO)
   python tools/preflight.py          (one process: the all-reduce check is skipped)
 
 It imports train_gpt.py and runs the run's own code (configure, load_data, build_network, the
@@ -125,10 +127,18 @@ class Checklist:
         return self.add(name, "SKIP", what, **numbers)
 
     def verdict(self) -> str:
-        skipped = sum(c.status == "SKIP" for c in self.checks)
+        """GO or NO-GO, with what was not checked: the checks skipped (on a CPU: those that need
+        a GPU among them) and the groups --skip left out."""
         word = "NO-GO" if any(c.status == "FAIL" for c in self.checks) else "GO"
-        where = "CPU: " if self.cpu else ""
-        return f"{word} ({where}{skipped} checks skipped)" if skipped else word
+        skipped = sum(c.status == "SKIP" and c.name != "skipped" for c in self.checks)
+        groups = [g for c in self.checks if c.name == "skipped" for g in c.numbers["groups"]]
+        parts = []
+        if skipped:
+            where = "CPU: " if self.cpu else ""
+            parts.append(f"{where}{skipped} {'check' if skipped == 1 else 'checks'} skipped")
+        if groups:
+            parts.append(f"groups not run: {','.join(groups)}")
+        return f"{word} ({'; '.join(parts)})" if parts else word
 
     def summary(self) -> list[str]:
         lines = [self.verdict()]
@@ -1030,16 +1040,16 @@ def run_checks(cl: Checklist, tg, args) -> None:
         with guarded(cl, "code_bytes"):
             check_code(cl, tg, cfg, lines)
     if skip:
-        cl.skip("skipped", f"--skip {','.join(sorted(skip))}")
+        cl.skip("skipped", f"--skip {','.join(sorted(skip))}", groups=sorted(skip))
     if args.verbose and cl.speak:
         print("\n".join(f"  | {x}" for x in lines))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description="Preflight for train_gpt.py: run it with the run's environment and launcher "
-        "(PRESET=pr1855 torchrun --standalone --nproc_per_node=8 tools/preflight.py); it prints a "
-        "checklist, GO or NO-GO, and what to fix. docs/preflight.md describes every check."
+        description="Preflight for train_gpt.py: run it with the run's environment and ranks "
+        "(PRESET=pr1855 python tools/preflight.py --nproc-per-node 8); it prints a checklist, GO "
+        "or NO-GO, and what to fix, last. docs/preflight.md describes every check."
     )
     p.add_argument("--json", type=Path, help="write every check and number here (rank 0)")
     p.add_argument("--steps", type=int, default=5, help="timed training steps per shape (5)")
@@ -1072,7 +1082,17 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="seconds after which the preflight stops itself, saying where (1200)",
     )
     p.add_argument("--verbose", action="store_true", help="also print train_gpt.py's own lines")
+    p.add_argument(
+        "--nproc-per-node",
+        type=int,
+        help="start N ranks under torchrun (--standalone) itself, then print the verdict and its "
+        "fix lines last, after torchrun's own report; the exit status is the verdict's",
+    )
     args = p.parse_args(argv)
+    if args.nproc_per_node is not None and args.nproc_per_node < 1:
+        p.error(f"--nproc-per-node {args.nproc_per_node}: expected >= 1")
+    if args.nproc_per_node is not None and "RANK" in os.environ:
+        p.error("--nproc-per-node: already under torchrun (RANK is set); drop one of the two")
     unknown = set(args.skip) - set(GROUPS)
     if unknown:
         p.error(f"--skip {','.join(sorted(unknown))}: expected some of {','.join(GROUPS)}")
@@ -1081,8 +1101,39 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def launch(args, argv: list[str]) -> int:
+    """--nproc-per-node N: this script under torchrun with N ranks; then the verdict, read back
+    from rank 0's --json, as the last lines on screen (torchrun reports a failed rank at length)."""
+    import tempfile
+
+    own = [a for a in argv if not a.startswith("--nproc-per-node")]
+    if "--nproc-per-node" in argv:  # its value, given as a separate word
+        at = argv.index("--nproc-per-node")
+        own = argv[:at] + argv[at + 2 :]
+    with tempfile.TemporaryDirectory(prefix="preflight.") as folder:
+        report = args.json or Path(folder) / "preflight.json"
+        if args.json is None:
+            own += ["--json", str(report)]
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        command += [f"--nproc_per_node={args.nproc_per_node}", str(Path(__file__)), *own]
+        code = subprocess.run(command).returncode
+        try:
+            found = json.loads(Path(report).read_text())
+        except (OSError, ValueError):
+            print(f"NO-GO: the preflight ended without a verdict (torchrun exit code {code})")
+            return code or 1
+    print(f"\npreflight, {args.nproc_per_node} ranks: {found['verdict']}")
+    for check in found["checks"]:
+        if check["status"] == "FAIL":
+            print(f"  fix {check['name']}: {check['fix']}")
+    return 1 if found["verdict"].startswith("NO-GO") else 0
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.nproc_per_node is not None:
+        return launch(args, argv)
     sys.path.insert(0, str(REPO))
     import train_gpt as tg
 
@@ -1105,7 +1156,9 @@ def main(argv=None) -> int:
             tg.atomic_write_bytes(args.json, (json.dumps(report, indent=1) + "\n").encode())
         print(f"preflight took {seconds:.1f}s")
         print("\n".join(cl.summary()), flush=True)
-    return 1 if cl.verdict().startswith("NO-GO") else 0
+    # Rank 0 alone gives the verdict's exit status: another rank's NO-GO, first, would have
+    # torchrun end rank 0 before it printed the verdict or wrote --json.
+    return 1 if cl.speak and cl.verdict().startswith("NO-GO") else 0
 
 
 def cli() -> None:
