@@ -4509,12 +4509,13 @@ def cap_verdict(total: int) -> str:
 
 
 def keep_earlier(path: Path, log0: Callable) -> None:
-    """An earlier run's file is renamed by its time (final_model.20260427-093000.pt), not lost."""
+    """An earlier run's file is kept, one generation back, as final_model.previous.pt: never lost
+    without a word, and the folder never holds more than two runs' files (each about 85 MB at
+    the GPU default size)."""
     if path.exists():
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
-        kept = path.with_stem(f"{path.stem}.{stamp}")
-        path.rename(kept)
-        log0(f"kept the earlier {path} as {kept}")
+        kept = path.with_stem(f"{path.stem}.previous")
+        path.replace(kept)
+        log0(f"kept the earlier {path} as {kept} (replacing the one before it, if any)")
 
 
 def log_code_size(code: str, gptq: bool, model_bytes: int, log0: Callable) -> int:

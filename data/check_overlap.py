@@ -250,8 +250,9 @@ class Report:
 
     def line(self) -> str:
         n = self.val_documents
+        times = "occurrence" if self.occurrences == 1 else "occurrences"
         return (f"{self.overlapping} of {n} validation documents in the training shards "
-                f"({self.occurrences} occurrences in {len(self.shards['train'])} train shards, "
+                f"({self.occurrences} {times} in {len(self.shards['train'])} train shards, "
                 f"{self.train_documents} documents)")  # fmt: skip
 
     def as_record(self) -> dict:

@@ -5,8 +5,6 @@ artifact named by the compressor its first bytes name, a final_model.* of an ear
 from __future__ import annotations
 
 import io
-import os
-import re
 import sys
 import zlib
 from pathlib import Path
@@ -52,18 +50,21 @@ def test_a_damaged_zlib_artifact_is_named_as_damaged_zlib_data(tmp_path):
         assert message.endswith("(copy it again if it was cut short)")  # what to do next
 
 
-def test_an_earlier_runs_file_is_kept_under_its_time_and_said(tmp_path):
+def test_an_earlier_runs_file_is_kept_one_generation_back_and_said(tmp_path):
     earlier = tmp_path / "final_model.int8.ptz"
     earlier.write_bytes(b"the quick start's")
-    os.utime(earlier, (1_700_000_000, 1_700_000_000))
     lines = []
     tg.keep_earlier(earlier, lines.append)
-    (kept,) = list(tmp_path.iterdir())
-    assert re.fullmatch(r"final_model\.int8\.\d{8}-\d{6}\.ptz", kept.name), kept.name
-    assert kept.read_bytes() == b"the quick start's" and not earlier.exists()
-    assert lines == [f"kept the earlier {earlier} as {kept}"]
+    kept = tmp_path / "final_model.int8.previous.ptz"
+    assert [p.name for p in tmp_path.iterdir()] == [kept.name]
+    assert kept.read_bytes() == b"the quick start's"
+    assert lines == [f"kept the earlier {earlier} as {kept} (replacing the one before it, if any)"]
+    earlier.write_bytes(b"the second run's")
+    tg.keep_earlier(earlier, lines.append)  # the one before it goes: never more than two
+    assert [p.name for p in tmp_path.iterdir()] == [kept.name]
+    assert kept.read_bytes() == b"the second run's"
     tg.keep_earlier(earlier, lines.append)  # nothing there: nothing to say
-    assert len(lines) == 1
+    assert len(lines) == 2
 
 
 def test_a_presets_vocabulary_against_another_tokenizer_says_it_came_from_the_preset(

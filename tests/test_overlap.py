@@ -147,7 +147,8 @@ def test_a_shard_overwritten_in_place_to_the_same_size_is_checked_again(dataset)
     write_shard(path, tokens)
     assert path.stat().st_size == size
     assert "not checked for these shards" in overlap_line(cfg)
-    assert co.check_overlap(dataset.path, progress=False).overlapping == 1
+    report = co.check_overlap(dataset.path, progress=False)
+    assert report.overlapping == 1 and "(1 occurrence in 3 train shards" in report.line()
 
 
 def test_write_clean_copies_the_dataset_without_the_validation_documents(dataset, tmp_path):

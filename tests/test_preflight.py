@@ -129,6 +129,15 @@ def test_validation_documents_in_training_are_no_go_with_their_place(
     assert not (data.dataset_dir / tg.OVERLAP_RECORD).exists()  # --no-record
 
 
+def test_a_folder_without_shards_says_to_set_data_path(tiny_dataset, tmp_path, monkeypatch, capsys):
+    skip = "--skip", "comm,network,evaluation,code"
+    code, lines = run_in_process(monkeypatch, capsys, tiny_dataset, *skip, DATA_PATH=tmp_path)
+    assert code == 1 and lines[-2].startswith("NO-GO"), lines
+    assert lines[-1] == (
+        "  fix shards: set DATA_PATH to a dataset folder, or download or build one (docs/data.md)"
+    )
+
+
 def test_a_missing_lrzip_is_no_go_and_the_other_checks_still_run(
     tiny_dataset, tmp_path, monkeypatch, capsys
 ):

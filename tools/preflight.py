@@ -379,7 +379,12 @@ def check_disk(cl: Checklist, cfg, params: int) -> None:
     if free < need:
         cl.fail("disk", what, "free disk space in the run's folder", **numbers)
     elif free < 2 * need:
-        cl.warn("disk", what, "free more: earlier final_model.* files are kept, renamed", **numbers)
+        cl.warn(
+            "disk",
+            what,
+            "free more: the previous run's final_model.* files are kept too",
+            **numbers,
+        )
     else:
         cl.passed("disk", what, **numbers)
 
@@ -394,7 +399,11 @@ def check_shards(cl: Checklist, tg, cfg) -> bool:
         train = tg.TrainShards(cfg.train_files, cfg.vocab_size)
         val = [tg.read_shard_header(f) for f in tg.list_shards(cfg.val_files)]
     except tg.DataError as e:
-        cl.fail("shards", str(e), "download or rebuild that file (docs/data.md)")
+        what = str(e)
+        fix = "download or rebuild that file (docs/data.md)"
+        if what.startswith("no files match"):  # no dataset there at all, not one bad file
+            fix = "set DATA_PATH to a dataset folder, or download or build one (docs/data.md)"
+        cl.fail("shards", what, fix)
         return False
     numbers = dict(
         train_shards=len(train.files),
