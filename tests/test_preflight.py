@@ -191,6 +191,21 @@ def test_a_misspelt_variable_is_named_as_the_run_would_warn(monkeypatch):
     assert [c.status for c in cl.checks] == ["PASS"]
 
 
+def test_settings_a_record_would_refuse_are_named():
+    cl = pf.Checklist(speak=False)
+    pf.check_record_settings(cl, settings(MAX_VAL_TOKENS="8192", MAX_WALLCLOCK_SECONDS="0"))
+    (check,) = cl.checks
+    assert check.line() == (
+        "WARN record: MAX_VAL_TOKENS=8192 scores a slice of the validation split (check's "
+        "val_split rule FAILs its logs); MAX_WALLCLOCK_SECONDS=0: training is not capped at 600 s "
+        "(check's train_time rule FAILs a log over it); fix: unset them for a run you will submit "
+        "to the 10-minute track (or use non_record_16mb)"
+    )
+    cl = pf.Checklist(speak=False)
+    pf.check_record_settings(cl, settings(PRESET="pr1855"))
+    assert [c.status for c in cl.checks] == ["PASS"]
+
+
 def test_a_guard_variable_of_the_script_points_to_the_guard_tool(monkeypatch):
     cl = pf.Checklist(speak=False)
     monkeypatch.setenv("GUARD_LOG", "logs/baseline.txt")

@@ -196,7 +196,32 @@ def check_settings(cl: Checklist, tg):
     preset = f"PRESET={cfg.preset}" if cfg.preset else "no PRESET"
     cl.passed("settings", f"{preset}, WORLD_SIZE={world}", preset=cfg.preset, world_size=world)
     check_variables(cl, tg)
+    check_record_settings(cl, cfg)
     return cfg
+
+
+def check_record_settings(cl: Checklist, cfg) -> None:
+    """Settings the run accepts but a record folder of its logs would not: records/submission.py
+    check's rules on the 10-minute track (a whole validation split, training within 600 s)."""
+    from records.golf.rules import TRAIN_LIMIT_MS
+
+    limit_s = TRAIN_LIMIT_MS / 1000
+    refused = []
+    if cfg.max_val_tokens > 0:
+        refused.append(
+            f"MAX_VAL_TOKENS={cfg.max_val_tokens} scores a slice of the validation split "
+            f"(check's val_split rule FAILs its logs)"
+        )
+    if not 0 < cfg.max_wallclock_seconds <= limit_s:
+        refused.append(
+            f"MAX_WALLCLOCK_SECONDS={cfg.max_wallclock_seconds:g}: training is not capped at "
+            f"{limit_s:.0f} s (check's train_time rule FAILs a log over it)"
+        )
+    if refused:
+        fix = "unset them for a run you will submit to the 10-minute track (or use non_record_16mb)"
+        cl.warn("record", "; ".join(refused), fix, refused=len(refused))
+    else:
+        cl.passed("record", "nothing here that check refuses on the 10-minute track", refused=0)
 
 
 def check_variables(cl: Checklist, tg) -> None:
