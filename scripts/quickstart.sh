@@ -18,6 +18,9 @@ if [ "$TOKENIZER_PATH" = ./data/tokenizers/stdlib_1024_bpe.model ]; then
 fi
 while IFS='=' read -r name value; do
   case "$name" in '' | '#'*) continue ;; esac
+  # every preset's warm-down is its WARMDOWN_FRAC, which replaces WARMDOWN_ITERS: not set, so the
+  # run's settings: line shows only what decides
+  if [ -n "${PRESET:-}" ] && [ "$name" = WARMDOWN_ITERS ]; then continue; fi
   [ -n "${!name:-}" ] || export "$name=$value"
 done <scripts/quickstart.env
 exec .venv/bin/torchrun --standalone --nproc_per_node=2 train_gpt.py

@@ -175,8 +175,8 @@ def test_the_builder_suggests_the_quick_start_settings():
     assert "scripts/quickstart.env" in (REPO / "scripts" / "quickstart.sh").read_text()
 
 
-def test_quickstart_exports_the_settings_and_lets_the_environment_win(tmp_path):
-    # the settings loop of quickstart.sh, run on its own
+def quickstart_settings(**env) -> dict[str, str]:
+    """The settings loop of quickstart.sh, run on its own in `env`: what it exports."""
     script = (REPO / "scripts" / "quickstart.sh").read_text()
     loop = script[script.index("while IFS=") : script.index("done <scripts/quickstart.env")]
     snippet = f"cd {REPO}\n{loop}done <scripts/quickstart.env\nenv"
@@ -185,11 +185,26 @@ def test_quickstart_exports_the_settings_and_lets_the_environment_win(tmp_path):
         capture_output=True,
         text=True,
         timeout=30,
-        env={"PATH": "/usr/bin:/bin", "NUM_LAYERS": "7"},
+        env={"PATH": "/usr/bin:/bin", **env},
     )
     assert proc.returncode == 0, proc.stderr
-    env = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+
+
+def test_quickstart_exports_the_settings_and_lets_the_environment_win():
+    env = quickstart_settings(NUM_LAYERS="7")
     assert env["NUM_LAYERS"] == "7" and env["MODEL_DIM"] == "128" and env["ITERATIONS"] == "300"
+    assert env["WARMDOWN_ITERS"] == "60"
+
+
+def test_under_a_preset_the_quickstart_leaves_warmdown_iters_to_its_warmdown_frac():
+    """Every preset's warm-down is WARMDOWN_FRAC, which replaces WARMDOWN_ITERS: the run's
+    settings: line should not show a WARMDOWN_ITERS that decides nothing."""
+    import train_gpt as tg
+
+    assert all(float(p.get("WARMDOWN_FRAC", 0)) > 0 for p in tg.PRESETS.values())
+    env = quickstart_settings(PRESET="frontier")
+    assert "WARMDOWN_ITERS" not in env and env["ITERATIONS"] == "300"
 
 
 @pytest.mark.parametrize("script", ["setup.sh", "quickstart.sh", "test.sh"])
