@@ -202,6 +202,17 @@ def test_a_reference_with_nothing_left_to_compare_is_refused(tmp_path):
     ]
 
 
+def test_a_log_that_states_few_settings_takes_the_baselines_and_says_what_it_could_not_check():
+    """A cut baseline log: its step lines (`step:N/20000`) and `model_params:` only."""
+    log = (
+        REPO
+        / "tests/fixtures/records/track_10min_16mb/2026-03-17_Fixture Baseline/train_seed1337.log"
+    )
+    ref, unchecked = guard.Reference.read(tg, log, config(RUN_ID="x"), 17059912)
+    assert unchecked == ["its vocabulary (not in its log)"]
+    assert ref.schedule == guard.Schedule(20000, 1200, 0.0, 0.0, 600_000.0)
+
+
 def test_a_file_that_is_missing_or_is_no_training_log_is_refused(tmp_path):
     with pytest.raises(guard.Refused, match=r"missing\.txt: No such file or directory"):
         guard.Reference.read(tg, tmp_path / "missing.txt", config(**QUICK), 1000)

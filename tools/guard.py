@@ -108,14 +108,15 @@ def run_schedule(cfg) -> Schedule:
     )
 
 
-def reference_schedule(settings, name: str) -> Schedule:
-    """The reference's schedule from its log; the baseline's defaults where it prints none."""
+def reference_schedule(settings, name: str, planned: int | None) -> Schedule:
+    """The reference's schedule from its log (`planned`: the M of its `N/M` step lines, where no
+    setting says it); the baseline's defaults where it prints none."""
 
     def number(key: str, default: float) -> float:
         value = settings.number(key)
         return default if value is None else value
 
-    iterations = settings.number("iterations")
+    iterations = settings.number("iterations") or planned
     if iterations is None:
         raise Refused(
             f"--reference {name}: its log states no `iterations`; give a log of ours, the "
@@ -126,7 +127,7 @@ def reference_schedule(settings, name: str) -> Schedule:
         int(number("warmdown_iters", 1200)),  # the baseline's default
         number("warmdown_frac", 0.0),
         number("min_lr", 0.0),
-        cap_ms(number("max_wallclock_seconds", 0.0), number("gptq_reserve_seconds", 0.0)),
+        cap_ms(number("max_wallclock_seconds", 600.0), number("gptq_reserve_seconds", 0.0)),
     )
 
 
@@ -201,7 +202,7 @@ class Reference(NamedTuple):
             )
         settings = logged_settings(data)
         unchecked = comparability(settings, cfg, params, str(path))
-        schedule = reference_schedule(settings, str(path))
+        schedule = reference_schedule(settings, str(path), log.iterations)
         points = {}
         for metric, series in (("train_loss", log.train_points), ("val_bpb", log.val_points)):
             for step, ms, value in log.timed(series):
