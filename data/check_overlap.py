@@ -330,21 +330,17 @@ def write_record(report: Report) -> Path:
 def removed_spans(report: Report, train: list[Path]) -> list[tuple[int, int]]:
     """Each matched document's tokens, its BOS included, as [start, end) in the train split read
     as one stream (a document may run on into the next shards)."""
-    base, at = {}, 0
+    base, shards, at = {}, {}, 0
     for path in train:
-        base[path.name] = at
-        at += check_shard_header(path)
+        base[path.name], shards[path.name] = at, mapped(path)
+        at += shards[path.name].size
     spans = []
     for m in report.matches:
         start = base[m["shard"]] + m["offset"]
         # the offset is the document's BOS, except for the split's first tokens (none before)
-        has_bos = int(mapped(folder_file(train, m["shard"]))[m["offset"]] == BOS_ID)
+        has_bos = int(shards[m["shard"]][m["offset"]] == BOS_ID)
         spans.append((start, start + has_bos + m["tokens"]))
     return sorted(spans)
-
-
-def folder_file(files: list[Path], name: str) -> Path:
-    return next(path for path in files if path.name == name)
 
 
 def write_clean(report: Report, out: Path) -> tuple[int, int]:
