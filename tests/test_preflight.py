@@ -228,6 +228,19 @@ def test_under_its_own_torchrun_the_verdict_and_fixes_are_the_last_lines(tiny_da
     assert "FAIL settings: NUM_LAYERS=0: expected a value >= 1" in res.stdout  # rank 0's, first
 
 
+def test_under_its_own_torchrun_an_earlier_json_is_not_taken_for_the_verdict(tmp_path):
+    """The ranks stop before any verdict (a deadline of 0 s ends them at once): a --json left by
+    an earlier GO is not read back as this run's."""
+    old = tmp_path / "preflight.json"
+    old.write_text('{"verdict": "GO", "checks": []}')
+    res = subprocess.run(
+        [sys.executable, str(TOOL), "--nproc-per-node", "1", "--json", str(old), "--deadline", "0"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert res.stdout.splitlines()[-1].startswith("NO-GO: the preflight ended without a verdict")
+
+
 def test_help_and_bad_arguments():
     res = subprocess.run([sys.executable, str(TOOL), "--help"], capture_output=True, text=True)
     assert res.returncode == 0 and "GO or NO-GO" in res.stdout

@@ -1135,6 +1135,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def written(path: Path) -> int | None:
+    """When `path` was last written (ns), None if it is not there."""
+    return path.stat().st_mtime_ns if path.exists() else None
+
+
 def launch(args, argv: list[str]) -> int:
     """--nproc-per-node N: this script under torchrun with N ranks; then the verdict, read back
     from rank 0's --json, as the last lines on screen (torchrun reports a failed rank at length)."""
@@ -1150,8 +1155,11 @@ def launch(args, argv: list[str]) -> int:
             own += ["--json", str(report)]
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         command += [f"--nproc_per_node={args.nproc_per_node}", str(Path(__file__)), *own]
+        before = written(Path(report))  # an earlier run's --json is not this run's verdict
         code = subprocess.run(command).returncode
         try:
+            if written(Path(report)) == before:
+                raise OSError("not written by this run")
             found = json.loads(Path(report).read_text())
         except (OSError, ValueError):
             print(f"NO-GO: the preflight ended without a verdict (torchrun exit code {code})")
