@@ -246,6 +246,14 @@ def test_the_same_numbers_never_stop_and_worse_ones_stop_with_both_numbers(tmp_p
     )
 
 
+def test_a_margin_is_said_as_given(tmp_path):
+    cfg = config(**QUICK)
+    losses = falling(range(25, 301, 25))
+    judge = judge_for(our_log(tmp_path, cfg, losses, {}), cfg, margin=0.025)
+    stop = replay(judge, cfg, {s: v * 1.03 for s, v in losses.items()}, {})
+    assert "more than 2.5% behind (--margin 0.025" in stop
+
+
 def test_the_first_tenth_is_not_compared_and_a_diverged_run_stops_at_once(tmp_path):
     cfg = config(**QUICK)
     losses = falling(range(1, 301))

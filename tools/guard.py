@@ -274,8 +274,8 @@ class Judge:
             return ""
         return (
             f"guard: stopped {where}: {point.metric} {point.value:.4f} vs {theirs.value:.4f} in "
-            f"{self.reference.name} (its step {theirs.step}): more than {self.margin:.0%} behind "
-            f"(--margin {self.margin:g}: at most {limit:.4f})"
+            f"{self.reference.name} (its step {theirs.step}): more than "
+            f"{100 * self.margin:g}% behind (--margin {self.margin:g}: at most {limit:.4f})"
         )
 
 
@@ -320,7 +320,7 @@ def prepare(args, env=os.environ) -> tuple[Judge, list[str]]:
     lines = [
         f"guard: compares with {reference.name} the train_loss and val_bpb both runs log at "
         f"{span} while neither warms down, and the val_bpb at the end of training: the run "
-        f"stops when more than {args.margin:.0%} behind (--margin {args.margin:g})"
+        f"stops when more than {100 * args.margin:g}% behind (--margin {args.margin:g})"
     ]
     if differences := schedule.differences(reference.schedule):
         lines.append(
