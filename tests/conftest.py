@@ -232,6 +232,45 @@ def tiny_preset_run(tmp_path_factory, tiny_dataset):
     return run
 
 
+def specialised_script(folder: Path, env: dict, world_size: int) -> Path:
+    """train_gpt.py specialised to `env` over TINY_ENV (what run_train sets) for `world_size`
+    ranks, as `records/submission.py specialize` writes it, in `folder` (no presets/ beside it:
+    as in a record folder)."""
+    from records.golf.specialize import write_run_script
+
+    settings = {
+        k: v for k, v in (TINY_ENV | env).items() if k not in ("DATA_PATH", "TOKENIZER_PATH")
+    }
+    script = folder / "train_gpt.py"
+    write_run_script(REPO / "train_gpt.py", script, settings, world_size, "(the tests)")
+    return script
+
+
+@pytest.fixture(scope="session")
+def specialised_preset_run(tmp_path_factory, tiny_dataset, tiny_preset_run):
+    """(preset, seed) -> (the specialised script, its run on 2 ranks, the readable run's env):
+    the script specialised to the readable preset run's settings, each script made once and each
+    seed run once a session (test_specialize_runs compares them, test_specialize_new makes a
+    record folder of them)."""
+    scripts, runs = {}, {}
+
+    def run(preset: str, seed: int = 1337):
+        env, _ = tiny_preset_run(preset)
+        if preset not in scripts:
+            folder = tmp_path_factory.mktemp(f"specialised_{preset}")
+            scripts[preset] = specialised_script(folder, env, world_size=2)
+        if (preset, seed) not in runs:
+            built_in = {k: v for k, v in env.items() if k != "PRESET"}  # (over TINY_ENV)
+            workdir = tmp_path_factory.mktemp(f"ran_{preset}_{seed}")
+            runs[preset, seed] = run_train(
+                workdir, tiny_dataset, timeout=600, script=scripts[preset], RUN_ID="r",
+                SEED=str(seed), **built_in,
+            )  # fmt: skip
+        return scripts[preset], runs[preset, seed], env
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def tiny_train_logs(tmp_path_factory, tiny_dataset, tiny_run) -> list[Path]:
     """Rank-0 logs (with embedded source) of tiny real runs with two different seeds."""

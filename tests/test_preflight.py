@@ -287,3 +287,35 @@ def test_the_evaluations_are_projected_ttt_last(tiny_dataset, monkeypatch, capsy
     numbers = json.loads(out.read_text())["numbers"]
     for name in ("final_int8_zlib_roundtrip_s", "sliding_window_s", "quantized_ttt_phased_s"):
         assert numbers[f"eval_time.{name}"] > 0, numbers
+
+
+def test_script_is_checked_by_its_own_refusals_and_counted_as_it_states(
+    specialised_preset_run, tmp_path, monkeypatch
+):
+    """--script: the preflight runs the readable code on the settings the specialised script
+    takes from this environment, refuses what it refuses, and counts its code as it states."""
+    from records.golf.specialize import stated_count
+
+    script, _, env = specialised_preset_run("pr1855")
+    for name in list(env) + ["PRESET"]:
+        monkeypatch.delenv(name, raising=False)
+    cl = pf.Checklist(speak=False)
+    settings = pf.script_settings(cl, tg, script, 2)
+    assert settings.preset == "pr1855" and str(settings.num_layers) == env["NUM_LAYERS"]
+    cfg = tg.Hyperparameters(**__import__("dataclasses").asdict(settings))
+    lines: list = []
+    pf.check_code(cl, tg, cfg, lines, script)
+    numbers = cl.as_json()["numbers"]
+    assert numbers["code_bytes.code_bytes"] == stated_count(script.read_text())
+    assert numbers["code_bytes.script"] == str(script)
+    monkeypatch.setenv("NUM_LAYERS", "3")
+    with pytest.raises(ValueError, match="NUM_LAYERS=3: this script is specialised to"):
+        pf.script_settings(cl, tg, script, 2)
+    plain = tmp_path / "plain.py"
+    plain.write_text("x = 1\n")
+    with pytest.raises(pf.RunScriptError, match="not a script"):
+        pf.script_settings(cl, tg, plain, 2)
+    edited = tmp_path / "other.py"
+    edited.write_text(script.read_text().replace("(sha256 ", "(sha256 0", 1))
+    with pytest.raises(pf.RunScriptError, match="another train_gpt.py"):
+        pf.script_settings(cl, tg, edited, 2)

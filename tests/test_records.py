@@ -1023,8 +1023,8 @@ def test_new_scaffolds_a_folder_that_check_accepts(tmp_path, capsys):
     assert f"created {folder}" in out and out.splitlines()[-1].startswith("VERDICT accepted")
     size = (folder / "train_gpt.py").stat().st_size
     assert (
-        f"code: train_gpt.py ships readable, {size:,} bytes; bytes_code {size:,}; the artifact "
-        "counts these bytes; --pack ships the packed form, fewer bytes"
+        f"code: train_gpt.py is the script the logs embed ({size:,} bytes); the artifact "
+        "counts these bytes, as the logs' `Code size` says"
     ) in out.splitlines()
     assert sorted(p.name for p in folder.iterdir()) == [
         "README.md",
@@ -1183,9 +1183,9 @@ def test_new_from_our_own_train_logs_passes_check(tiny_train_logs, tmp_path):
         assert log.code_bytes == len(log.source)  # `Code size:` agrees with the recovered source
         assert log.seed_line is not None and log.scored.label == "final_int8_zlib_roundtrip_exact"
         assert log.no_gpu or log.gpus  # nvidia-smi output or its "unavailable" line
-    args = ["new", *map(str, logs), "--name", "Tiny CPU run", "--author", "CI", "--no-specialize"]
-    args += ["--github-id", "ci", "--date", "2026-05-04", "--hardware", "CPU"]  # (the script
-    # that ran, readable; tests/test_specialize_new.py: the specialised one, new's default)
+    args = ["new", *map(str, logs), "--name", "Tiny CPU run", "--author", "CI"]
+    args += ["--github-id", "ci", "--date", "2026-05-04", "--hardware", "CPU"]  # (the readable
+    # script that ran; tests/test_specialize_new.py: a specialised one)
     args += ["--records-dir", str(tmp_path)]
     assert main(args) == 1  # the 10-minute track is 8 GPUs: a CPU run cannot be a record there
     timed = [f.line() for f in check_folder(tmp_path / "track_10min_16mb/2026-05-04_Tiny_CPU_run")]
@@ -1358,7 +1358,8 @@ def test_help_explains_each_command():
     assert res.returncode == 0
     assert all(cmd in res.stdout for cmd in ("new", "check", "stats", "pack", "Exit codes"))
     for cmd, words in [
-        ("new", "--pack"),
+        ("new", "--script"),
+        ("specialize", "--nproc-per-node"),
         ("check", "16,000,000"),
         ("stats", "Welch"),
         ("pack", "--verify-run"),
@@ -1409,13 +1410,12 @@ def test_new_says_a_gptq_runs_code_counts_as_the_records_count_it(tmp_path):
     from records.golf.cli import code_counting
 
     (tmp_path / "train_gpt.py").write_text("x = 1\n" * 1000)
-    (tmp_path / "submission.json").write_text(json.dumps({"bytes_code": 6000}))
+    (tmp_path / "submission.json").write_text(json.dumps({"bytes_code": 1234}))
     log = "Code size (uncompressed): 6000 bytes\nCode size (compressed): 1234 bytes\n"
     (tmp_path / "train_seed1.log").write_text(log)
-    assert code_counting(tmp_path, packed=False) == (
-        "code: train_gpt.py ships readable, 6,000 bytes; bytes_code 6,000; the artifact counts "
-        "the code as the logs' `Code size (compressed)`, 1,234 bytes (minified, brotli, base85: "
-        "the accepted records' rule); --pack would ship and count the bz2-packed file instead"
+    assert code_counting(tmp_path) == (
+        "code: train_gpt.py is the script the logs embed (6,000 bytes); the artifact counts its "
+        "packed form, 1,234 bytes, as the logs' `Code size (compressed)` says (bytes_code 1,234)"
     )
 
 

@@ -201,29 +201,19 @@ def logs_of(tmp_path: Path, script: bytes) -> list[Path]:
     return out
 
 
-def test_new_pack_ships_the_packed_script_and_check_accepts_it(tmp_path, capsys):
+def test_new_ships_the_script_that_ran_never_a_packed_copy(tmp_path, capsys):
+    """No folder ships a script that did not produce its logs: `new` has no packing option."""
     logs = logs_of(tmp_path, PROGRAM)
     args = ["new", *map(str, logs), "--name", "Packed", "--author", "A", "--github-id", "a"]
-    args += ["--date", "2026-05-05", "--records-dir", str(tmp_path / "records"), "--pack"]
+    args += ["--date", "2026-05-05", "--records-dir", str(tmp_path / "records")]
+    with pytest.raises(SystemExit):
+        main([*args, "--pack"])
     assert main(args) == 0, capsys.readouterr()
     folder = tmp_path / "records" / "track_10min_16mb" / "2026-05-05_Packed"
-    packed = pack_source(PROGRAM)
-    assert (folder / "train_gpt.py").read_bytes() == packed
-    assert (folder / "train_gpt_readable.py").read_bytes() == PROGRAM
+    assert (folder / "train_gpt.py").read_bytes() == PROGRAM
+    assert sorted(p.name for p in folder.glob("*.py")) == ["train_gpt.py"]
     data = json.loads((folder / "submission.json").read_text())
-    assert data["bytes_code"] == len(packed)
-    assert data["bytes_total"] == 15820035 - 159 + len(packed)  # the artifact as shipped
-    findings = check_folder(folder)
-    assert accepted(findings) and not [f for f in findings if f.status == "WARN"]
-    lines = [f.line() for f in findings]
-    assert "PASS source: train_gpt.py (packed) runs the source embedded in 2 log(s)" in lines
-
-
-def test_new_pack_refuses_a_script_that_packing_would_grow(tmp_path, capsys):
-    logs = sorted(BASELINE.glob("train_seed*.log"))  # a 159-byte script
-    args = ["new", *map(str, logs), "--name", "P", "--author", "A", "--github-id", "a", "--pack"]
-    assert main([*args, "--records-dir", str(tmp_path)]) == 2
-    assert "packing would grow the script from 159" in capsys.readouterr().err
+    assert data["bytes_code"] == len(PROGRAM)
 
 
 def test_artifact_counts_the_packed_script_the_folder_ships(tmp_path):

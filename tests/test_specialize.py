@@ -673,13 +673,6 @@ def test_unknown_settings_are_refused(toy):
         sp.settings_for(sp.load_module(toy), {"no_such_setting": 1})
 
 
-def test_values_from_a_log_are_its_hyperparameter_dump():
-    log = 'x\nhyperparameters:{"seed": 7, "layers": 3}\nsettings: ...\n'
-    assert sp.values_from_log(log) == {"seed": 7, "layers": 3}
-    with pytest.raises(SubmissionError):
-        sp.values_from_log("no dump here")
-
-
 # -----------------------------
 # the specialised train_gpt.py
 # -----------------------------

@@ -1,8 +1,9 @@
-"""The specialised script (records/golf/specialize.py), in the packed form a record ships, runs
-exactly as the readable train_gpt.py does for the settings it was specialised to: the same log
-lines and scores, on 1 and 2 ranks, for the baseline and each leaderboard preset (training,
-quantization and every evaluation the preset uses, TTT included). Only what must differ is
-masked: timings, the `Code size` lines and the total that adds them, the log's path."""
+"""The specialised script (records/golf/specialize.py), as `records/submission.py specialize`
+writes it and a record's runs run it, runs exactly as the readable train_gpt.py does for the
+settings it was specialised to: the same log lines and scores, on 1 and 2 ranks, for the baseline
+and each leaderboard preset (training, quantization and every evaluation the preset uses, TTT
+included). Only what must differ is masked: timings, the `Code size` lines and the total that
+adds them, the log's path."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_ENV, run_train
+from conftest import TINY_ENV, run_train, specialised_script
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -45,19 +46,6 @@ def masked(stdout: str) -> list[str]:
     return out
 
 
-def specialised_script(folder: Path, env: dict, world_size: int) -> Path:
-    """The record's packed form of train_gpt.py specialised to `env` over TINY_ENV (what
-    run_train sets), in `folder` (no presets/ beside it: as in a record folder)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    settings = {
-        k: v for k, v in (TINY_ENV | env).items() if k not in ("DATA_PATH", "TOKENIZER_PATH")
-    }
-    source = sp.specialize_script(REPO / "train_gpt.py", settings, world_size=world_size)
-    script = folder / "train_gpt.py"
-    script.write_bytes(sp.counted(source))
-    return script
-
-
 def assert_same_run(ours, readable) -> None:
     assert ours.returncode == 0, ours.why()
     assert readable.returncode == 0, readable.why()
@@ -74,16 +62,12 @@ def test_the_baseline_specialised_runs_as_the_readable_on_2_ranks(tmp_path, tiny
 
 
 @pytest.fixture(scope="module", params=PRESETS)
-def preset_pair(request, tmp_path_factory, tiny_dataset, tiny_preset_run):
-    """(env, the readable run, the specialised run) of a preset at the tiny width (conftest's
-    TINY_PRESET), 2 ranks; the readable run is the session's (test_quickstart_presets' too)."""
+def preset_pair(request, tiny_preset_run, specialised_preset_run):
+    """(env, the readable run, the specialised run, its script) of a preset at the tiny width
+    (conftest's TINY_PRESET), 2 ranks; the specialised run leaves PRESET unset (its values are
+    built in), and its seed is the readable run's."""
     env, readable = tiny_preset_run(request.param)
-    root = tmp_path_factory.mktemp(request.param)
-    script = specialised_script(root / "record", env, world_size=2)
-    built_in = {k: v for k, v in env.items() if k != "PRESET"}  # (over run_train's TINY_ENV)
-    ours = run_train(
-        root / "ours", tiny_dataset, timeout=600, script=script, RUN_ID="r", **built_in
-    )
+    script, ours, _ = specialised_preset_run(request.param)
     return env, readable, ours, script
 
 
@@ -93,12 +77,14 @@ def test_each_preset_specialised_runs_as_the_readable_on_2_ranks(preset_pair):
     assert any(line.startswith("quantized_ttt_phased ") for line in ours.stdout.splitlines())
 
 
-def test_the_specialised_script_counts_its_packed_file_as_it_is(preset_pair):
-    """A specialised script runs as the packed file it ships: its `Code size (compressed)` is
-    that file's size (the record's rule, applied to itself, would count it again)."""
+def test_the_specialised_script_counts_its_packed_form(preset_pair, tmp_path):
+    """The specialised script runs readable and counts its code as its packed form: its
+    `Code size (compressed)` is the count it states, the size of what `pack` writes of it."""
     _, _, ours, script = preset_pair
     (line,) = [x for x in ours.stdout.splitlines() if x.startswith("Code size (compressed): ")]
-    assert int(line.split()[3]) == script.stat().st_size
+    text = script.read_text()
+    assert int(line.split()[3]) == sp.stated_count(text) == len(sp.counted(text))
+    assert sp.is_specialised_script(text) and '"""' in text.split("def ", 1)[1]  # docstrings
 
 
 def test_the_specialised_script_takes_no_preset_and_ships_none(preset_pair, tmp_path):

@@ -186,12 +186,52 @@ def watchdog(cl: Checklist, seconds: float) -> threading.Timer:
 # -----------------------------
 
 
-def check_settings(cl: Checklist, tg):
+class RunScriptError(Exception):
+    """--script names a file the preflight cannot stand in for: `fix` says what to do."""
+
+    def __init__(self, what: str, fix: str):
+        super().__init__(what)
+        self.fix = fix
+
+
+def script_settings(cl: Checklist, tg, script: Path, world: int):
+    """The settings `script` (one `records/submission.py specialize` wrote from this repository's
+    train_gpt.py) runs under this environment: its own from_env, so its refusals are the run's.
+    The preflight then runs the readable script's code on them: the specialised script is that
+    code with the other settings' parts removed."""
+    from records.golf import specialize
+
+    rebuild = "write it again: python records/submission.py specialize --preset NAME -o FILE"
+    try:
+        text = script.read_text(encoding="utf-8")
+    except OSError as e:
+        what = f"--script {script}: {e.strerror or e}"
+        raise RunScriptError(what, "name the script the runs will run") from None
+    if not specialize.is_specialised_script(text):
+        what = f"--script {script}: not a script `records/submission.py specialize` wrote"
+        fix = "leave --script out for the readable train_gpt.py, or " + rebuild
+        raise RunScriptError(what, fix)
+    readable = hashlib.sha256(Path(tg.__file__).read_bytes()).hexdigest()
+    if f"sha256 {readable}" not in text[:2000]:
+        what = f"--script {script} was made from another train_gpt.py than {tg.__file__}"
+        raise RunScriptError(what, rebuild + " (with this train_gpt.py)")
+    settings = specialize.load_module(script).Hyperparameters.from_env(os.environ, world)
+    cl.passed("script", f"{script}: specialised from this train_gpt.py, takes this environment")
+    return settings
+
+
+def check_settings(cl: Checklist, tg, script: Path | None = None):
     world = int(os.environ.get("WORLD_SIZE", "1"))
     try:
-        cfg = tg.Hyperparameters.from_env(os.environ, world)
-    except tg.ConfigError as e:
+        if script is None:
+            cfg = tg.Hyperparameters.from_env(os.environ, world)
+        else:  # its own refusals; then the readable script runs the same values
+            cfg = tg.Hyperparameters(**dataclasses.asdict(script_settings(cl, tg, script, world)))
+    except ValueError as e:  # (train_gpt.ConfigError, or the specialised script's own)
         cl.fail("settings", str(e), "change the variable it names (train_gpt.py --help)")
+        return None
+    except RunScriptError as e:
+        cl.fail("script", str(e), e.fix)
         return None
     preset = f"PRESET={cfg.preset}" if cfg.preset else "no PRESET"
     cl.passed("settings", f"{preset}, WORLD_SIZE={world}", preset=cfg.preset, world_size=world)
@@ -974,10 +1014,17 @@ def specialised_bytes(tg, cfg) -> int | None:
     return None
 
 
-def check_code(cl: Checklist, tg, cfg, lines: list) -> None:
+def check_code(cl: Checklist, tg, cfg, lines: list, script: Path | None = None) -> None:
     counted, what = specialised_bytes(tg, cfg), "the specialised, packed script"
     rule = "records/golf's specialiser"
-    if counted is None:  # the readable script, counted as the run's log_code_size counts it
+    if script is not None:  # (script_settings read it)
+        from records.golf.specialize import stated_count
+
+        text = script.read_text(encoding="utf-8")
+        counted, what, rule = stated_count(text), str(script), "its packed form, as it states"
+        if counted is None:  # a run that counts its source as it is (no GPTQ)
+            counted, rule = len(text.encode("utf-8")), "as it is"
+    elif counted is None:  # the readable script, counted as the run's log_code_size counts it
         what = "the readable train_gpt.py (no specialiser in records/golf)"
         code = Path(tg.__file__).read_bytes().decode("utf-8")
         if cfg.quantizer != "gptq":
@@ -1024,7 +1071,7 @@ def check_code(cl: Checklist, tg, cfg, lines: list) -> None:
 
 def run_checks(cl: Checklist, tg, args) -> None:
     skip = set(args.skip)
-    cfg = check_settings(cl, tg)
+    cfg = check_settings(cl, tg, args.script)
     if cfg is None:
         return
     rt = start_runtime(cl, tg, cfg)
@@ -1072,7 +1119,7 @@ def run_checks(cl: Checklist, tg, args) -> None:
             check(cl, tg, cfg, rt, net, data, args, lines)
     if "code" not in skip:
         with guarded(cl, "code_bytes"):
-            check_code(cl, tg, cfg, lines)
+            check_code(cl, tg, cfg, lines, args.script)
     if skip:
         cl.skip("skipped", f"--skip {','.join(sorted(skip))}", groups=sorted(skip))
     if args.verbose and cl.speak:
@@ -1114,6 +1161,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         type=float,
         default=1200.0,
         help="seconds after which the preflight stops itself, saying where (1200)",
+    )
+    p.add_argument(
+        "--script",
+        type=Path,
+        help="the script the runs will run, as `records/submission.py specialize` wrote it: its "
+        "own refusals of this environment, and its code counted as it states",
     )
     p.add_argument("--verbose", action="store_true", help="also print train_gpt.py's own lines")
     p.add_argument(

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import evidence as ev
+from .errors import SubmissionError
 from .folders import Claim, Record, claimed_score, load_record
 from .folders import track_of_folder as _track_of_folder
 from .logs import TrainLog
 from .numbers import agrees, as_number, fmt, is_number
-from .pack import pack_source, unpack
+from .pack import pack_source, record_pack_source, unpack
 from .rules import (
     ARTIFACT_LIMIT_BYTES,
     COMPLIANCE_KEYS,
@@ -45,6 +46,7 @@ from .rules import (
     severity,
 )
 from .runs import Runs, record_runs, seed_results
+from .specialize import counted, is_specialised_script
 
 
 @dataclass
@@ -255,12 +257,7 @@ def check_source(ctx: Context) -> Checks:
     runs = data if unpacked is None else unpacked  # the source the script runs
     name = script.name if unpacked is None else f"{script.name} (packed)"
     embedded = [lg for lg in ctx.logs if lg.source is not None]
-    differ = [lg for lg in embedded if lg.source not in (data, runs)]
-    if unpacked is not None and differ and all(ev.specialized(data, lg) for lg in differ):
-        what = f"{name} is the source embedded in {len(embedded)} log(s), specialised to their"
-        yield good("source", f"{what} settings (records/golf/specialize.py): its bytes count")
-        return
-    differ = [lg.name for lg in differ]
+    differ = [lg.name for lg in embedded if lg.source not in (data, runs)]
     if differ:
         what = f"{name} differs from the source embedded in {', '.join(differ)}"
         yield bad("source", what, "ship the script the logs embed")
@@ -281,6 +278,36 @@ def check_source(ctx: Context) -> Checks:
         yield bad("source", what, "ship the script that ran, unedited")
     elif sizes:
         yield good("source", f"{label} in the logs matches {name}")
+
+
+def check_counted_code(ctx: Context) -> Checks:
+    """The logs' `Code size (compressed)` is the shipped script's packed form, recomputed: a
+    specialised script's counted form (the count it states), else the record's form."""
+    data, script = ctx.record.script_bytes, ctx.record.script
+    counts = sorted({lg.compressed_code_bytes for lg in ctx.logs} - {None})
+    if not data or not counts or unpack(data) is not None:
+        return
+    text = data.decode("utf-8", "replace")
+    logged = ", ".join(map(str, counts))
+    fix = "ship the script that ran, unedited"
+    try:
+        if is_specialised_script(text):
+            what = f"{script.name}'s counted form (minified, its names shortened, brotli, base85)"
+            packed = len(counted(text))
+        else:
+            what = f"{script.name}'s record form (minified, brotli, base85)"
+            packed = len(record_pack_source(data))
+    except SubmissionError as exc:
+        if "package" in str(exc):  # python-minifier or brotli is not installed: advice only
+            what = f"the code count is not recomputed: {exc}"
+            yield bad("bytes_code", what, "pip install -r requirements.txt")
+        else:
+            yield bad("counted_code", str(exc), fix)
+        return
+    if counts == [packed]:
+        yield good("counted_code", f"the logs' `Code size (compressed)` {packed} is {what}")
+    else:
+        yield bad("counted_code", f"the logs count {logged} code bytes; {what} has {packed}", fix)
 
 
 # -----------------------------
@@ -727,6 +754,7 @@ CHECKS = (
     check_bytes_total,
     check_bytes_code,
     check_source,
+    check_counted_code,
     check_train_time,
     check_eval_time,
     check_compliance,

@@ -1,14 +1,18 @@
-"""Record submissions for the Parameter Golf challenge: scaffold, validate, test, pack.
+"""Record submissions for the Parameter Golf challenge: specialise, scaffold, validate, test, pack.
 
 None of these tools count toward the artifact; only train_gpt.py does.
 
+    python records/submission.py specialize --preset pr1855 -o specialised/pr1855/train_gpt.py
     python records/submission.py new logs/run_a.txt logs/run_b.txt logs/run_c.txt \\
-        --name "My Idea" --author "Ada" --github-id ada [--pack]
+        --name "My Idea" --author "Ada" --github-id ada
     python records/submission.py check "records/track_10min_16mb/2026-05-01_MyIdea"
     python records/submission.py stats --new records/track_10min_16mb/2026-05-01_MyIdea \\
         --old ../parameter-golf/records/track_10min_16mb/2026-04-27_PreviousRecord
-    python records/submission.py pack train_gpt.py -o packed/train_gpt.py
+    python records/submission.py pack specialised/pr1855/train_gpt.py -o /tmp/packed.py
 
+specialize  writes the script a record's runs run: train_gpt.py specialised to the run's
+       settings, readable, counting its code as its packed form. Its preflight and every seed
+       run it; `new` then ships it as the logs embed it.
 new    builds records/<track>/YYYY-MM-DD_<Name>/ from train logs: the script that ran, one
        train_seed{SEED}.log per run, submission.json computed from the logs, a README. It
        writes into this repository's records/drafts/ (git-ignored: nothing in git status)
@@ -19,7 +23,8 @@ check  says whether the challenge would accept a record folder: FAIL only for wh
        submission.json); a WARN, with its fix, otherwise.
 stats  one-sided Welch t-test of per-seed val_loss against the previous record (0.005 nats,
        p < 0.01); reads the same runs as check.
-pack   writes the self-extracting form of a script (bz2 + base85 + exec) and checks it.
+pack   writes the packed form of a script (a specialised one's counted form; else bz2 + base85
+       + exec) and checks it.
 
 Submitting a record means a pull request to the challenge repository, openai/parameter-golf
 (https://github.com/openai/parameter-golf), that adds the folder under its records/<track>/.
@@ -30,7 +35,8 @@ Exit codes: 0 = ok (accepted / significant / created and accepted / packed and v
 1 = rejected / not significant / verification failed, 2 = bad input (usage, unreadable files,
 folder exists without --force, scipy missing for stats).
 
-new, check and pack need only the standard library; stats needs scipy.
+new and check need only the standard library; specialize and pack need python-minifier and
+brotli (requirements.txt); stats needs scipy.
 """
 
 from __future__ import annotations
@@ -95,14 +101,12 @@ def cmd_new(args) -> int:
         records_dir=DRAFTS if args.records_dir is None and args.out is None else args.records_dir,
         out=args.out,
         force=args.force,
-        pack=args.pack,
-        specialize=args.specialize,
     )
     print(f"created {dest}")
     if dest.resolve().is_relative_to(DRAFTS):
         print(f"(in {DRAFTS}, which git ignores; --records-dir ../parameter-golf/records writes "
               f"into your clone of the challenge repository instead)")  # fmt: skip
-    print(code_counting(dest, args.pack))
+    print(code_counting(dest))
     print(
         f"to submit: copy {dest.name}/ into records/{TRACKS[args.track]}/ of your clone of "
         f"{CHALLENGE_REPO} and open a pull request there"
@@ -110,30 +114,19 @@ def cmd_new(args) -> int:
     return 0 if _print_check(dest, check_folder(dest), quiet=False) else 1
 
 
-def code_counting(dest: Path, packed: bool) -> str:
-    """How the new folder's code is counted, and what --pack changes."""
+def code_counting(dest: Path) -> str:
+    """How the new folder's code is counted: the logs' own count of the script they embed."""
     sub = json.loads((dest / "submission.json").read_text())
     shipped = (dest / "train_gpt.py").stat().st_size
     logs = [read_log(p) for p in sorted(dest.glob("train_seed*.log"))]
     compressed = sorted({lg.compressed_code_bytes for lg in logs} - {None})
-    form = "packed (pack: bz2 + base85; train_gpt_readable.py beside it)" if packed else "readable"
-    if not packed and (dest / "train_gpt_readable.py").is_file():
+    line = f"code: train_gpt.py is the script the logs embed ({shipped:,} bytes)"
+    if compressed:
         return (
-            f"code: train_gpt.py ships the script that ran (train_gpt_readable.py beside it) "
-            f"specialised to the logs' settings, minified and packed (brotli, base85): "
-            f"{shipped:,} bytes, which the artifact counts (bytes_code {sub['bytes_code']:,}); "
-            "--no-specialize ships the script that ran instead"
+            f"{line}; the artifact counts its packed form, {compressed[0]:,} bytes, as the logs' "
+            f"`Code size (compressed)` says (bytes_code {sub['bytes_code']:,})"
         )
-    line = f"code: train_gpt.py ships {form}, {shipped:,} bytes; bytes_code {sub['bytes_code']:,}"
-    if compressed and not packed:  # the record's rule: what the artifact counts is not the file
-        return (
-            f"{line}; the artifact counts the code as the logs' `Code size (compressed)`, "
-            f"{compressed[0]:,} bytes (minified, brotli, base85: the accepted records' rule); "
-            f"--pack would ship and count the bz2-packed file instead"
-        )
-    if not packed:
-        return f"{line}; the artifact counts these bytes; --pack ships the packed form, fewer bytes"
-    return f"{line}; the artifact counts the packed file's bytes"
+    return f"{line}; the artifact counts these bytes, as the logs' `Code size` says"
 
 
 def cmd_check(args) -> int:
@@ -196,28 +189,57 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
-def cmd_pack_specialized(args) -> int:
-    from .specialize import write_specialized
+def cmd_specialize(args) -> int:
+    from .specialize import RECORDS_OWN, stated_count, write_run_script
 
-    script, out = Path(args.script), Path(args.out)
-    if args.verify_run is not None:
-        raise SubmissionError(
-            "--verify-run runs a tiny config, which a specialised script refuses: its runs are "
-            "proved by tests/test_specialize_runs.py"
-        )
     settings = _parse_env(args.set) | ({"PRESET": args.preset} if args.preset else {})
-    size, counted = write_specialized(script, out, settings, args.log, args.world_size)
+    out = Path(args.out or f"specialised/{args.preset or 'baseline'}/train_gpt.py")
+    words = [f"--preset {args.preset}"] if args.preset else []
+    words += [f"--set {k}={v}" for k, v in _parse_env(args.set).items()]
+    words += [f"--nproc-per-node {args.nproc_per_node}", f"-o {out}"]
+    command = " ".join(["python records/submission.py specialize", *words])
+    text = write_run_script(Path(args.script), out, settings, args.nproc_per_node, command)
+    count = stated_count(text)
+    counted = f"{count:,} counted bytes (its packed form)" if count else "counted as it is"
+    print(f"wrote {out}: {len(text.splitlines()):,} lines, {len(text.encode()):,} bytes, {counted}")
+    own = RECORDS_OWN.get(args.preset or "")
+    if count and own:
+        print(f"{args.preset}'s record counts {own:,}: {count / own:.1%} of it")
+    n = args.nproc_per_node
+    print(f"check it on the pod: python tools/preflight.py --script {out} --nproc-per-node {n}")
+    print(f"then run each seed: SEED=1337 torchrun --standalone --nproc_per_node={n} {out}")
+    return 0
+
+
+def cmd_pack_specialised(script: Path, out: Path) -> int:
+    from .folders import write_bytes_atomic
+    from .pack import minify_source, unpack
+    from .shorten import shortened
+    from .specialize import counted, stated_count, without_docstring
+
+    text = script.read_text(encoding="utf-8")
+    packed = counted(text)
+    runs = minify_source(shortened(without_docstring(text)).encode(), renamed=True)
+    if unpack(packed) != runs:
+        raise SubmissionError(f"{out} would not unpack to {script}'s minified code: report this")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(out, packed)
     print(
-        f"specialised {script} -> {out}: {size:,} bytes -> {counted:,} bytes (the record's "
-        "packed form: minified, brotli, base85), the code the artifact counts"
+        f"packed {script} -> {out}: {len(text.encode()):,} -> {len(packed):,} bytes, the count "
+        f"it states ({stated_count(text):,}): minified with its names shortened, brotli, base85"
     )
+    print(f"PASS roundtrip: {out} decompresses to {script}'s minified code")
     return 0
 
 
 def cmd_pack(args) -> int:
-    if args.preset is not None or args.set or args.log is not None:
-        return cmd_pack_specialized(args)
+    from .specialize import is_specialised_script
+
     script, out = Path(args.script), Path(args.out)
+    if out.resolve() == script.resolve():
+        raise SubmissionError("-o must name a new file, not the script itself")
+    if script.is_file() and is_specialised_script(script.read_text("utf-8", errors="replace")):
+        return cmd_pack_specialised(script, out)
     res = write_packed(script, out, record=args.record)
     print(
         f"packed {script} -> {out}: {res.original:,} -> {res.packed:,} bytes, "
@@ -257,12 +279,11 @@ def _add_new(sub) -> None:
         help="scaffold a record folder from train logs",
         description="Scaffold records/<track>/YYYY-MM-DD_<Name>/ from one log per seed: our own "
         "logs/<RUN_ID>.txt (which embed the script) or console captures (then pass --script). "
-        "Writes train_gpt.py (the exact script that ran; its size must match `Code size:`), "
-        "train_seed{SEED}.log, submission.json (per-seed results, mean/std, bytes_total = max "
-        "over seeds, compliance from the logs) and README.md, atomically; then runs `check` on "
-        "it. With --pack, train_gpt.py is the packed form (see `pack`) and the readable script "
-        "is kept as train_gpt_readable.py. Exit 0 when the new folder would be accepted, 1 when "
-        "not, 2 on bad input.",
+        "Writes train_gpt.py (the exact script that ran, as the logs embed it; its size must "
+        "match `Code size:`), train_seed{SEED}.log, submission.json (per-seed results, mean/std, "
+        "bytes_code and bytes_total as the logs count them, compliance from the logs) and "
+        "README.md, atomically; then runs `check` on it. Exit 0 when the new folder would be "
+        "accepted, 1 when not, 2 on bad input.",
     )
     p.add_argument("logs", nargs="+", help="train logs, one per seed")
     p.add_argument("--name", required=True, help="submission name; names the folder too")
@@ -284,24 +305,41 @@ def _add_new(sub) -> None:
     )
     p.add_argument("--out", help="exact folder to create (overrides --records-dir/track/name)")
     p.add_argument("--force", action="store_true", help="replace the folder if it exists")
-    p.add_argument(
-        "--specialize",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="ship train_gpt.py specialised to the logs' settings in the record's packed form "
-        "(records/golf/specialize.py), the script that ran beside it as train_gpt_readable.py: "
-        "the artifact counts its bytes (default: when the logs dump their settings, as "
-        "our train_gpt.py's do, and without --pack); --no-specialize ships the script that ran",
-    )
-    p.add_argument(
-        "--pack",
-        action="store_true",
-        help="ship train_gpt.py in its packed form (bz2 + base85, the readable copy beside it): "
-        "the artifact counts the packed file's bytes; without it, the readable script's, or, "
-        "for logs that print `Code size (compressed)` (QUANTIZER=gptq), that size, as the "
-        "records count it; `new` prints which",
-    )
     p.set_defaults(func=cmd_new)
+
+
+def _add_specialize(sub) -> None:
+    p = sub.add_parser(
+        "specialize",
+        help="write the script a record's runs run, specialised to their settings",
+        description="Write OUT: SCRIPT specialised to one run's settings (a preset, --set's "
+        "values, the ranks), readable (names as written, docstrings kept, formatted by ruff when "
+        "it is installed), its docstring saying what it was made from and the command that "
+        "rebuilds it. Every setting is built in but SEED, RUN_ID, DATA_PATH and TOKENIZER_PATH; "
+        "its code counts as its packed form (`pack` writes it), which its logs' `Code size "
+        "(compressed)` line says. Run the preflight and every seed with OUT; `new` then ships it "
+        "as the logs embed it. Exit 0 when written, 2 on bad input or settings SCRIPT refuses.",
+    )
+    p.add_argument("script", nargs="?", default="train_gpt.py", help="default %(default)s")
+    p.add_argument("--preset", metavar="NAME", help="PRESET=NAME's settings")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting on top of the preset's (repeat): a shape for a smoke test, say",
+    )
+    p.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=8,
+        metavar="N",
+        help="the ranks the runs use (default %(default)s)",
+    )
+    p.add_argument(
+        "-o", "--out", help="default: specialised/<preset, or baseline>/train_gpt.py (git-ignored)"
+    )
+    p.set_defaults(func=cmd_specialize)
 
 
 def _add_check(sub) -> None:
@@ -363,12 +401,12 @@ def _add_pack(sub) -> None:
     p = sub.add_parser(
         "pack",
         help="write the self-extracting (packed) form of a script",
-        description="With --preset NAME (and --set KEY=VALUE) or --log LOG: write OUT = "
-        "SCRIPT specialised to those settings (records/golf/specialize.py: the other settings' "
-        "code removed) in the record's packed form (minified, brotli, base85), the code a "
-        "record counts; `new` does the same from the logs. Otherwise write OUT = `import "
-        "bz2,base64` + `exec(bz2.decompress(base64.b85decode("
-        '"...")))` of SCRIPT (--record: the record\'s form of the whole script). Checks that '
+        description="Write OUT, the packed form of SCRIPT. A script `specialize` wrote: its "
+        "counted form (minified with its names shortened, brotli, base85, padded to the count "
+        "it states), which the artifact counts; a record ships the readable script, so this "
+        "is for checking the count. Otherwise OUT = `import bz2,base64` + "
+        '`exec(bz2.decompress(base64.b85decode("...")))` of SCRIPT (--record: the record\'s '
+        "form of the whole script, as the readable script counts itself under GPTQ). Checks that "
         "OUT decompresses to SCRIPT byte for byte and prints the bytes saved. With "
         "--verify-run DATA_PATH --tokenizer MODEL, also runs SCRIPT and OUT under torchrun "
         "(--nproc CPU processes, a tiny model) and checks both reach the same final score "
@@ -380,27 +418,6 @@ def _add_pack(sub) -> None:
         "--record",
         action="store_true",
         help="the frontier record's form: minified (python-minifier), brotli q11, base85",
-    )
-    p.add_argument(
-        "--preset",
-        metavar="NAME",
-        help="specialise the script to PRESET=NAME's settings (with --set's) and write the "
-        "record's packed form: the code a record counts",
-    )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="specialise to this setting too (repeat); its other settings: their defaults",
-    )
-    p.add_argument(
-        "--log",
-        metavar="LOG",
-        help="specialise to a train log's settings (its hyperparameters: line)",
-    )
-    p.add_argument(
-        "--world-size", type=int, default=8, help="for --preset/--set: the ranks (default 8)"
     )
     p.add_argument("--verify-run", metavar="DATA_PATH", help="dataset folder for the run check")
     p.add_argument("--tokenizer", metavar="MODEL", help="SentencePiece model of that dataset")
@@ -419,8 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{new,check,stats,pack}")
-    for add in (_add_new, _add_check, _add_stats, _add_pack):
+    commands = "{specialize,new,check,stats,pack}"
+    sub = parser.add_subparsers(dest="command", required=True, metavar=commands)
+    for add in (_add_specialize, _add_new, _add_check, _add_stats, _add_pack):
         add(sub)
     return parser
 

@@ -158,21 +158,7 @@ def shipped_artifact(log: TrainLog, script: bytes | None) -> int | None:
     ran = unpack(script)
     if ran is not None and (ran == log.source or len(ran) == log.code_bytes):
         return log.artifact_with_code(len(script))
-    if ran is not None and specialized(script, log):  # the challenge counts the file's bytes
-        return log.artifact_with_code(len(script))
     return size
-
-
-def specialized(script: bytes, log: TrainLog) -> bool:
-    """Whether `script` is the log's embedded script specialised to the log's settings
-    (records/golf/specialize.py), recomputed here."""
-    from .specialize import is_specialization
-
-    try:
-        text = log.path.read_text(encoding="utf-8", errors="replace")
-    except (OSError, AttributeError):
-        return False
-    return is_specialization(script, log.source, text)
 
 
 def shipped_sizes(logs: list[TrainLog], script: bytes | None) -> dict[TrainLog, int]:

@@ -83,9 +83,13 @@ def minify_source(source: bytes, renamed: bool = False) -> bytes:
 def record_pack_source(source: bytes, renamed: bool = False) -> bytes:
     """The frontier record's packed file for `source` (module docstring): its counted code.
     `renamed`: locals and globals renamed too (a specialised script, records/golf/specialize.py)."""
+    return record_wrap(minify_source(source, renamed))
+
+
+def record_wrap(minified: bytes) -> bytes:
+    """The record's wrapper around brotli quality 11 of `minified`, base85."""
     brotli = _module("brotli", "the record's packing (--record)")
-    payload = base64.b85encode(brotli.compress(minify_source(source, renamed), quality=11))
-    return RECORD_HEAD + payload + RECORD_TAIL
+    return RECORD_HEAD + base64.b85encode(brotli.compress(minified, quality=11)) + RECORD_TAIL
 
 
 def compressor_sizes(source: bytes) -> dict[str, int]:

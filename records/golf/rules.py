@@ -196,6 +196,12 @@ _TABLE = (
         "the training shards (its `data_overlap:` line, from data/check_overlap.py's record)",
     ),
     Rule(
+        "counted_code",
+        True,
+        "a log's `Code size (compressed)` is its script's packed form (recomputed: the count a "
+        "specialised script states, else the record's minified, brotli form)",
+    ),
+    Rule(
         "val_in_train",
         True,
         f"no log of our train_gpt.py trained on more than {OVERLAP_SHARE:.1%} of the validation "

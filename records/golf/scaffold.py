@@ -1,12 +1,11 @@
 """`new`: build a record folder from train logs, written all at once.
 
-The folder gets, from logs of our train_gpt.py (they dump their settings), train_gpt.py
-specialised to the runs' settings in the record's packed form (records/golf/specialize.py: the
-code the artifact counts) and the script that ran as train_gpt_readable.py; from other logs,
-or with --no-specialize, the exact script that ran (recovered from a log that embeds it, or
-`--script`; with `--pack`, its bz2-packed form plus the readable copy). Then one
-`train_seed{SEED}.log` per run, a `submission.json` whose every number comes from the logs,
-and a README with the results.
+The folder gets the exact script that ran as train_gpt.py: the source the logs embed (they must
+all embed the same one), or `--script` for console captures. A record's runs run the script
+`specialize` wrote for their settings (records/golf/specialize.py), so that is what ships; the
+logs' code count (`Code size (compressed)` when they print it, else `Code size`) is what
+submission.json states. Then one `train_seed{SEED}.log` per run, a `submission.json` whose every
+number comes from the logs, and a README with the results.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from .errors import SubmissionError
 from .evidence import compliance_of, shipped_artifact
 from .folders import write_bytes_atomic
 from .logs import TrainLog, read_log
-from .pack import check_packed, unpack
 from .rules import (
     ARTIFACT_LIMIT_BYTES,
     EVAL_LIMIT_MS,
@@ -34,8 +32,7 @@ from .rules import (
     TRACKS,
     TRAIN_LIMIT_MS,
 )
-
-READABLE_NAME = "train_gpt_readable.py"  # with --pack: the source that ran, for reading
+from .specialize import is_specialised_script
 
 # -----------------------------
 # INPUTS
@@ -172,9 +169,11 @@ def build_submission(
     hardware: str | None = None,
     pytorch_version: str | None = None,
 ) -> dict:
-    """submission.json for the runs, every number computed from the logs. `code` is the script
-    as shipped: when it is not the one that ran (--pack), sizes count its bytes instead."""
+    """submission.json for the runs, every number computed from the logs; `code` is the script
+    that ran, as shipped. The code's bytes are those the logs count (its packed form's, for a
+    run that counts so), the same in every log."""
     sizes = {lg: shipped_artifact(lg, code) for lg in logs}  # by log: names may repeat
+    counts = sorted({lg.counted_code_bytes for lg in logs} - {None})
     known = {lg: size for lg, size in sizes.items() if size is not None}
     bpbs = [lg.scored.val_bpb for lg in logs]
     losses = [lg.scored.val_loss for lg in logs]
@@ -191,7 +190,7 @@ def build_submission(
         "val_bpb_std": _std(bpbs),
         "val_loss_std": _std(losses),
         "bytes_total": max(sizes.values()) if None not in sizes.values() else None,
-        "bytes_code": len(code),
+        "bytes_code": counts[-1] if counts else len(code),
         "seeds": [lg.seed for lg in logs],
         "seed_results": {str(lg.seed): _seed_result(lg, sizes[lg]) for lg in logs},
         "hardware": hardware
@@ -286,7 +285,7 @@ def reproduce_environment(lg: TrainLog) -> list[str]:
     return [f"{k}={shlex.quote(v)}" for k, _, v in (w.partition("=") for w in words)]
 
 
-def _readme_reproduce(logs: list[TrainLog], form: str) -> list[str]:
+def _readme_reproduce(logs: list[TrainLog]) -> list[str]:
     ws = next((lg.world_size for lg in logs if lg.world_size), None) or 8
     lines = ["## Reproduce", "", "```bash"]
     lines += [
@@ -297,31 +296,25 @@ def _readme_reproduce(logs: list[TrainLog], form: str) -> list[str]:
     lines += ["```", ""]
     if any(lg.settings is None for lg in logs):
         lines += ["The logs print no `settings:` line: add the variables the runs set.", ""]
-    if form == "specialised":
+    lines += [f"`{SCRIPT_NAME}` here is byte-for-byte the script that produced the logs."]
+    source = logs[0].source or b""
+    if is_specialised_script(source.decode("utf-8", "replace")):
         lines += [
-            f"`{SCRIPT_NAME}` is `{READABLE_NAME}`, byte-for-byte the script that produced the "
-            "logs, specialised to their settings (`python records/submission.py pack "
-            f"{READABLE_NAME} --log train_seed{logs[0].seed}.log -o {SCRIPT_NAME}` in the "
-            "training repository): the same runs, its other settings' code removed, minified "
-            "and packed (brotli, base85). Its settings are built in: it refuses another value "
-            "for any of them, and takes SEED, RUN_ID, DATA_PATH and TOKENIZER_PATH."
+            "It is the training repository's readable train_gpt.py specialised to these runs' "
+            "settings (its docstring names the command that rebuilt it): it takes SEED, RUN_ID, "
+            "DATA_PATH and TOKENIZER_PATH and refuses other values of its other settings. Its "
+            "code counts as its packed form (`python records/submission.py pack train_gpt.py "
+            "-o packed.py` in the training repository writes it), as its logs' `Code size "
+            "(compressed)` line says."
         ]
-    elif form == "packed":
-        lines += [
-            f"`{SCRIPT_NAME}` is the packed form (`python records/submission.py pack`) of "
-            f"`{READABLE_NAME}`, byte-for-byte the script that produced the logs."
-        ]
-    else:
-        lines += [f"`{SCRIPT_NAME}` here is byte-for-byte the script that produced the logs."]
     lines += ["Validate this folder with `python records/submission.py check <this folder>`.", ""]
     return lines
 
 
-def render_readme(sub: dict, logs: list[TrainLog], form: str = "readable") -> str:
-    """README.md with a results table for a new record folder; `form`: how train_gpt.py
-    ships (readable, packed, specialised)."""
+def render_readme(sub: dict, logs: list[TrainLog]) -> str:
+    """README.md with a results table for a new record folder."""
     parts = _readme_head(sub, logs) + _readme_results(sub, logs)
-    return "\n".join(parts + _readme_compliance(sub) + _readme_reproduce(logs, form))
+    return "\n".join(parts + _readme_compliance(sub) + _readme_reproduce(logs))
 
 
 # -----------------------------
@@ -381,32 +374,6 @@ def _destination(out, records_dir, track: str, date: str, name: str) -> Path:
     return base / TRACKS[track] / f"{date}_{slugify(name)}"
 
 
-def can_specialize(logs: list[TrainLog], code: bytes) -> bool:
-    """Logs of our train_gpt.py: each dumps its settings (`hyperparameters:{json}`)."""
-    texts = [lg.path.read_text(encoding="utf-8", errors="replace") for lg in logs]
-    return b"def from_env" in code and all("\nhyperparameters:{" in t for t in texts)
-
-
-def _scripts(
-    code: bytes, pack: bool, logs: list[TrainLog], specialize: bool | None = None
-) -> dict[str, bytes]:
-    """The script files of the folder: the script specialised to the logs' settings in the
-    record's packed form (records/golf/specialize.py), or the script, or its bz2-packed form;
-    with a readable copy of the script that ran beside a packed one."""
-    if specialize is None:
-        specialize = not pack and can_specialize(logs, code)
-    if specialize:
-        from .specialize import specialized_for_logs
-
-        texts = [lg.path.read_text(encoding="utf-8", errors="replace") for lg in logs]
-        return {SCRIPT_NAME: specialized_for_logs(code, texts), READABLE_NAME: code}
-    if not pack:
-        return {SCRIPT_NAME: code}
-    if unpack(code) is not None:
-        raise SubmissionError("--pack: the script that ran is already packed")
-    return {SCRIPT_NAME: check_packed(code), READABLE_NAME: code}
-
-
 def create_record(
     log_paths: list[str | Path],
     *,
@@ -423,20 +390,14 @@ def create_record(
     records_dir: str | Path | None = None,
     out: str | Path | None = None,
     force: bool = False,
-    pack: bool = False,
-    specialize: bool | None = None,
 ) -> Path:
     """Scaffold a record folder from train logs; returns its path (see `new --help`)."""
     date = _check_inputs(track, date)
     logs = collect_runs(log_paths, seeds)
     code = resolve_script(logs, script)
-    if pack and specialize:
-        raise SubmissionError("--pack ships the script that ran: leave out --specialize")
-    files = _scripts(code, pack, logs, specialize)
-    specialised = READABLE_NAME in files and not pack
     sub = build_submission(
         logs,
-        files[SCRIPT_NAME],
+        code,
         name=name,
         author=author,
         github_id=github_id,
@@ -446,8 +407,8 @@ def create_record(
         hardware=hardware,
         pytorch_version=pytorch_version,
     )
-    form = "specialised" if specialised else "packed" if pack else "readable"
-    files["README.md"] = render_readme(sub, logs, form).encode("utf-8")
+    files = {SCRIPT_NAME: code}
+    files["README.md"] = render_readme(sub, logs).encode("utf-8")
     files["submission.json"] = (json.dumps(sub, indent=2) + "\n").encode("utf-8")
     files.update({f"train_seed{lg.seed}.log": lg.path.read_bytes() for lg in logs})
     dest = _destination(out, records_dir, track, date, name)

@@ -15,9 +15,9 @@ environment. A record runs one configuration, so its counted code need not carry
    constants computed from files beside the script at import become literals, and so do tables
    of settings built by code (`PR2014 = PR1855 | dict(...)`, `PRESETS`), so lookups on frozen
    keys fold. The `--help` function (HELP_FUNCTION) says what the specialised script is; the
-   code-bytes function (CODE_BYTES_FUNCTION) counts the file as it is: the script runs packed
-   (the `-o` output, unpacked, is for reading: run, it counts its unpacked source); a lookup of
-   the table of defaults (DEFAULTS_TABLE) is the readable default.
+   code-bytes function (CODE_BYTES_FUNCTION) returns the size of the script's packed form
+   (`readable_specialized` finds it: the script runs readable, and counts as packed); a lookup
+   of the table of defaults (DEFAULTS_TABLE) is the readable default.
 3. The settings class. Frozen fields keep their readable default (so the `hyperparameters:` dump
    and the `settings:` line are the same) without their bounds (they cannot fail); free fields
    become the plain `dataclasses.field` their declaration (SETTING_FUNCTION) returns, with their
@@ -55,7 +55,10 @@ environment. A record runs one configuration, so its counted code need not carry
    name; a method, or a plain class attribute (a property), is kept when its name is used as an
    attribute or a string anywhere live (getattr), is a dunder, or is one a framework calls
    (forward, step, ...).
-6. The result is unparsed (`ast.unparse`), minified with the record's options, its local and
+6. The result is unparsed (`ast.unparse`), opened by a docstring that says what it was made from
+   and how to rebuild it, and formatted by ruff: the script the runs run and a record ships
+   (`write_run_script`, `records/submission.py specialize`). Its counted form is it minified
+   with the record's options, its local and
    module-level names renamed too (SPECIALIZED_MINIFY: nothing imports it or reads it), and so
    are the parameters no call names and the attributes only its plain classes use on `self`
    (records/golf/shorten.py), and
@@ -67,17 +70,16 @@ environment. A record runs one configuration, so its counted code need not carry
 
 from __future__ import annotations
 
-import argparse
 import ast
 import builtins
 import contextlib
+import copy
 import dataclasses
 import hashlib
 import importlib.util
-import json
 import shutil
+import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from .errors import SubmissionError
@@ -184,15 +186,6 @@ def resolve_values(module, env: dict, world_size: int = 8) -> dict:
     cls = settings_class(module)
     cfg = cls.from_env({"RUN_ID": "specialize", **env}, world_size)
     return dataclasses.asdict(cfg)
-
-
-def values_from_log(text: str) -> dict:
-    """The `hyperparameters:{json}` dump of a train log: every field's value in the run."""
-    for line in text.splitlines():
-        head, sep, rest = line.partition("hyperparameters:")
-        if sep and rest.startswith("{") and not head.strip(" :[]0123456789.-T"):
-            return json.loads(rest)
-    raise SubmissionError("the log has no `hyperparameters:{json}` line to specialise to")
 
 
 def settings_for(module, values: dict, free=FREE) -> Settings:
@@ -627,8 +620,8 @@ def specialized_help(settings: Settings) -> str:
     what = f"PRESET={preset}'s settings" if preset else "one run's settings"
     return (
         f"usage: [{free}] torchrun --standalone --nproc_per_node=N train_gpt.py\n"
-        f"train_gpt.py specialised to {what}; train_gpt_readable.py, which it was made from, "
-        "takes other values (its --help)"
+        f"train_gpt.py specialised to {what}; the readable train_gpt.py it was made from (its "
+        "docstring says which) takes other values (its --help)"
     )
 
 
@@ -637,7 +630,8 @@ def _rewrite_help(tree: ast.Module, settings: Settings) -> None:
         if isinstance(stmt, ast.FunctionDef) and stmt.name == HELP_FUNCTION:
             stmt.body = [ast.Return(ast.Constant(specialized_help(settings)))]
         if isinstance(stmt, ast.FunctionDef) and stmt.name == CODE_BYTES_FUNCTION:
-            code = stmt.args.args[0].arg  # its source, as read from the packed file that runs
+            # a placeholder that does not fold: readable_specialized writes the count in
+            code = stmt.args.args[0].arg
             stmt.body = ast.parse(f"return len({code}.encode('utf-8'))").body
 
 
@@ -681,29 +675,112 @@ def specialize_source(source: str, settings: Settings) -> str:
     return ast.unparse(specialize_tree(source, settings)) + "\n"
 
 
+# The first line of a specialised script's docstring: how `pack` and `check` tell it from the
+# readable script (its code is counted as `counted` packs it, not as the record's minifier does)
+SPECIALISED_MARK = "specialised by records/golf/specialize.py"
+COUNT_SENTINEL = 987_654_321  # a count while the real one is searched for (readable_specialized)
+
+
+@dataclasses.dataclass
+class Origin:
+    """What a specialised script's docstring says about where it came from."""
+
+    script: str  # the readable script's name
+    sha256: str  # of its bytes
+    command: str  # the command that rebuilds the file
+    world_size: int
+
+
+def readable_specialized(source: str, settings: Settings, origin: Origin) -> str:
+    """The script a record's runs run: `source` specialised to `settings`, readable (names as
+    written, docstrings kept, formatted by ruff when it is installed), opening with a docstring
+    that says what it was made from and how to rebuild it.
+
+    Its code-bytes function returns the size of its own packed form (`counted`). That number is
+    part of the code it counts, and brotli's output moves by tens of bytes with its digits, so a
+    count that equals its own packing rarely exists: the count is the smallest at least its
+    packing, and `counted` pads the packed form to it with blank lines (a few bytes)."""
+    tree = specialize_tree(source, settings)
+    if not any(_counts_code(stmt) for stmt in tree.body):  # (a run that counts its source)
+        return formatted(_with_count(tree, 0, settings, origin))
+    from .pack import minify_source, record_wrap
+
+    # the minified form once, with a number found nowhere else; each count only changes digits
+    marked = _with_count(tree, COUNT_SENTINEL, settings, origin)
+    minified = minify_source(shortened(without_docstring(marked)).encode(), renamed=True)
+    if minified.count(str(COUNT_SENTINEL).encode()) != 1:
+        raise SubmissionError("the code-bytes count cannot be placed: report this")
+
+    def packed_size(count: int) -> int:
+        return len(record_wrap(minified.replace(str(COUNT_SENTINEL).encode(), str(count).encode())))
+
+    first = packed_size(0) - 64  # (the smallest such count: a search of about 10 s)
+    count = next(n for n in range(first, first + 1000) if packed_size(n) <= n)
+    text = _with_count(tree, count, settings, origin)
+    if len(counted(text)) != count:  # the shortcut above must be the packing itself
+        raise SubmissionError("the packed form's size is not its count: report this")
+    return formatted(text)
+
+
+def _counts_code(stmt) -> bool:
+    return isinstance(stmt, ast.FunctionDef) and stmt.name == CODE_BYTES_FUNCTION
+
+
+def _with_count(tree: ast.Module, count: int, settings: Settings, origin: Origin) -> str:
+    tree = copy.deepcopy(tree)
+    for stmt in tree.body:
+        if _counts_code(stmt):
+            stmt.body = [ast.Return(ast.Constant(count))]  # (kept a function: 22 B fewer)
+    doc = ast.Expr(ast.Constant(_docstring(settings, origin, count)))
+    has_doc = tree.body and isinstance(tree.body[0], ast.Expr) and is_const(tree.body[0].value)
+    tree.body[: 1 if has_doc else 0] = [doc]
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
+def _docstring(settings: Settings, origin: Origin, count: int) -> str:
+    preset = settings.values.get("preset")
+    what = f"PRESET={preset}'s settings" if preset else "the settings below"
+    changed = sorted(
+        f"{k.upper()}={v}"
+        for k, v in settings.frozen.items()
+        if k != "preset" and v != settings.defaults.get(k)
+    )
+    free = ", ".join(name.upper() for name in settings.free)
+    lines = [
+        f"{origin.script} {SPECIALISED_MARK}, for {what} on {origin.world_size} ranks.",
+        "",
+        f"Made from {origin.script} (sha256 {origin.sha256}) by",
+        f"    {origin.command}",
+        "in the training repository, which rebuilds this file byte for byte (with the same Python,",
+        "python-minifier, brotli and ruff). Every setting is built in but " + free + ":",
+        "another value of one is refused, and the readable script takes it.",
+        f"Settings that differ from the readable script's defaults: {' '.join(changed) or 'none'}.",
+        "",
+        f"Counted code: {count} bytes, the size of its packed form, which",
+        f"`python records/submission.py pack {origin.script}` writes (minified, its names",
+        "shortened, brotli quality 11, base85, an exec wrapper). The logs of its runs embed this",
+        "file, and a record folder ships it as it is.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def formatted(text: str) -> str:
+    """`text` as ruff formats it at the project's width (100), or as it is without ruff."""
+    ruff = shutil.which("ruff") or shutil.which("ruff", path=str(Path(sys.executable).parent))
+    if ruff is None:
+        return text
+    done = subprocess.run(
+        [ruff, "format", "--isolated", "--line-length", "100", "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout if done.returncode == 0 else text
+
+
 # -----------------------------
 # ENTRY POINTS
 # -----------------------------
-
-
-@contextlib.contextmanager
-def _module_for_source(source: bytes, beside: Path | None):
-    """Import `source` (the script that ran, from a log), with `beside`'s presets/ next to it
-    when it reads files beside itself; they stay there while the module is in use."""
-    tmp = Path(tempfile.mkdtemp(prefix="specialize-"))
-    try:
-        (tmp / "train_gpt.py").write_bytes(source)
-        if beside is not None and (beside / "presets").is_dir():
-            shutil.copytree(beside / "presets", tmp / "presets")
-        yield load_module(tmp / "train_gpt.py")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-UNPACKED_NOTE = (
-    "# The specialised source, unpacked for reading. A record ships its packed form (pack, or\n"
-    "# records/golf/specialize.py's counted()); run unpacked, `Code size` counts this file.\n"
-)
 
 
 def specialize_script(script: Path, env: dict | None = None, values: dict | None = None,
@@ -716,80 +793,78 @@ def specialize_script(script: Path, env: dict | None = None, values: dict | None
     return specialize_source(script.read_text(encoding="utf-8"), settings_for(module, values))
 
 
-def frozen_of_logs(log_texts: list[str]) -> dict:
-    """The settings the logs ran, every field's value; refused when they differ beyond FREE."""
-    values = [values_from_log(text) for text in log_texts]
-    frozen = [{k: v for k, v in d.items() if k not in FREE} for d in values]
-    for other in frozen[1:]:
-        differ = sorted(k.upper() for k in frozen[0].keys() | other.keys()
-                        if frozen[0].get(k) != other.get(k))  # fmt: skip
-        if differ:
-            raise SubmissionError(
-                f"the logs ran different settings ({', '.join(differ)}): one record is one "
-                "configuration, its seeds aside"
-            )
-    return values[0]
-
-
-_SPECIALISED: dict = {}  # (source sha256, frozen settings) -> the packed specialised script
-
-
-def specialized_for_logs(source: bytes, log_texts: list[str]) -> bytes:
-    """The record's packed form of `source` (the script the logs embed) specialised to the
-    settings the logs ran (the same for every log, its seed and paths aside)."""
-    values = frozen_of_logs(log_texts)
-    frozen = {k: v for k, v in values.items() if k not in FREE}
-    key = (hashlib.sha256(source).hexdigest(), json.dumps(frozen, sort_keys=True))
-    if key not in _SPECIALISED:
-        repo = Path(__file__).resolve().parents[2]
-        with _module_for_source(source, repo) as module:
-            text = specialize_source(source.decode("utf-8"), settings_for(module, values))
-        _SPECIALISED[key] = counted(text)
-    return _SPECIALISED[key]
-
-
-def is_specialization(script: bytes, source: bytes | None, log_text: str) -> bool:
-    """Whether `script` is exactly what `specialized_for_logs` makes of `source` for the log:
-    the same tools (this Python's ast.unparse, python-minifier, brotli) recompute it. False when
-    they cannot (no `hyperparameters:` dump, not our script, a missing package)."""
-    if not source or b"def from_env" not in source or "hyperparameters:{" not in log_text:
-        return False
-    try:
-        return specialized_for_logs(source, [log_text]) == script
-    except Exception:  # (another version's script, a package missing: not confirmed)
-        return False
-
-
-def write_specialized(script: Path, out: Path, settings: dict, log: str | None = None,
-                      world_size: int = 8) -> tuple[int, int]:  # fmt: skip
-    """`pack --preset/--set/--log`: write `script` specialised, in the record's packed form, to
-    `out` (atomically); (the script's bytes, the packed file's bytes)."""
+def write_run_script(
+    script: Path, out: Path, settings: dict, world_size: int = 8, command: str = ""
+) -> str:
+    """`specialize`: write the script a record's runs run, `script` specialised to `settings`
+    (readable_specialized), to `out`, atomically; returns its text."""
     from .folders import write_bytes_atomic
 
     try:
         source = script.read_bytes()
-        values = None if log is None else frozen_of_logs([Path(log).read_text(errors="replace")])
     except OSError as exc:
-        raise SubmissionError(f"cannot read {exc.filename}: {exc.strerror}") from None
+        raise SubmissionError(f"cannot read {script}: {exc.strerror or exc}") from None
+    if is_specialised_script(source.decode("utf-8", "replace")):
+        raise SubmissionError(f"{script} is already specialised: give the readable train_gpt.py")
     if out.resolve() == script.resolve():
         raise SubmissionError("-o must name a new file, not the script itself")
+    module = load_module(script)
     try:
-        text = specialize_script(script, settings, values, world_size)
+        values = resolve_values(module, settings, world_size)
     except (ValueError, TypeError) as exc:  # the script's own refusal of the settings
         raise SubmissionError(f"{script} refuses these settings: {exc}") from None
-    packed = counted(text)
+    origin = Origin(script.name, hashlib.sha256(source).hexdigest(), command, world_size)
+    text = readable_specialized(source.decode("utf-8"), settings_for(module, values), origin)
     compile(text, str(out), "exec")
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(out, packed)
-    return len(source), len(packed)
+    write_bytes_atomic(out, text.encode("utf-8"))
+    return text
 
 
 def counted(source: str) -> bytes:
     """The record's packed file of a specialised source, its names renamed (parameters and
-    attributes too where that is safe: records/golf/shorten.py): what the artifact counts."""
+    attributes too where that is safe: records/golf/shorten.py): what the artifact counts.
+    Without its module docstring (the minifier drops it, and its words must not keep a name
+    from shortening), so the count depends on the code alone, not on its layout. A script that
+    states its count (`readable_specialized`) is padded to it with blank lines."""
     from .pack import record_pack_source
 
-    return record_pack_source(shortened(source).encode("utf-8"), renamed=True)
+    packed = record_pack_source(shortened(without_docstring(source)).encode(), renamed=True)
+    stated = stated_count(source)
+    if stated is None:
+        return packed
+    if len(packed) > stated:
+        raise SubmissionError(
+            f"the script says its code counts {stated} bytes, but its packed form has "
+            f"{len(packed)}: it was edited after it was specialised; rebuild it with the "
+            "command its docstring names"
+        )
+    return packed + b"\n" * (stated - len(packed))
+
+
+def stated_count(source: str) -> int | None:
+    """The count a specialised script's code-bytes function returns, if it returns a number."""
+    for stmt in ast.parse(source).body:
+        if _counts_code(stmt) and len(stmt.body) == 1 and isinstance(stmt.body[0], ast.Return):
+            value = stmt.body[0].value
+            if isinstance(value, ast.Constant) and type(value.value) is int:
+                return value.value
+    return None
+
+
+def without_docstring(source: str) -> str:
+    tree = ast.parse(source)
+    if ast.get_docstring(tree, clean=False) is not None:
+        del tree.body[0]
+    return ast.unparse(tree)
+
+
+def is_specialised_script(text: str) -> bool:
+    """Whether `text` is a specialised script (`readable_specialized`'s docstring says so)."""
+    with contextlib.suppress(SyntaxError, ValueError):
+        doc = ast.get_docstring(ast.parse(text), clean=False) or ""
+        return SPECIALISED_MARK in doc.split("\n", 1)[0]
+    return False
 
 
 # -----------------------------
@@ -840,47 +915,3 @@ def regions(source: str, top: int = 12) -> list[tuple[int, str]]:
         rest = ast.Module([s for j, s in enumerate(tree.body) if j != i], [])
         out.append((whole - len(counted(ast.unparse(rest))), name(tree.body[i])))
     return sorted(out, reverse=True)[:top]
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m records.golf.specialize",
-        description="Write train_gpt.py specialised to one run's settings (module docstring), "
-        "or print the counted-code table of benchmarks/RESULTS.md (--table).",
-    )
-    p.add_argument("script", nargs="?", default="train_gpt.py", help="default %(default)s")
-    p.add_argument("--preset", default="", help="a preset's settings (PRESET=NAME)")
-    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="a setting")
-    p.add_argument("--world-size", type=int, default=8, help="default %(default)s")
-    p.add_argument("-o", "--out", help="write the specialised source here (readable, unpacked)")
-    p.add_argument("--table", action="store_true", help="print the counted-code table")
-    p.add_argument(
-        "--regions",
-        action="store_true",
-        help="print the definitions of the specialised script that cost the most counted bytes",
-    )
-    args = p.parse_args(argv)
-    script = Path(args.script)
-    try:
-        if args.table:
-            print(table(script))
-            return 0
-        env = dict(kv.split("=", 1) for kv in args.env)
-        if args.preset:
-            env["PRESET"] = args.preset
-        source = specialize_script(script, env, world_size=args.world_size)
-        if args.regions:
-            for saved, what in regions(source):
-                print(f"{saved:7,} B  {what}")
-        if args.out:
-            Path(args.out).write_text(UNPACKED_NOTE + source, encoding="utf-8")
-        print(f"specialised {script}: {len(source.encode()):,} bytes of source, "
-              f"{len(counted(source)):,} counted (the record's packed form)")  # fmt: skip
-    except SubmissionError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
