@@ -297,7 +297,7 @@ def test_script_is_checked_by_its_own_refusals_and_counted_as_it_states(
     from records.golf.specialize import stated_count
 
     script, _, env = specialised_preset_run("pr1855")
-    for name in list(env) + ["PRESET"]:
+    for name in [*env, "PRESET"]:
         monkeypatch.delenv(name, raising=False)
     cl = pf.Checklist(speak=False)
     settings = pf.script_settings(cl, tg, script, 2)
@@ -309,7 +309,7 @@ def test_script_is_checked_by_its_own_refusals_and_counted_as_it_states(
     assert numbers["code_bytes.code_bytes"] == stated_count(script.read_text())
     assert numbers["code_bytes.script"] == str(script)
     monkeypatch.setenv("NUM_LAYERS", "3")
-    with pytest.raises(ValueError, match="NUM_LAYERS=3: this script is specialised to"):
+    with pytest.raises(ValueError, match=r"NUM_LAYERS=3: this script is specialised to"):
         pf.script_settings(cl, tg, script, 2)
     plain = tmp_path / "plain.py"
     plain.write_text("x = 1\n")
@@ -317,5 +317,5 @@ def test_script_is_checked_by_its_own_refusals_and_counted_as_it_states(
         pf.script_settings(cl, tg, plain, 2)
     edited = tmp_path / "other.py"
     edited.write_text(script.read_text().replace("(sha256 ", "(sha256 0", 1))
-    with pytest.raises(pf.RunScriptError, match="another train_gpt.py"):
+    with pytest.raises(pf.RunScriptError, match=r"another train_gpt\.py"):
         pf.script_settings(cl, tg, edited, 2)
