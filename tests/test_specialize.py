@@ -265,6 +265,26 @@ def test_a_parameter_every_call_passes_the_same_constant_becomes_it_and_leaves_t
     assert "Box(3)" in out and "Box(4)" in out
 
 
+def test_a_parameter_a_nested_scope_binds_again_is_left_alone():
+    """`k` inside the lambda is the lambda's own: folding outer's k into it changed the result
+    (15 before, 6 after, when the fold ignored parameters of nested scopes)."""
+    source = textwrap.dedent("""
+        def outer(x, k=2):
+            g = lambda k: k * x
+            def h(k):
+                return k + x
+            return g(5) + h(1) + k
+
+        result = outer(3)
+    """)
+    out = constant_arguments(source)
+    before, after = {}, {}
+    exec(compile(source, "<before>", "exec"), before)
+    exec(compile(out, "<after>", "exec"), after)
+    assert after["result"] == before["result"] == 3 * 5 + (1 + 3) + 2
+    assert "def outer(k=2):" in out and "lambda k: k * 3" in out and "def h(k):" in out
+
+
 def test_a_parameter_no_one_reads_goes_when_every_call_passes_something_pure():
     out = constant_arguments("""
         def f(cfg, x):
@@ -704,7 +724,7 @@ def test_the_specialised_script_says_what_it_is_on_help(pr2135_script):
     assert out.returncode == 0, out.stderr
     assert "specialised to PRESET=pr2135's settings" in out.stdout
     assert "DATA_PATH=... TOKENIZER_PATH=... RUN_ID=... SEED=..." in out.stdout
-    assert "train_gpt_readable.py" in out.stdout
+    assert "the readable train_gpt.py it was made from" in out.stdout
 
 
 # Each refusal as `python script` meets it: the script imported once, then per case a fork whose

@@ -879,7 +879,10 @@ def constant_arguments(tree: ast.Module) -> None:
         for param, default, index in params:
             passed = [_passed(c, param, default, index) for c in calls]
             names = [n for n in walk(body) if isinstance(n, ast.Name) and n.id == param.arg]
+            # sound only while every read of the name is the parameter: no store, and no nested
+            # scope (a lambda's or function's parameter, a def, an import, ...) binding it again
             rebound = any(not isinstance(n.ctx, ast.Load) for n in names)
+            rebound |= param.arg in _bound_in(body)
             if MISSING in passed or rebound:
                 continue
             constant = _one_constant(passed)
@@ -890,6 +893,24 @@ def constant_arguments(tree: ast.Module) -> None:
                 dropped.add(param.arg)
         if dropped:
             _drop_parameters(fn, skip, calls, dropped)
+
+
+def _bound_in(body: ast.AST) -> set[str]:
+    """Every name a node under `body` binds other than by a plain store: parameters of nested
+    functions and lambdas, defs and classes, imports, except-clause names, global/nonlocal."""
+    out = set()
+    for n in walk(body):
+        if isinstance(n, ast.arg):
+            out.add(n.arg)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+        elif isinstance(n, ast.alias):
+            out.add((n.asname or n.name).split(".")[0])
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            out.add(n.name)
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            out.update(n.names)
+    return out
 
 
 def _drop_parameters(fn, skip: int, calls: list, dropped: set) -> None:
