@@ -316,6 +316,6 @@ def test_script_is_checked_by_its_own_refusals_and_counted_as_it_states(
     with pytest.raises(pf.RunScriptError, match="not a script"):
         pf.script_settings(cl, tg, plain, 2)
     edited = tmp_path / "other.py"
-    edited.write_text(script.read_text().replace("(sha256 ", "(sha256 0", 1))
+    edited.write_text(script.read_text().replace("sha256: ", "sha256: 0", 1))
     with pytest.raises(pf.RunScriptError, match=r"another train_gpt\.py"):
         pf.script_settings(cl, tg, edited, 2)

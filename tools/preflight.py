@@ -212,7 +212,7 @@ def script_settings(cl: Checklist, tg, script: Path, world: int):
         fix = "leave --script out for the readable train_gpt.py, or " + rebuild
         raise RunScriptError(what, fix)
     readable = hashlib.sha256(Path(tg.__file__).read_bytes()).hexdigest()
-    if f"sha256 {readable}" not in text[:2000]:
+    if f"sha256: {readable})" not in text[:3000]:  # (its docstring names it)
         what = f"--script {script} was made from another train_gpt.py than {tg.__file__}"
         raise RunScriptError(what, rebuild + " (with this train_gpt.py)")
     settings = specialize.load_module(script).Hyperparameters.from_env(os.environ, world)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import evidence as ev
-from .errors import SubmissionError
+from .errors import MissingPackage, SubmissionError
 from .folders import Claim, Record, claimed_score, load_record
 from .folders import track_of_folder as _track_of_folder
 from .logs import TrainLog
@@ -297,12 +297,11 @@ def check_counted_code(ctx: Context) -> Checks:
         else:
             what = f"{script.name}'s record form (minified, brotli, base85)"
             packed = len(record_pack_source(data))
-    except SubmissionError as exc:
-        if "package" in str(exc):  # python-minifier or brotli is not installed: advice only
-            what = f"the code count is not recomputed: {exc}"
-            yield bad("bytes_code", what, "pip install -r requirements.txt")
-        else:
-            yield bad("counted_code", str(exc), fix)
+    except MissingPackage as exc:  # python-minifier or brotli is not installed: advice only
+        yield bad("bytes_code", f"the code count is not recomputed: {exc}", "pip install them")
+        return
+    except SubmissionError as exc:  # a stated count its packing exceeds: an edited script
+        yield bad("counted_code", str(exc), fix)
         return
     if counts == [packed]:
         yield good("counted_code", f"the logs' `Code size (compressed)` {packed} is {what}")

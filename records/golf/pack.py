@@ -31,7 +31,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SubmissionError
+from .errors import MissingPackage, SubmissionError
 from .folders import write_bytes_atomic
 from .logs import Evaluation, parse_log
 from .rules import ARTIFACT_LIMIT_BYTES
@@ -67,7 +67,7 @@ def _module(name: str, purpose: str):
     try:
         return __import__(name)
     except ImportError:
-        raise SubmissionError(
+        raise MissingPackage(
             f"{purpose} needs the {name} package (pip install -r requirements.txt)"
         ) from None
 

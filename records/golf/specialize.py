@@ -80,6 +80,7 @@ import importlib.util
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from .errors import SubmissionError
@@ -702,7 +703,7 @@ def readable_specialized(source: str, settings: Settings, origin: Origin) -> str
     packing, and `counted` pads the packed form to it with blank lines (a few bytes)."""
     tree = specialize_tree(source, settings)
     if not any(_counts_code(stmt) for stmt in tree.body):  # (a run that counts its source)
-        return formatted(_with_count(tree, 0, settings, origin))
+        return formatted(_with_count(tree, None, settings, origin))
     from .pack import minify_source, record_wrap
 
     # the minified form once, with a number found nowhere else; each count only changes digits
@@ -726,7 +727,7 @@ def _counts_code(stmt) -> bool:
     return isinstance(stmt, ast.FunctionDef) and stmt.name == CODE_BYTES_FUNCTION
 
 
-def _with_count(tree: ast.Module, count: int, settings: Settings, origin: Origin) -> str:
+def _with_count(tree: ast.Module, count: int | None, settings: Settings, origin: Origin) -> str:
     tree = copy.deepcopy(tree)
     for stmt in tree.body:
         if _counts_code(stmt):
@@ -737,7 +738,7 @@ def _with_count(tree: ast.Module, count: int, settings: Settings, origin: Origin
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
-def _docstring(settings: Settings, origin: Origin, count: int) -> str:
+def _docstring(settings: Settings, origin: Origin, count: int | None) -> str:
     preset = settings.values.get("preset")
     what = f"PRESET={preset}'s settings" if preset else "the settings below"
     changed = sorted(
@@ -749,18 +750,30 @@ def _docstring(settings: Settings, origin: Origin, count: int) -> str:
     lines = [
         f"{origin.script} {SPECIALISED_MARK}, for {what} on {origin.world_size} ranks.",
         "",
-        f"Made from {origin.script} (sha256 {origin.sha256}) by",
+        f"Made from {origin.script} by",
         f"    {origin.command}",
+        f"({origin.script}'s sha256: {origin.sha256})",
         "in the training repository, which rebuilds this file byte for byte (with the same Python,",
         "python-minifier, brotli and ruff). Every setting is built in but " + free + ":",
         "another value of one is refused, and the readable script takes it.",
-        f"Settings that differ from the readable script's defaults: {' '.join(changed) or 'none'}.",
+        *textwrap.wrap(
+            "Settings that differ from the readable script's defaults: "
+            + (" ".join(changed) or "none")
+            + ".",
+            width=96,
+            break_on_hyphens=False,
+        ),
         "",
-        f"Counted code: {count} bytes, the size of its packed form, which",
-        f"`python records/submission.py pack {origin.script}` writes (minified, its names",
-        "shortened, brotli quality 11, base85, an exec wrapper). The logs of its runs embed this",
-        "file, and a record folder ships it as it is.",
     ]
+    if count is None:  # (no GPTQ: the baseline's rule)
+        lines.append("Counted code: this file's bytes, as they are (its logs' `Code size`).")
+    else:
+        lines += [
+            f"Counted code: {count} bytes, the size of its packed form, which",
+            f"`python records/submission.py pack {origin.script}` writes (minified, its names",
+            "shortened, brotli quality 11, base85, an exec wrapper).",
+        ]
+    lines.append("The logs of its runs embed this file, and a record folder ships it as it is.")
     return "\n".join(lines) + "\n"
 
 
