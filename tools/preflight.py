@@ -1215,7 +1215,8 @@ def launch(args, argv: list[str]) -> int:
                 raise OSError("not written by this run")
             found = json.loads(Path(report).read_text())
         except (OSError, ValueError):
-            print(f"NO-GO: the preflight ended without a verdict (torchrun exit code {code})")
+            # (on a line of its own: a rank ended mid-line, its output straight on the terminal)
+            print(f"\nNO-GO: the preflight ended without a verdict (torchrun exit code {code})")
             return code or 1
     print(f"\npreflight, {args.nproc_per_node} ranks: {found['verdict']}")
     for check in found["checks"]:

@@ -872,6 +872,14 @@ def without_docstring(source: str) -> str:
     return ast.unparse(tree)
 
 
+def counts_its_code(text: str) -> bool:
+    """Whether `text` is a script of ours that counts its own code (it defines the code-bytes
+    function, CODE_BYTES_FUNCTION): the readable train_gpt.py or one specialised from it."""
+    with contextlib.suppress(SyntaxError, ValueError):
+        return any(_counts_code(stmt) for stmt in ast.parse(text).body)
+    return False
+
+
 def is_specialised_script(text: str) -> bool:
     """Whether `text` is a specialised script (`readable_specialized`'s docstring says so)."""
     with contextlib.suppress(SyntaxError, ValueError):
