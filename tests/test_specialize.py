@@ -665,6 +665,105 @@ def test_what_code_out_of_sight_could_set_is_left_alone():
 
 
 # -----------------------------
+# what the specialiser must not fold (each a hole found in it)
+# -----------------------------
+
+
+def toy_plus(tmp_path: Path, definitions: str, printed: str) -> Path:
+    """TOY with `definitions` at module level and `printed` printed after main()."""
+    source = TOY.replace(
+        'if __name__ == "__main__":', textwrap.dedent(definitions) + '\nif __name__ == "__main__":'
+    )
+    path = tmp_path / "plus.py"
+    path.write_text(source.replace("    main()\n", f"    main()\n    print({printed})\n"))
+    (tmp_path / "fixed.json").write_text('{"OLD_KNOB": [["0"], "gone"]}')
+    return path
+
+
+def readable_and_specialised(tmp_path: Path, toy: Path, env: dict, **values) -> tuple[str, str]:
+    """What `toy` prints, and what its specialisation (made here) prints, both run with `env`."""
+    script = write(tmp_path, specialised(toy, **values))
+    readable, ours = run(toy, env), run(script, env)
+    assert readable.returncode == 0, readable.stderr
+    assert ours.returncode == 0, ours.stderr
+    return readable.stdout, ours.stdout
+
+
+def test_a_table_built_from_the_environment_is_not_the_packing_machine_s(tmp_path, monkeypatch):
+    """`dict(os.environ)` was inlined as the machine that specialised it saw it, secrets and all."""
+    monkeypatch.setenv("TOY_TOKEN", "secret-of-the-packer")
+    toy = toy_plus(tmp_path, "ENVIRONMENT = dict(os.environ)\n", 'ENVIRONMENT.get("TOY_TOKEN")')
+    source = specialised(toy)
+    assert "secret-of-the-packer" not in source and "ENVIRONMENT = dict(os.environ)" in source
+    readable, ours = readable_and_specialised(tmp_path, toy, {"TOY_TOKEN": "the-pod-s"})
+    assert ours == readable and readable.split()[-1] == "the-pod-s"
+
+
+def test_a_table_of_literals_and_other_such_tables_still_folds(tmp_path):
+    toy = toy_plus(
+        tmp_path,
+        """
+        BASE = dict(MODE="fancy", LAYERS="3")
+        WIDER = BASE | dict(LAYERS="4")
+        TABLES = {"base": BASE, "wider": WIDER}
+        """,
+        'TABLES["wider"]["LAYERS"]',
+    )
+    source = specialised(toy)
+    assert "TABLES" not in source and "print('4')" in source
+
+
+@pytest.mark.parametrize(
+    "definitions, printed, refusal",
+    [
+        (  # the hole: `cfg.layers` in Model folded to the run's 2, where this cfg has 3
+            "def wider(cfg):\n    return dataclasses.replace(cfg, layers=cfg.layers + 1)\n",
+            "Model(wider(Hyperparameters.from_env())).forward()",
+            "replaces a frozen setting",
+        ),
+        (
+            "def knobs():\n    cfg = json.loads('{\"layers\": 9}')\n    return cfg['layers']\n",
+            "knobs()",
+            "binds cfg to something else",
+        ),
+        (
+            "def count(cfg: dict):\n    return len(cfg)\n",
+            "count({})",
+            "takes a cfg of type dict",
+        ),
+        (
+            "class Other:\n    def __init__(self):\n        self.cfg = {'layers': 5}\n",
+            "Other().cfg",
+            "binds self.cfg to something else",
+        ),
+        (
+            "",
+            "Model(Hyperparameters(layers=4)).forward()",
+            "builds a Hyperparameters of its own",
+        ),
+    ],
+)
+def test_a_cfg_that_may_not_be_the_run_s_settings_is_refused(
+    tmp_path, definitions, printed, refusal
+):
+    """ConfigReads takes every `cfg` for the run's settings: where the script could give a `cfg`
+    other values, specialising stops and names the line."""
+    toy = toy_plus(tmp_path, definitions, printed)
+    with pytest.raises(SubmissionError, match=f"line \\d+: {refusal}; .*: rename that cfg"):
+        specialised(toy)
+
+
+def test_a_cfg_changed_only_in_free_settings_is_still_the_run_s(tmp_path):
+    toy = toy_plus(
+        tmp_path,
+        "def reseeded(cfg):\n    return dataclasses.replace(cfg, seed=cfg.seed + 1)\n",
+        "Model(reseeded(Hyperparameters.from_env())).forward()",
+    )
+    readable, ours = readable_and_specialised(tmp_path, toy, {"LAYERS": "3"}, layers=3)
+    assert ours == readable and readable.split()[-1] == "3"
+
+
+# -----------------------------
 # refusals of the generated from_env
 # -----------------------------
 

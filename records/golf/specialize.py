@@ -292,15 +292,51 @@ def file_constants(module) -> dict:
 
 def built_dicts(tree: ast.Module, module) -> dict:
     """Tables of settings built by code (`PR2014 = PR1855 | dict(...)`, a table of such dicts):
-    as literals, their lookups on constant keys fold and the tables go when unused."""
-    out = {}
+    as literals, their lookups on constant keys fold and the tables go when unused.
+
+    Sound only where every machine builds the same table: its expression is made of literals,
+    `dict(...)` of them, `|` and names of such tables bound once before it (`_built_of_literals`).
+    A table built from anything else (`dict(os.environ)`: the packing machine's environment,
+    secrets included) stays the code that builds it."""
+    bound: dict[str, int] = {}
     for stmt in tree.body:
-        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, (ast.Call, ast.BinOp, ast.Dict)):
-            for name in bound_names(stmt):
-                value = getattr(module, name, None)
-                if isinstance(value, dict) and value and literal(value) and _settings_table(value):
-                    out[name] = value
+        for name in bound_names(stmt):
+            bound[name] = bound.get(name, 0) + 1
+    out, known = {}, set()
+    if "dict" in bound:  # (dict(...) is not the builtin)
+        return out
+    for stmt in tree.body:
+        names = bound_names(stmt)
+        if not (isinstance(stmt, ast.Assign) and len(names) == 1 and bound[names[0]] == 1):
+            continue
+        if not _built_of_literals(stmt.value, known):
+            continue
+        known.add(names[0])
+        value = getattr(module, names[0], None)
+        if isinstance(value, dict) and value and literal(value) and _settings_table(value):
+            out[names[0]] = value
     return out
+
+
+def _built_of_literals(node, known: set) -> bool:
+    """An expression of literals, `dict(...)` of them, `|` and names in `known` (tables of the
+    same kind): what it builds is the same on any machine."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id in known
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _built_of_literals(node.left, known) and _built_of_literals(node.right, known)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(_built_of_literals(e, known) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        parts = [*node.values, *(k for k in node.keys if k is not None)]
+        return None not in node.keys and all(_built_of_literals(p, known) for p in parts)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
+        parts = [*node.args, *(k.value for k in node.keywords)]
+        named = all(k.arg is not None for k in node.keywords)  # (no **mapping)
+        return named and all(_built_of_literals(p, known) for p in parts)
+    return False
 
 
 def _settings_table(table: dict) -> bool:
@@ -361,6 +397,253 @@ class ConfigReads(ast.NodeTransformer):
             if default is not dataclasses.MISSING and literal(default):
                 return node_of(default)
         return node
+
+
+SETTINGS_NAME = "cfg"  # the name (and attribute) ConfigReads takes for the run's settings
+
+
+def check_settings_names(tree: ast.Module, settings: Settings) -> None:
+    """Refuse a script where ConfigReads' premise may not hold: that every `cfg` name and `.cfg`
+    attribute is the run's settings, one instance with the frozen values. It holds when, outside
+    the settings class,
+
+    - no code builds an instance (`Cls(...)`), and no `replace` of one (`dataclasses.replace`,
+      `copy.replace`) or `setattr` changes a frozen field;
+    - every binding of `cfg` (assignment, loop, `with`, walrus, lambda) and every store of `.cfg`
+      is of a settings expression: `cfg`, `<anything>.cfg`, `Cls.from_env(...)`, a `replace` of
+      one changing only free fields, or a call of a module function every return of which gives
+      one there (`cfg, rt = configure()`);
+    - a parameter named `cfg` is annotated with the class or not at all, and each call this
+      module makes of its function (by its name, its class's or `super().__init__` for
+      `__init__`, an attribute of a method's name) passes it a settings expression.
+
+    Calls made through values (functools.partial, a thread's target) are not followed: a
+    function taking `cfg` is called through one only with what its direct callers pass.
+    """
+    problems = SettingsNames(tree, settings).problems()
+    if problems:
+        line, what = problems[0]
+        raise SubmissionError(
+            f"cannot specialise: line {line}: {what}; the specialiser takes every "
+            f"`{SETTINGS_NAME}` for the run's {settings.cls_name}: rename that {SETTINGS_NAME}, or "
+            "give it the run's settings"
+        )
+
+
+def _all_args(args: ast.arguments) -> list[ast.arg]:
+    rest = [a for a in (args.vararg, args.kwarg) if a is not None]
+    return [*args.posonlyargs, *args.args, *args.kwonlyargs, *rest]
+
+
+def _is_replace(call: ast.Call) -> bool:
+    """dataclasses.replace(...), copy.replace(...) or a `replace` imported from them."""
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        module = isinstance(func.value, ast.Name) and func.value.id in ("dataclasses", "copy")
+        return func.attr == "replace" and module
+    return isinstance(func, ast.Name) and func.id == "replace"
+
+
+def _is_super_init(call: ast.Call) -> bool:
+    func = call.func
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "__init__"
+        and isinstance(func.value, ast.Call)
+        and isinstance(func.value.func, ast.Name)
+        and func.value.func.id == "super"
+    )
+
+
+def _cfg_positions(fn, skip: int) -> set[int]:
+    positional = [*fn.args.posonlyargs, *fn.args.args][skip:]
+    return {i for i, arg in enumerate(positional) if arg.arg == SETTINGS_NAME}
+
+
+NEW_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _returns(fn) -> list[ast.expr | None]:
+    """What `fn`'s return statements return (not those of functions defined inside it)."""
+    out, todo = [], list(fn.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Return):
+            out.append(node.value)
+        elif not isinstance(node, NEW_SCOPES):
+            todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+class SettingsNames:
+    """check_settings_names' reading of a module: its functions, their `cfg` parameters."""
+
+    def __init__(self, tree: ast.Module, settings: Settings):
+        self.tree, self.cls_name, self.frozen = tree, settings.cls_name, set(settings.frozen)
+        self.functions = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef)}
+        self.classes = {s.name: s for s in tree.body if isinstance(s, ast.ClassDef)}
+        # (how it is called: "name", "attr", "init" for super().__init__; its name) -> where
+        # the function takes cfg among the arguments a call passes
+        self.takers: dict[tuple[str, str], set[int]] = {}
+        for fn in self.functions.values():
+            self._take(("name", fn.name), _cfg_positions(fn, 0))
+        for cls in self.classes.values():
+            for fn in (f for f in cls.body if isinstance(f, ast.FunctionDef)):
+                static = any(ast.unparse(d) == "staticmethod" for d in fn.decorator_list)
+                positions = _cfg_positions(fn, 0 if static else 1)
+                if fn.name == "__init__":
+                    self._take(("name", cls.name), positions)
+                    self._take(("init", cls.name), positions)
+                else:
+                    self._take(("attr", fn.name), positions)
+
+    def _take(self, key, positions: set[int]) -> None:
+        if positions:
+            self.takers.setdefault(key, set()).update(positions)
+
+    def problems(self) -> list[tuple[int, str]]:
+        inside = self.classes.get(self.cls_name)
+        skipped = {id(n) for n in walk(inside)} if inside is not None else set()
+        out = []
+        for cls in self.classes.values():
+            if cls.name != self.cls_name:
+                out += self._super_init_problems(cls)
+        for node in walk(self.tree):
+            if id(node) not in skipped:
+                out += [(getattr(node, "lineno", 0), what) for what in self._node_problems(node)]
+        return sorted(out)
+
+    def _node_problems(self, node) -> list[str]:
+        out = []
+        if isinstance(node, ast.Call):
+            out += self._call_problems(node, self.takers.get(self._callee_key(node), ()))
+            if self._callee_key(node) == ("name", self.cls_name):
+                out.append(f"builds a {self.cls_name} of its own")
+        for target, value, index in self._bindings(node):
+            if not self._gives_settings(value, index):
+                out.append(f"binds {ast.unparse(target)} to something else")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for arg in _all_args(node.args):
+                annotation = arg.annotation
+                named = annotation is None or ast.unparse(annotation).strip("'\"") == self.cls_name
+                if arg.arg == SETTINGS_NAME and not named:
+                    out.append(f"takes a cfg of type {ast.unparse(annotation)}")
+        return out
+
+    def _super_init_problems(self, cls: ast.ClassDef) -> list[tuple[int, str]]:
+        positions = set()
+        for base in cls.bases:
+            if isinstance(base, ast.Name):
+                positions |= self.takers.get(("init", base.id), set())
+        calls = [n for n in walk(cls) if isinstance(n, ast.Call) and _is_super_init(n)]
+        return [(c.lineno, what) for c in calls for what in self._call_problems(c, positions)]
+
+    def _callee_key(self, call: ast.Call) -> tuple[str, str] | None:
+        if isinstance(call.func, ast.Name):
+            return ("name", call.func.id)
+        if isinstance(call.func, ast.Attribute) and not _is_super_init(call):
+            return ("attr", call.func.attr)
+        return None
+
+    def settings_expression(self, node) -> bool:
+        """`cfg`, `x.cfg`, `Cls.from_env(...)`, or a replace of one changing only free fields."""
+        if isinstance(node, ast.Name):
+            return node.id == SETTINGS_NAME
+        if isinstance(node, ast.Attribute):
+            return node.attr == SETTINGS_NAME
+        if not isinstance(node, ast.Call):
+            return False
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == SETTINGS_CLASS_METHOD:
+            return isinstance(func.value, ast.Name) and func.value.id in (self.cls_name, "cls")
+        if _is_replace(node) and node.args:
+            return not self._changes_frozen(node) and self.settings_expression(node.args[0])
+        return False
+
+    def _changes_frozen(self, replace: ast.Call) -> bool:
+        changed = {k.arg for k in replace.keywords}
+        return None in changed or bool(changed & self.frozen)
+
+    def _gives_settings(self, value, index: int | None = None) -> bool:
+        """`value` (the element `index` of it) is a settings expression, or a call of a module
+        function every return of which gives one there."""
+        if value is None:
+            return False
+        if index is not None:
+            if isinstance(value, (ast.Tuple, ast.List)):
+                return index < len(value.elts) and self._gives_settings(value.elts[index])
+            if not isinstance(value, ast.Call):
+                return False
+        elif self.settings_expression(value):
+            return True
+        named = isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+        fn = self.functions.get(value.func.id) if named else None
+        if fn is None:
+            return False
+        returns = _returns(fn)
+        return bool(returns) and all(self._gives_settings(r, index) for r in returns)
+
+    def _call_problems(self, call: ast.Call, positions) -> list[str]:
+        """A replace or setattr of a frozen field; a `cfg` argument not a settings expression."""
+        out = []
+        if _is_replace(call) and self._changes_frozen(call):
+            out.append("replaces a frozen setting")
+        setter = isinstance(call.func, ast.Name) and call.func.id == "setattr"
+        setter |= isinstance(call.func, ast.Attribute) and call.func.attr == "__setattr__"
+        if setter and call.args and self.settings_expression(call.args[0]):
+            out.append("sets a field of the settings")
+        passed = [k.value for k in call.keywords if k.arg == SETTINGS_NAME]
+        for index in positions:
+            if any(isinstance(a, ast.Starred) for a in call.args[: index + 1]):
+                out.append("passes *args where a function takes cfg")
+            elif index < len(call.args):
+                passed.append(call.args[index])
+        bad = [p for p in passed if not self._gives_settings(p)]
+        return out + [f"passes {ast.unparse(p)} as cfg" for p in bad]
+
+    def _bindings(self, node) -> list[tuple[ast.expr, ast.expr | None, int | None]]:
+        """(target, value, index) for each binding of the name `cfg` or store of `.cfg` that
+        `node` makes: the value that gives it (None where no expression does: a loop, an except
+        clause), and which element of it when a call's result is unpacked."""
+        if isinstance(node, ast.Assign):
+            return [pair for target in node.targets for pair in _paired(target, node.value)]
+        if isinstance(node, (ast.AnnAssign, ast.NamedExpr)):
+            return _paired(node.target, node.value)
+        unknown = None
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension, ast.AugAssign)):
+            unknown = node.target
+        elif isinstance(node, ast.withitem):
+            unknown = node.optional_vars
+        if unknown is not None:
+            return _paired(unknown, None)
+        names = []
+        if isinstance(node, ast.Lambda):
+            names = [a.arg for a in _all_args(node.args)]
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names = [node.name]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.asname or a.name.split(".")[0] for a in node.names]
+        return [(ast.Name(n), None, None) for n in names if n == SETTINGS_NAME]
+
+
+def _paired(target, value) -> list[tuple[ast.expr, ast.expr | None, int | None]]:
+    """The `cfg` targets among `target`, with the value that gives each (SettingsNames._bindings):
+    a tuple's element where a tuple is unpacked, a call's result and the index unpacked from it."""
+    if isinstance(target, ast.Starred):
+        return _paired(target.value, None)
+    if not isinstance(target, (ast.Tuple, ast.List)):
+        is_name = isinstance(target, ast.Name) and target.id == SETTINGS_NAME
+        is_attr = isinstance(target, ast.Attribute) and target.attr == SETTINGS_NAME
+        return [(target, value, None)] if is_name or is_attr else []
+    out = []
+    for i, element in enumerate(target.elts):
+        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+            out += _paired(element, value.elts[i])
+        elif isinstance(value, ast.Call) and not isinstance(element, (ast.Tuple, ast.List)):
+            out += [(t, value, i) for t, _, _ in _paired(element, value)]
+        else:
+            out += _paired(element, None)
+    return out
 
 
 # -----------------------------
@@ -642,6 +925,7 @@ def specialize_tree(source: str, settings: Settings) -> ast.Module:
         isinstance(s, ast.ImportFrom) and s.module == "__future__" and
         any(a.name == "annotations" for a in s.names) for s in tree.body
     )  # fmt: skip
+    check_settings_names(tree, settings)
     if futures:
         _strip_annotations(tree)
     _inline_file_constants(tree, settings.file_constants)
