@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -336,6 +338,23 @@ def test_a_getattr_by_a_computed_name_of_another_object_turns_the_renaming_off()
     """
     assert short_attributes(textwrap.dedent(source)) == textwrap.dedent(source)
     assert run(short_attributes(textwrap.dedent(source))) == 2
+
+
+@pytest.mark.parametrize(
+    "persisting",
+    [
+        "result = sorted(Box().__dict__)",  # the hole: ['a'] after the renaming
+        "import pickle\nsave = lambda box, file: pickle.dump(box, file)\nresult = 1",
+        "import torch\nload = lambda path: torch.load(path, weights_only=False)\nresult = 1",
+        "class Kept(Box):\n    def __getstate__(self):\n        return {}\nresult = 1",
+    ],
+)
+def test_attributes_kept_by_their_names_as_data_keep_their_names(persisting):
+    """An instance's `__dict__`, or a pickle of it (a checkpoint another form of the script
+    loads), holds its attributes' names: renaming them changes what is read or loaded."""
+    source = "class Box:\n    def __init__(self):\n        self.width = 2\n" + persisting + "\n"
+    assert short_attributes(source) == source
+    assert run(source)  # (a source that runs)
 
 
 def test_a_class_defined_in_a_function_counts_as_having_a_library_base_when_it_has_a_base():

@@ -669,9 +669,9 @@ def test_what_code_out_of_sight_could_set_is_left_alone():
 # -----------------------------
 
 
-def toy_plus(tmp_path: Path, definitions: str, printed: str) -> Path:
-    """TOY with `definitions` at module level and `printed` printed after main()."""
-    source = TOY.replace(
+def toy_plus(tmp_path: Path, definitions: str, printed: str, source: str = TOY) -> Path:
+    """TOY (or `source`) with `definitions` at module level and `printed` printed after main()."""
+    source = source.replace(
         'if __name__ == "__main__":', textwrap.dedent(definitions) + '\nif __name__ == "__main__":'
     )
     path = tmp_path / "plus.py"
@@ -711,6 +711,48 @@ def test_a_table_of_literals_and_other_such_tables_still_folds(tmp_path):
     )
     source = specialised(toy)
     assert "TABLES" not in source and "print('4')" in source
+
+
+def test_a_property_reading_the_machine_is_computed_by_the_run(tmp_path, monkeypatch):
+    """A property of the settings was evaluated where the script was specialised: one reading the
+    environment (or a file, the clock) gave the packing machine's value to every run."""
+    monkeypatch.setenv("TOY_REGION", "the-packer-s")
+    region = '    region = property(lambda self: os.environ.get("TOY_REGION", "none"))\n'
+    toy = toy_plus(
+        tmp_path,
+        "def region():\n    cfg = Hyperparameters.from_env()\n    return cfg.region\n",
+        "region()",
+        TOY.replace("    width = property(", region + "    width = property("),
+    )
+    source = specialised(toy)
+    assert "the-packer-s" not in source and "cfg.region" in source
+    assert "cfg.width" not in source  # (a property of the fields alone still folds)
+    readable, ours = readable_and_specialised(tmp_path, toy, {"TOY_REGION": "the-pod-s"})
+    assert ours == readable and readable.split()[-1] == "the-pod-s"
+
+
+def test_a_method_a_library_base_calls_is_kept(tmp_path):
+    """A method only a library calls (logging.Handler's emit) was pruned unless its name was in a
+    hand-kept list: the handler then raised NotImplementedError inside logging."""
+    toy = toy_plus(
+        tmp_path,
+        """
+        import logging
+
+        class Collect(logging.Handler):
+            def emit(self, record):
+                print("emitted", record.getMessage())
+
+        def warn():
+            logger = logging.getLogger("toy")
+            logger.addHandler(Collect())
+            logger.warning("hello")
+            return "warned"
+        """,
+        "warn()",
+    )
+    readable, ours = readable_and_specialised(tmp_path, toy, {})
+    assert ours == readable and "emitted hello" in readable
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,10 @@ another's set). An attribute qualifies when every use of its name as an attribut
 string, field, or binding in another class's body names it; methods and class constants called
 or read that way are renamed with it. The new names are the shortest the source uses nowhere.
 Any getattr (setattr, ..., vars) by a computed name of an object other than `self` or a module
-turns the step off: it could read any instance's attribute.
+turns the step off: it could read any instance's attribute. So does anything that reads or
+writes an instance's attributes by their names as data (PERSISTED): `__dict__`, pickling (its
+modules, `__getstate__`/`__reduce__` and the like, `torch.load(..., weights_only=False)`): a
+file written by the readable form would not load into the renamed one, nor the other way.
 """
 
 from __future__ import annotations
@@ -47,6 +50,11 @@ INSTANTIATIONS = (("attr", "__init__"), ("name", "cls"), ("attr", "__class__"), 
 SILENT_BASES = frozenset({"contextlib.AbstractContextManager"})
 # attribute access by a computed name
 DYNAMIC_ACCESS = frozenset({"getattr", "setattr", "hasattr", "delattr", "vars"})
+# what keeps attributes by their names as data: an instance's dict, and pickling
+PERSISTED_ATTRIBUTES = frozenset(
+    {"__dict__", "__getstate__", "__setstate__", "__reduce__", "__reduce_ex__", "__getnewargs__"}
+)
+PICKLING_MODULES = frozenset({"pickle", "copyreg", "shelve", "dill", "cloudpickle", "joblib"})
 
 
 def shortened(source: str) -> str:
@@ -171,7 +179,7 @@ def _make_positional(args: ast.arguments, named: set[str]) -> None:
 def short_attributes(source: str) -> str:
     """`source` with the attributes only plain classes use on `self` renamed (module docstring)."""
     tree = ast.parse(source)
-    if _reads_attributes_by_computed_names(tree):
+    if _reads_attributes_by_computed_names(tree) or _persists_attributes(tree):
         return source
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
     plain = _plain_classes(tree, classes)
@@ -238,6 +246,28 @@ def _reads_attributes_by_computed_names(tree: ast.Module) -> bool:
         while isinstance(root, ast.Attribute):
             root = root.value
         if not (isinstance(root, ast.Name) and root.id in modules):
+            return True
+    return False
+
+
+def _persists_attributes(tree: ast.Module) -> bool:
+    """Reads or writes attributes by their names as data (module docstring: PERSISTED)."""
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute) and n.attr in PERSISTED_ATTRIBUTES:
+            return True
+        if (
+            isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.name in PERSISTED_ATTRIBUTES
+        ):
+            return True
+        if isinstance(n, ast.Import) and any(
+            a.name.split(".")[0] in PICKLING_MODULES for a in n.names
+        ):
+            return True
+        if isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] in PICKLING_MODULES:
+            return True
+        unsafe_load = isinstance(n, ast.keyword) and n.arg == "weights_only"
+        if unsafe_load and not (isinstance(n.value, ast.Constant) and n.value.value is True):
             return True
     return False
 

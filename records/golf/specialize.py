@@ -11,10 +11,14 @@ environment. A record runs one configuration, so its counted code need not carry
    and evaluation-only runs included, is the record's run and nothing else.
 2. Config reads. `cfg.x`, `self.cfg.x`, `model.cfg.x`, ... (any `cfg` name or `.cfg` attribute)
    and `self.x` inside the settings class become constants for frozen fields, and so do the
-   class's properties whose value does not depend on the free fields (`cfg.window`). Module
+   class's properties whose value does not depend on the free fields (`cfg.window`) and whose
+   getter only computes (`pure_properties`: no file, environment or clock is read here for the
+   run). That every `cfg` is the run's settings is checked, not assumed
+   (`check_settings_names`: no other instance is built, every `cfg` bound or passed is one);
+   where it may not hold the specialiser stops and names the line. Module
    constants computed from files beside the script at import become literals, and so do tables
-   of settings built by code (`PR2014 = PR1855 | dict(...)`, `PRESETS`), so lookups on frozen
-   keys fold. The `--help` function (HELP_FUNCTION) says what the specialised script is; the
+   of settings built by code of literals alone (`PR2014 = PR1855 | dict(...)`, `PRESETS`; not
+   `dict(os.environ)`), so lookups on frozen keys fold. The `--help` function (HELP_FUNCTION) says what the specialised script is; the
    code-bytes function (CODE_BYTES_FUNCTION) returns the size of the script's packed form
    (`readable_specialized` finds it: the script runs readable, and counts as packed); a lookup
    of the table of defaults (DEFAULTS_TABLE) is the readable default.
@@ -53,8 +57,9 @@ environment. A record runs one configuration, so its counted code need not carry
 5. Reachability, to a fixpoint: from the module's statements that are not definitions (the
    `if __name__ == "__main__"` block), every function, class, constant and import referenced by
    name; a method, or a plain class attribute (a property), is kept when its name is used as an
-   attribute or a string anywhere live (getattr), is a dunder, or is one a framework calls
-   (forward, step, ...).
+   attribute or a string anywhere live (getattr), is a dunder, overrides a member of a library
+   ancestor (nn.Module's forward, logging.Handler's emit: Settings.inherited), or is one that
+   duck-typed library code calls (PROTOCOL_METHODS: contextlib.closing's close).
 6. The result is unparsed (`ast.unparse`), opened by a docstring that says what it was made from
    and how to rebuild it, and formatted by ruff: the script the runs run and a record ships
    (`write_run_script`, `records/submission.py specialize`). Its counted form is it minified
@@ -124,11 +129,10 @@ CODE_BYTES_FUNCTION = "counted_code_bytes"
 # The module's table of every field's readable default ({f.name: f.default for f in FIELDS}): the
 # specialised settings class keeps those defaults, so a lookup of a constant key folds to it
 DEFAULTS_TABLE = "DEFAULTS"
-# Methods that frameworks call by protocol (nn.Module, optimizers, threads, context managers).
-PROTOCOL_METHODS = frozenset(
-    {"forward", "step", "zero_grad", "close", "run", "state_dict", "load_state_dict",
-     "extra_repr", "reset_parameters", "train", "eval"}
-)  # fmt: skip
+# Methods that code not ours calls on objects that need not inherit from it (duck typing:
+# contextlib.closing's close, a thread target's run); a method overriding one of a base class
+# not ours (nn.Module's forward, an optimizer's step) is kept by Settings.inherited
+PROTOCOL_METHODS = frozenset({"close", "run", "forward", "step", "state_dict", "load_state_dict"})
 # The records' own counted code (their logs' `Code size (compressed)`), for the table.
 RECORDS_OWN = {"pr1855": 31_999, "pr2014": 38_134, "pr2135": 37_155}
 
@@ -176,6 +180,9 @@ class Settings:
     # The fixed variables' table the script refuses by (name -> (accepted values, why)), as
     # name -> accepted values: a specialised script's refusal names the value, not the reason
     fixed_table: dict | None = None
+    # module class -> the names its bases not of the module define (inherited_members): a
+    # method of such a name overrides what that code calls, so it is kept
+    inherited: dict = dataclasses.field(default_factory=dict)
 
     @property
     def frozen(self) -> dict:
@@ -200,8 +207,9 @@ def settings_for(module, values: dict, free=FREE) -> Settings:
     values = dataclasses.asdict(cfg)
     other = dataclasses.replace(cfg, **_other_free_values(cfg, free))
     properties = {}
+    pure = pure_properties(ast.parse(Path(module.__file__).read_text()), cls.__name__, module)
     for name, attr in vars(cls).items():
-        if isinstance(attr, property):
+        if isinstance(attr, property) and name in pure:
             with contextlib.suppress(Exception):
                 value = getattr(cfg, name)
                 if literal(value) and value == getattr(other, name):
@@ -216,7 +224,87 @@ def settings_for(module, values: dict, free=FREE) -> Settings:
         file_calls(module),
         tuple(free),
         fixed_table=_fixed_table(getattr(module, "FIXED_VARIABLES", None)),
+        inherited=inherited_members(module),
     )
+
+
+def inherited_members(module) -> dict[str, frozenset]:
+    """For each class of `module`, the member names of its ancestors defined elsewhere (a
+    library's: nn.Module's forward, json.JSONEncoder's default): the code there calls them."""
+    out = {}
+    for name, cls in vars(module).items():
+        if isinstance(cls, type) and cls.__module__ == module.__name__:
+            outside = [b for b in cls.__mro__[1:] if b.__module__ != module.__name__]
+            out[name] = frozenset(m for base in outside for m in vars(base))
+    return out
+
+
+# What a property may call and still be evaluated here (settings_for): functions of their
+# arguments alone, the same on every machine
+PURE_CALLS = frozenset(
+    {"int", "float", "str", "bool", "len", "max", "min", "abs", "round", "repr", "sorted",
+     "tuple", "list", "dict", "set", "frozenset", "zip", "range", "enumerate", "any", "all",
+     "sum", "map", "filter", "reversed", "isinstance", "os.path.join", "contextlib.suppress"}
+)  # fmt: skip
+PURE_METHODS = frozenset(  # of strings, lists, tuples and dicts: they read their object alone
+    {"startswith", "endswith", "upper", "lower", "strip", "lstrip", "rstrip", "replace", "split",
+     "rsplit", "join", "format", "partition", "count", "index", "get", "keys", "values", "items"}
+)  # fmt: skip
+PURE_MODULES = frozenset({"math"})  # their attributes are constants (math.inf)
+
+
+def pure_properties(tree: ast.Module, cls_name: str, module) -> set[str]:
+    """The properties of the settings class whose getter only computes from `self`'s fields,
+    literal module constants and PURE_CALLS (no files, no environment, no clock): evaluated
+    once here they are what the run computes; the others stay code."""
+    cls = next((s for s in tree.body if isinstance(s, ast.ClassDef) and s.name == cls_name), None)
+    out = set()
+    for stmt in cls.body if cls is not None else ():
+        getter = None
+        if isinstance(stmt, ast.FunctionDef) and "property" in map(
+            ast.unparse, stmt.decorator_list
+        ):
+            getter = stmt
+        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            value = stmt.value
+            is_property = isinstance(value, ast.Call) and ast.unparse(value.func) == "property"
+            if is_property and len(value.args) == 1 and isinstance(value.args[0], ast.Lambda):
+                getter = value.args[0]
+        if getter is not None and _pure_getter(getter, module):
+            out.add(stmt.name if isinstance(stmt, ast.FunctionDef) else stmt.targets[0].id)
+    return out
+
+
+def _pure_getter(getter, module) -> bool:
+    local = {a.arg for a in _all_args(getter.args)}
+    for node in walk(getter):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            local.add(node.id)
+    calls = [n for n in walk(getter) if isinstance(n, ast.Call)]
+    allowed = set()  # the function parts of the calls above: not reads of their own
+    for call in calls:
+        name = ast.unparse(call.func)
+        on_self = name == "getattr" and call.args and ast.unparse(call.args[0]) == "self"
+        if (name in PURE_CALLS and name != "getattr") or on_self:
+            allowed.update(id(n) for n in walk(call.func))
+        elif not (
+            isinstance(call.func, ast.Attribute)
+            and call.func.attr in PURE_METHODS
+            and ast.unparse(call.func.value) != "self"  # (the class's own: any code)
+        ):
+            return False  # (a method of those: its object is read below)
+    for node in walk(getter):
+        if id(node) in allowed:
+            continue
+        if isinstance(node, (ast.Global, ast.Nonlocal, ast.Yield, ast.YieldFrom, ast.Await)):
+            return False
+        if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+            return False
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local:
+            value = getattr(module, node.id, None)
+            if not (literal(value) or getattr(value, "__name__", None) in PURE_MODULES):
+                return False
+    return True
 
 
 def _fixed_table(table) -> dict | None:
@@ -758,24 +846,25 @@ def _member_name(stmt) -> str | None:
     return stmt.targets[0].id if plain and isinstance(stmt.targets[0], ast.Name) else None
 
 
-def _method_live(member, uses: Uses) -> bool:
+def _method_live(member, uses: Uses, inherited: frozenset) -> bool:
     name = _member_name(member)
     return (
         (name.startswith("__") and name.endswith("__"))
         or name in PROTOCOL_METHODS
+        or name in inherited
         or (name in uses.attrs)
     )
 
 
-def _scan_class_shell(cls, uses: Uses) -> list:
+def _scan_class_shell(cls, uses: Uses, inherited: frozenset) -> list:
     """Scan what a live class always keeps; return its methods and plain class attributes, each
-    to be kept when its name is used."""
+    with the names its library ancestors define, to be kept when its name is used or is one."""
     for part in (*cls.bases, *cls.keywords, *cls.decorator_list):
         uses.scan(part)
     members = []
     for stmt in cls.body:
         if _member_name(stmt) is not None:
-            members.append(stmt)
+            members.append((stmt, inherited))
         else:
             uses.scan(stmt)
     return members
@@ -787,8 +876,10 @@ def _is_import_block(stmt) -> bool:
     )
 
 
-def prune_unreachable(tree: ast.Module) -> None:
-    """Definitions, methods and imports no live code uses go (to a fixpoint)."""
+def prune_unreachable(tree: ast.Module, inherited: dict | None = None) -> None:
+    """Definitions, methods and imports no live code uses go (to a fixpoint); a method whose
+    name a library ancestor of its class defines (`inherited`: Settings.inherited) stays."""
+    inherited = inherited or {}
     uses = Uses()
     defs: dict[str, list] = {}
     for stmt in tree.body:
@@ -811,11 +902,12 @@ def prune_unreachable(tree: ast.Module) -> None:
                 done.add(id(stmt))
                 progress = True
                 if isinstance(stmt, ast.ClassDef):
-                    pending += _scan_class_shell(stmt, uses)
+                    own = inherited.get(stmt.name, frozenset())
+                    pending += _scan_class_shell(stmt, uses, own)
                 else:
                     uses.scan(stmt)
-        for fn in pending:
-            if id(fn) not in live_methods and _method_live(fn, uses):
+        for fn, own in pending:
+            if id(fn) not in live_methods and _method_live(fn, uses, own):
                 live_methods.add(id(fn))
                 uses.scan(fn)
                 progress = True
@@ -949,7 +1041,7 @@ def specialize_tree(source: str, settings: Settings) -> ast.Module:
         known_attributes(tree)
         idle_hooks(tree)
         unraised_exceptions(tree)
-        prune_unreachable(tree)
+        prune_unreachable(tree, settings.inherited)
         if ast.dump(tree) == before:
             break
     return ast.fix_missing_locations(tree)
