@@ -20,6 +20,7 @@ import pytest
 
 from records.golf import logs as logmod
 from records.golf.check import check_folder
+from records.golf.errors import SubmissionError
 from records.golf.stats import val_losses_from
 
 SCRIPT = b'"""A stand-in train_gpt.py for the corpus (never run)."""\nprint("seed", 1)\n'
@@ -305,6 +306,39 @@ def test_duplicated_log_is_counted_once_by_check_and_stats(tmp_path):
     ]
     values, _ = val_losses_from(str(folder))
     assert sorted(values) == sorted(float(loss) for _, loss in RUNS.values())  # three, not four
+
+
+def rerun_of_seed_42() -> str:
+    """Another run of seed 42, trained longer and scoring otherwise: a rerun, not a copy."""
+    worse = "final_int8_zlib_roundtrip val_loss:2.0800 val_bpb:1.2290 eval_time:1375ms\n"
+    worse += "final_int8_zlib_roundtrip_exact val_loss:2.08000000 val_bpb:1.22900000"
+    return run_log(42, train_ms=599_990, scored=worse)
+
+
+def test_a_rerun_of_a_seed_is_not_a_fourth_run_where_seed_results_names_the_reported_one(tmp_path):
+    logs = {f"train_seed{s}.log": run_log(s) for s in RUNS}
+    logs["train_seed42_rerun.log"] = rerun_of_seed_42()
+    folder = make_record(tmp_path, logs=logs, sub=full_json())
+    ok, found = verdict(folder)
+    assert ok, found
+    assert found["WARN"] == [
+        "WARN log_files: train_seed42_rerun.log and train_seed42.log are both seed 42: "
+        "train_seed42.log is the run seed_results names, counted; train_seed42_rerun.log is not; "
+        "fix: move train_seed42_rerun.log out of the record folder"
+    ]
+    values, source = val_losses_from(str(folder))
+    assert sorted(values) == sorted(float(loss) for _, loss in RUNS.values())  # three, not four
+    assert "1 set aside as in `check`" in source
+
+
+def test_stats_refuses_a_seed_with_two_runs_seed_results_does_not_tell_apart(tmp_path):
+    logs = {f"train_seed{s}.log": run_log(s) for s in RUNS}
+    logs["train_seed42_rerun.log"] = rerun_of_seed_42()
+    folder = make_record(tmp_path, logs=logs, sub=full_json(seed_results=None, val_bpb=None))
+    found = verdict(folder)[1]
+    assert any("both counted here, and stats refuses the folder" in w for w in found["WARN"])
+    with pytest.raises(SubmissionError, match="both seed 42 .* stats counts one value per seed"):
+        val_losses_from(str(folder))
 
 
 def test_script_renamed_whose_size_is_the_logged_code_size(tmp_path):

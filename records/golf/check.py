@@ -328,8 +328,17 @@ def check_logs(ctx: Context) -> Checks:
         what = f"{copy.name} repeats the run in {kept.name}; counted once"
         yield bad("log_files", what, f"delete {copy.name}")
     for lg, other in runs.conflicts:
-        what = f"{lg.name} and {other.name} are both seed {lg.seed} with different results"
+        what = (
+            f"{lg.name} and {other.name} are both seed {lg.seed} with different results, and "
+            f"seed_results names neither alone: both counted here, and stats refuses the folder"
+        )
         yield bad("log_files", what, "keep one log per seed")
+    for dropped, kept in runs.replaced:
+        what = (
+            f"{dropped.name} and {kept.name} are both seed {kept.seed}: {kept.name} is the run "
+            f"seed_results names, counted; {dropped.name} is not"
+        )
+        yield bad("log_files", what, f"move {dropped.name} out of the record folder")
     for lg, run in runs.rescores:
         yield good("log_files", f"{lg.name} re-scores the run of {run.name} (seed {run.seed})")
     for lg, why in runs.side:

@@ -6,6 +6,7 @@ None of these tools count toward the artifact; only train_gpt.py does.
     python records/submission.py new logs/run_a.txt logs/run_b.txt logs/run_c.txt \\
         --name "My Idea" --author "Ada" --github-id ada
     python records/submission.py check "records/track_10min_16mb/2026-05-01_MyIdea"
+    python records/submission.py previous ../parameter-golf/records
     python records/submission.py stats --new records/track_10min_16mb/2026-05-01_MyIdea \\
         --old ../parameter-golf/records/track_10min_16mb/2026-04-27_PreviousRecord
     python records/submission.py pack specialised/pr1855/train_gpt.py -o /tmp/packed.py
@@ -21,6 +22,8 @@ check  says whether the challenge would accept a record folder: FAIL only for wh
        rule (no code, a score no log backs, artifact > 16,000,000 bytes, training or scored
        evaluation over 600 s, a CPU or fewer than 8 GPUs on the 10-minute track, no readable
        submission.json); a WARN, with its fix, otherwise.
+previous  prints the folder of the leaderboard row to beat in a clone of the challenge: the
+       best claimed val_bpb among its record folders (not drafts, not support folders).
 stats  one-sided Welch t-test of per-seed val_loss against the previous record (0.005 nats,
        p < 0.01); reads the same runs as check.
 pack   writes the packed form of a script (a specialised one's counted form; else bz2 + base85
@@ -51,7 +54,9 @@ from .errors import SubmissionError
 from .folders import record_folder
 from .logs import read_log
 from .pack import TINY_RUN_ENV, compressor_sizes, verify_runs, write_packed
-from .rules import ALPHA, MARGIN_NATS, TRACKS, rules_help
+from .previous import describe as describe_leaderboard
+from .previous import read_leaderboard
+from .rules import ALPHA, JSON_NAME, MARGIN_NATS, TRACKS, rules_help
 from .scaffold import create_record
 from .stats import describe, gather, one_sample_test, report_ttest, require_scipy, welch_test
 
@@ -136,6 +141,19 @@ def cmd_check(args) -> int:
         for folder in folders
     ]
     return 0 if all(results) else 1
+
+
+def cmd_previous(args) -> int:
+    board = read_leaderboard(Path(args.records_dir), args.track)
+    if board.best is None:
+        raise SubmissionError(
+            f"{board.track_dir}: no record folder (a {JSON_NAME} claiming a val_bpb, and train "
+            "logs) on the challenge's branch; pull the clone (git -C ../parameter-golf pull)"
+        )
+    for line in describe_leaderboard(board):
+        print(line, file=sys.stderr)
+    print(board.best[0])
+    return 0
 
 
 def _stats_inputs(args) -> bool:
@@ -397,6 +415,29 @@ def _add_stats(sub) -> None:
     p.set_defaults(func=cmd_stats)
 
 
+def _add_previous(sub) -> None:
+    p = sub.add_parser(
+        "previous",
+        help="the folder of the leaderboard row to beat (for stats --old)",
+        description="Print the folder of the record a new one must beat: among the track's "
+        "folders of a clone of the challenge, those on its own branch (origin/HEAD; drafts "
+        "written into the clone are not) with a submission.json claiming a val_bpb and train "
+        "logs behind it, the best (lowest) claimed val_bpb. What was set aside, and why, goes "
+        "to stderr; the folder alone to stdout, for previous=$(...). Exit 0 with a folder, 2 "
+        "when there is none.",
+    )
+    p.add_argument(
+        "records_dir",
+        nargs="?",
+        default="../parameter-golf/records",
+        help="your clone's records/ folder (default %(default)s)",
+    )
+    p.add_argument(
+        "--track", choices=sorted(TRACKS), default="10min_16mb", help="default %(default)s"
+    )
+    p.set_defaults(func=cmd_previous)
+
+
 def _add_pack(sub) -> None:
     p = sub.add_parser(
         "pack",
@@ -436,9 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = "{specialize,new,check,stats,pack}"
+    commands = "{specialize,new,check,previous,stats,pack}"
     sub = parser.add_subparsers(dest="command", required=True, metavar=commands)
-    for add in (_add_specialize, _add_new, _add_check, _add_stats, _add_pack):
+    for add in (_add_specialize, _add_new, _add_check, _add_previous, _add_stats, _add_pack):
         add(sub)
     return parser
 

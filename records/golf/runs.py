@@ -58,6 +58,8 @@ class Runs:
     unscored: list[TrainLog] = field(default_factory=list)  # no final evaluation
     duplicates: list[tuple[TrainLog, TrainLog]] = field(default_factory=list)  # (copy, kept)
     conflicts: list[tuple[TrainLog, TrainLog]] = field(default_factory=list)  # one seed, 2 runs
+    # (not counted, counted): two runs of a seed, of which seed_results names one's score
+    replaced: list[tuple[TrainLog, TrainLog]] = field(default_factory=list)
     rescores: list[tuple[TrainLog, TrainLog]] = field(default_factory=list)  # (log, its run)
     reseeded: list[tuple[TrainLog, int]] = field(default_factory=list)  # (log, seed it prints)
     unlisted: list[TrainLog] = field(default_factory=list)  # seeds the JSON does not list
@@ -117,9 +119,27 @@ def select_runs(logs: list[TrainLog], sub: dict, claim: float | None = None) -> 
     _rest_claim(runs, options, claim)
     side = {id(lg) for lg, _ in runs.side}
     runs.conflicts = [(a, b) for a, b in runs.conflicts if not {id(a), id(b)} & side]
+    _one_run_per_named_seed(runs, seed_results(sub))
     if claim is not None and runs.logs:
         runs.backing = ev.backing(claim, runs.logs, "val_bpb")
     return runs
+
+
+def _one_run_per_named_seed(runs: Runs, results: dict) -> None:
+    """Of two runs of one seed still counted (an original and a rerun, neither set aside), the
+    one whose score the seed's seed_results entry names is the seed's run; the other is not
+    counted (`runs.replaced`). Where the entry names neither or both, both stay: a conflict,
+    which stats refuses."""
+    for lg, other in list(runs.conflicts):
+        entry = results.get(str(lg.seed))
+        named = [x for x in (lg, other) if _names_score(entry, x)]
+        counted = all(any(x is y for y in runs.logs) for x in (lg, other))
+        if len(named) != 1 or not counted:
+            continue
+        dropped = other if named[0] is lg else lg
+        runs.replaced.append((dropped, named[0]))
+        runs.logs = [x for x in runs.logs if x is not dropped]
+        runs.conflicts.remove((lg, other))
 
 
 def _trains(lg: TrainLog) -> bool:

@@ -9,19 +9,19 @@ environment. A record runs one configuration, so its counted code need not carry
    its value except FREE: DATA_PATH and TOKENIZER_PATH (where another machine keeps the data),
    RUN_ID (the log's name) and SEED (a record's runs differ in it). Everything else, checkpoints
    and evaluation-only runs included, is the record's run and nothing else.
-2. Config reads. `cfg.x`, `self.cfg.x`, `model.cfg.x`, ... (any `cfg` name or `.cfg` attribute)
-   and `self.x` inside the settings class become constants for frozen fields, and so do the
-   class's properties whose value does not depend on the free fields (`cfg.window`) and whose
-   getter only computes (`pure_properties`: no file, environment or clock is read here for the
-   run). That every `cfg` is the run's settings is checked, not assumed
-   (`check_settings_names`: no other instance is built, every `cfg` bound or passed is one);
-   where it may not hold the specialiser stops and names the line. Module
-   constants computed from files beside the script at import become literals, and so do tables
-   of settings built by code of literals alone (`PR2014 = PR1855 | dict(...)`, `PRESETS`; not
-   `dict(os.environ)`), so lookups on frozen keys fold. The `--help` function (HELP_FUNCTION) says what the specialised script is; the
-   code-bytes function (CODE_BYTES_FUNCTION) returns the size of the script's packed form
-   (`readable_specialized` finds it: the script runs readable, and counts as packed); a lookup
-   of the table of defaults (DEFAULTS_TABLE) is the readable default.
+2. Config reads. `cfg.x`, `self.cfg.x`, `model.cfg.x`, ... (any `cfg` name or `.cfg` attribute) and
+   `self.x` inside the settings class become constants for frozen fields, and so do the class's
+   properties whose value does not depend on the free fields (`cfg.window`) and whose getter only
+   computes (`pure_properties`: no file, environment or clock is read here for the run). That every
+   `cfg` is the run's settings is checked, not assumed (`check_settings_names`: no other instance
+   is built, every `cfg` bound or passed is one); where it may not hold the specialiser stops and
+   names the line. Module constants computed from files beside the script at import become
+   literals, and so do tables of settings built by code of literals alone (`PR2014 = PR1855 |
+   dict(...)`, `PRESETS`; not `dict(os.environ)`), so lookups on frozen keys fold. The `--help`
+   function (HELP_FUNCTION) says what the specialised script is; the code-bytes function
+   (CODE_BYTES_FUNCTION) returns the size of the script's packed form (`readable_specialized` finds
+   it: the script runs readable, and counts as packed); a lookup of the table of defaults
+   (DEFAULTS_TABLE) is the readable default.
 3. The settings class. Frozen fields keep their readable default (so the `hyperparameters:` dump
    and the `settings:` line are the same) without their bounds (they cannot fail); free fields
    become the plain `dataclasses.field` their declaration (SETTING_FUNCTION) returns, with their

@@ -93,10 +93,17 @@ def _number(text: str) -> float | None:
 
 def _from_folder(path: Path) -> tuple[list[float], str]:
     runs = record_runs(load_record(path))
+    if runs.conflicts:  # one value per seed, or the test counts a seed twice
+        lg, other = runs.conflicts[0]
+        raise SubmissionError(
+            f"{path}: {lg.name} and {other.name} are both seed {lg.seed} with different results, "
+            f"and its seed_results names neither alone: stats counts one value per seed; move "
+            f"the run the record does not report out of the folder, or give the logs you mean"
+        )
     if runs.logs:
         scores = [runs.score(lg) for lg in runs.logs]  # the evaluation the claim is the mean of
         vals = [e.val_loss for e in scores]
-        dropped = len(runs.duplicates) + len(runs.unlisted) + len(runs.side)
+        dropped = len(runs.duplicates) + len(runs.unlisted) + len(runs.side) + len(runs.replaced)
         again = f", {len(runs.rescores)} re-scoring(s) of them" if runs.rescores else ""
         note = f", {dropped} set aside as in `check`" if dropped else ""
         other = any(e is not lg.scored for e, lg in zip(scores, runs.logs, strict=True))
