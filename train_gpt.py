@@ -1367,6 +1367,13 @@ def misspelt_variables(env) -> list[str]:
     return warnings
 
 
+def settable(name: str) -> bool:
+    """Whether this script takes another value of the variable `name`, so that an error may
+    advise setting it. Here every variable; a script specialised to one run's settings
+    (records/golf/specialize.py) takes only a few, and its specialiser answers for it there."""
+    return bool(name)
+
+
 def settings_help() -> str:
     """--help: every setting by group, with its default (its PRESET's value under one), its
     choices and its help, as Hyperparameters declares them."""
@@ -4979,10 +4986,12 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     if sp.vocab_size() != cfg.vocab_size:
         ours = "VOCAB_SIZE" in os.environ or "VOCAB_SIZE" not in PRESETS.get(cfg.preset, {})
         preset = "" if ours else f" (PRESET={cfg.preset}'s)"
+        fix = f"set VOCAB_SIZE={sp.vocab_size()}, or the TOKENIZER_PATH the data was tokenized with"
+        if not settable("VOCAB_SIZE"):
+            fix = f"give the TOKENIZER_PATH and DATA_PATH of {cfg.vocab_size}-piece data"
         raise ConfigError(
             f"VOCAB_SIZE={cfg.vocab_size}{preset}: expected {sp.vocab_size()}, the "
-            f"vocab size of {tokenizer}: set VOCAB_SIZE={sp.vocab_size()}, or the "
-            f"TOKENIZER_PATH the data was tokenized with"
+            f"vocab size of {tokenizer}: {fix}"
         )
     luts = build_sentencepiece_luts(sp, cfg.vocab_size)
     shards, calibrate = None, cfg.quantizer == "gptq" and not cfg.eval_only_path.endswith(".ptz")

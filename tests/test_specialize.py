@@ -664,6 +664,48 @@ def test_what_code_out_of_sight_could_set_is_left_alone():
     assert "return self.banks" in out
 
 
+def test_what_the_specialiser_left_unchanged_keeps_its_comments_and_text():
+    source = textwrap.dedent('''
+        from __future__ import annotations
+
+        # why the helper exists
+        def helper(x: int) -> int:
+            # a reason, on its own line
+            return x + 1  # and one beside the code
+
+
+        class Box:
+            WIDTH = 2  # a constant's comment
+
+            def changed(self):
+                return 1 + 1  # lost: the specialiser changed this method
+
+            # why kept is kept
+            def kept(self) -> str:
+                text = """
+        column zero, inside a string
+            and indented
+        """
+                return text
+    ''')
+    tree = ast.parse(source)
+    sp._strip_annotations(tree)
+    text = ast.unparse(fold.Fold({}, set(), {}).visit(tree))  # (1 + 1 folds)
+    out = sp.as_written(text, source)
+    for comment in (
+        "# why the helper exists",
+        "# a reason, on its own line",
+        "# and one beside the code",
+        "# a constant's comment",
+        "# why kept is kept",
+    ):
+        assert comment in out
+    assert "# lost" not in out and "return 2" in out
+    assert "def helper(x: int) -> int:" in out  # as written, annotations too
+    assert "\ncolumn zero, inside a string\n    and indented\n" in out  # not re-indented
+    assert ast.dump(ast.parse(sp._without_annotations(out))) == ast.dump(ast.parse(text))
+
+
 # -----------------------------
 # what the specialiser must not fold (each a hole found in it)
 # -----------------------------
@@ -933,12 +975,17 @@ OWN_VALUES = {"MATRIX_LR": "0.028", "PRESET": "pr2135"}
 
 
 @pytest.fixture(scope="module")
-def refused(pr2135_script, tmp_path_factory) -> dict[str, dict[str, list]]:
+def refused(pr2135_script, tmp_path_factory, tiny_dataset) -> dict[str, dict[str, list]]:
     """The specialised script's and the readable's (under PRESET=pr2135) refusals of CASES, and
-    the specialised script's of FROZEN and OWN_VALUES."""
-    ours = CASES | {"frozen": FROZEN, "own_values": OWN_VALUES, "fixed": FIXED}
+    the specialised script's of FROZEN and OWN_VALUES; both given data of 1024 pieces (vocab)."""
+    vocab = {
+        "DATA_PATH": str(tiny_dataset.dataset_dir),
+        "TOKENIZER_PATH": str(tiny_dataset.tokenizer_path),
+    }
+    ours = CASES | {"frozen": FROZEN, "own_values": OWN_VALUES, "fixed": FIXED, "vocab": vocab}
     readable = {
-        name: {"PRESET": "pr2135", **env} for name, env in (CASES | {"fixed": FIXED}).items()
+        name: {"PRESET": "pr2135", **env}
+        for name, env in (CASES | {"fixed": FIXED, "vocab": vocab}).items()
     }
     folder = tmp_path_factory.mktemp("refusals")  # one DATA_PATH: the lines name it
     return {
@@ -974,6 +1021,15 @@ def test_the_specialised_script_refuses_a_frozen_variable_set_otherwise(refused)
     )
 
 
+def test_the_specialised_script_never_advises_a_value_it_refuses(refused):
+    """The readable script advises VOCAB_SIZE=1024 for 1024-piece data; the specialised one,
+    which would refuse that value, advises the data instead."""
+    assert "set VOCAB_SIZE=1024" in refusal_line(refused["readable"]["vocab"])
+    ours = refusal_line(refused["ours"]["vocab"])
+    assert ours.startswith("error: VOCAB_SIZE=8192 (PRESET=pr2135's): expected 1024")
+    assert ours.endswith("give the TOKENIZER_PATH and DATA_PATH of 8192-piece data")
+
+
 def test_each_name_the_specialiser_looks_for_is_in_train_gpt():
     """A rename in train_gpt.py would silently stop a fold: each hook names what it finds."""
     tree = ast.parse((REPO / "train_gpt.py").read_text())
@@ -982,7 +1038,7 @@ def test_each_name_the_specialiser_looks_for_is_in_train_gpt():
                 if isinstance(t, ast.Name)}  # fmt: skip
     methods = {f.name for n in tree.body if isinstance(n, ast.ClassDef) for f in n.body
                if isinstance(f, ast.FunctionDef)}  # fmt: skip
-    assert {sp.HELP_FUNCTION, sp.CODE_BYTES_FUNCTION} <= functions
+    assert {sp.HELP_FUNCTION, sp.CODE_BYTES_FUNCTION, sp.SETTABLE_FUNCTION} <= functions
     assert sp.DEFAULTS_TABLE in assigned and sp.SETTINGS_CLASS_METHOD in methods
 
 

@@ -331,7 +331,8 @@ def _add_specialize(sub) -> None:
         "specialize",
         help="write the script a record's runs run, specialised to their settings",
         description="Write OUT: SCRIPT specialised to one run's settings (a preset, --set's "
-        "values, the ranks), readable (names as written, docstrings kept, formatted by ruff when "
+        "values, the ranks), readable (names as written, docstrings kept, comments where the code "
+        "is as written, formatted by ruff when "
         "it is installed), its docstring saying what it was made from and the command that "
         "rebuilds it. Every setting is built in but SEED, RUN_ID, DATA_PATH and TOKENIZER_PATH; "
         "its code counts as its packed form (`pack` writes it), which its logs' `Code size "

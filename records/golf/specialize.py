@@ -60,8 +60,10 @@ environment. A record runs one configuration, so its counted code need not carry
    attribute or a string anywhere live (getattr), is a dunder, overrides a member of a library
    ancestor (nn.Module's forward, logging.Handler's emit: Settings.inherited), or is one that
    duck-typed library code calls (PROTOCOL_METHODS: contextlib.closing's close).
-6. The result is unparsed (`ast.unparse`), opened by a docstring that says what it was made from
-   and how to rebuild it, and formatted by ruff: the script the runs run and a record ships
+6. The result is unparsed (`ast.unparse`), each definition and constant the specialiser left as
+   written put back in its original text, comments included (`as_written`), opened by a
+   docstring that says what it was made from and how to rebuild it, and formatted by ruff: the
+   script the runs run and a record ships
    (`write_run_script`, `records/submission.py specialize`). Its counted form is it minified
    with the record's options, its local and
    module-level names renamed too (SPECIALIZED_MINIFY: nothing imports it or reads it), and so
@@ -126,6 +128,10 @@ HELP_FUNCTION = "settings_help"
 # The readable script's count of its own code bytes (the record's rule: minified, compressed,
 # wrapped); a specialised script ships packed, so it counts its own file as it is
 CODE_BYTES_FUNCTION = "counted_code_bytes"
+# The function that says whether the script takes another value of a variable (an error's
+# advice depends on it): a call of it on a constant name is the answer, in a specialised
+# script only the free settings' variables
+SETTABLE_FUNCTION = "settable"
 # The module's table of every field's readable default ({f.name: f.default for f in FIELDS}): the
 # specialised settings class keeps those defaults, so a lookup of a constant key folds to it
 DEFAULTS_TABLE = "DEFAULTS"
@@ -475,6 +481,13 @@ class ConfigReads(ast.NodeTransformer):
             and self.is_cfg(node.value)
         ):
             return node_of(self.constants[node.attr])
+        return node
+
+    def visit_Call(self, node):  # settable("NAME"): whether this script takes NAME
+        self.generic_visit(node)
+        named = isinstance(node.func, ast.Name) and node.func.id == SETTABLE_FUNCTION
+        if named and len(node.args) == 1 and is_const(node.args[0]) and not node.keywords:
+            return ast.Constant(str(node.args[0].value).lower() in self.settings.free)
         return node
 
     def visit_Subscript(self, node):  # DEFAULTS["name"]: the readable default
@@ -979,6 +992,15 @@ def _inline_file_constants(tree: ast.Module, constants: dict) -> None:
                 stmt.value = node_of(constants[target.id])
 
 
+def _future_annotations(tree: ast.Module) -> bool:
+    return any(
+        isinstance(s, ast.ImportFrom)
+        and s.module == "__future__"
+        and any(a.name == "annotations" for a in s.names)
+        for s in tree.body
+    )
+
+
 def _strip_annotations(tree) -> None:
     """Function annotations are never evaluated (`from __future__ import annotations`)."""
     for fn in scopes(tree):
@@ -1011,14 +1033,44 @@ def _rewrite_help(tree: ast.Module, settings: Settings) -> None:
             stmt.body = ast.parse(f"return len({code}.encode('utf-8'))").body
 
 
-def specialize_tree(source: str, settings: Settings) -> ast.Module:
+def folding_passes(settings: Settings, shadowed: set) -> dict:
+    """The passes run to a fixpoint once the settings are constants, by the name
+    benchmarks/RESULTS.md's table of passes gives each: each takes the tree and returns it."""
+
+    def in_place(fn):
+        def run(tree):
+            fn(tree)
+            return tree
+
+        return run
+
+    return {
+        "constant expressions": lambda t: Fold(
+            _literal_dicts(t), shadowed, settings.file_calls
+        ).visit(t),
+        "dead branches and code": in_place(FoldBodies().visit),
+        "calls of constant functions": lambda t: InlineConstantCalls(constant_functions(t)).visit(
+            t
+        ),
+        "checks that cannot fail": in_place(prune_checks),
+        "constant locals": in_place(propagate_locals),
+        "local tables": in_place(fold_local_tables),
+        "dead locals": in_place(drop_dead_locals),
+        "constant arguments": in_place(constant_arguments),
+        "constant attributes": in_place(constant_attributes),
+        "known attributes": in_place(known_attributes),
+        "idle hooks": in_place(idle_hooks),
+        "unraised exceptions": in_place(unraised_exceptions),
+        "unreachable definitions": in_place(lambda t: prune_unreachable(t, settings.inherited)),
+    }
+
+
+def specialize_tree(source: str, settings: Settings, skip=frozenset()) -> ast.Module:
+    """`source` specialised to `settings` (the module docstring's steps); `skip`: names of
+    folding passes left out, to measure what each buys (benchmarks/specialized_size.py)."""
     tree = ast.parse(source)
-    futures = any(
-        isinstance(s, ast.ImportFrom) and s.module == "__future__" and
-        any(a.name == "annotations" for a in s.names) for s in tree.body
-    )  # fmt: skip
     check_settings_names(tree, settings)
-    if futures:
+    if _future_annotations(tree):
         _strip_annotations(tree)
     _inline_file_constants(tree, settings.file_constants)
     rewrite_settings_class(tree, settings)
@@ -1027,29 +1079,23 @@ def specialize_tree(source: str, settings: Settings) -> ast.Module:
         _inline_file_constants(tree, {"FIXED_VARIABLES": settings.fixed_table})
     tree = ConfigReads(settings).visit(tree)
     shadowed = {n for s in tree.body for n in bound_names(s)}
+    passes = folding_passes(settings, shadowed)
+    unknown = set(skip) - set(passes)
+    if unknown:
+        raise SubmissionError(f"no folding pass named {', '.join(sorted(unknown))}")
     for _ in range(20):
         before = ast.dump(tree)
-        tree = Fold(_literal_dicts(tree), shadowed, settings.file_calls).visit(tree)
-        FoldBodies().visit(tree)
-        tree = InlineConstantCalls(constant_functions(tree)).visit(tree)
-        prune_checks(tree)
-        propagate_locals(tree)
-        fold_local_tables(tree)
-        drop_dead_locals(tree)
-        constant_arguments(tree)
-        constant_attributes(tree)
-        known_attributes(tree)
-        idle_hooks(tree)
-        unraised_exceptions(tree)
-        prune_unreachable(tree, settings.inherited)
+        for name, run in passes.items():
+            if name not in skip:
+                tree = run(tree)
         if ast.dump(tree) == before:
             break
     return ast.fix_missing_locations(tree)
 
 
-def specialize_source(source: str, settings: Settings) -> str:
+def specialize_source(source: str, settings: Settings, skip=frozenset()) -> str:
     """The specialised script's source (readable Python, before minifying)."""
-    return ast.unparse(specialize_tree(source, settings)) + "\n"
+    return ast.unparse(specialize_tree(source, settings, skip)) + "\n"
 
 
 # The first line of a specialised script's docstring: how `pack` and `check` tell it from the
@@ -1070,7 +1116,8 @@ class Origin:
 
 def readable_specialized(source: str, settings: Settings, origin: Origin) -> str:
     """The script a record's runs run: `source` specialised to `settings`, readable (names as
-    written, docstrings kept, formatted by ruff when it is installed), opening with a docstring
+    written, docstrings kept, the comments of what it left as written, formatted by ruff when
+    it is installed), opening with a docstring
     that says what it was made from and how to rebuild it.
 
     Its code-bytes function returns the size of its own packed form (`counted`). That number is
@@ -1079,7 +1126,7 @@ def readable_specialized(source: str, settings: Settings, origin: Origin) -> str
     packing, and `counted` pads the packed form to it with blank lines (a few bytes)."""
     tree = specialize_tree(source, settings)
     if not any(_counts_code(stmt) for stmt in tree.body):  # (a run that counts its source)
-        return formatted(_with_count(tree, None, settings, origin))
+        return formatted(as_written(_with_count(tree, None, settings, origin), source))
     from .pack import minify_source, record_wrap
 
     # the minified form once, with a number found nowhere else; each count only changes digits
@@ -1093,14 +1140,71 @@ def readable_specialized(source: str, settings: Settings, origin: Origin) -> str
 
     first = packed_size(0) - 64  # (the smallest such count: a search of about 10 s)
     count = next(n for n in range(first, first + 1000) if packed_size(n) <= n)
-    text = _with_count(tree, count, settings, origin)
+    text = formatted(as_written(_with_count(tree, count, settings, origin), source))
     if len(counted(text)) != count:  # the shortcut above must be the packing itself
         raise SubmissionError("the packed form's size is not its count: report this")
-    return formatted(text)
+    return text
 
 
 def _counts_code(stmt) -> bool:
     return isinstance(stmt, ast.FunctionDef) and stmt.name == CODE_BYTES_FUNCTION
+
+
+def as_written(text: str, source: str) -> str:
+    """`text` (a specialised tree unparsed) with each statement the specialiser left as it was
+    in `source` (a function, a class, a constant, matched by the names it binds, at the same
+    depth) in its original lines, the comments right above it included; in a class it changed,
+    each member so. The code is the same: only comments and layout come back, and the
+    functions' annotations, which `counted` strips as the specialiser did."""
+    original = ast.parse(source)
+    twins = copy.deepcopy(original)  # as the specialiser left them: without annotations
+    if _future_annotations(twins):
+        _strip_annotations(twins)
+    ours, theirs = text.splitlines(), source.splitlines()
+    spans = _kept_spans(ast.parse(text).body, original.body, twins.body)
+    for stmt, written in sorted(spans, key=lambda pair: -pair[0].lineno):
+        ours[_first_line(stmt, ours) - 1 : stmt.end_lineno] = theirs[
+            _first_line(written, theirs) - 1 : written.end_lineno
+        ]
+    return "\n".join(ours) + "\n"
+
+
+def _kept_spans(stmts: list, originals: list, twins: list) -> list[tuple]:
+    """(statement of ours, its original) for each statement of `stmts` the specialiser left as
+    written, looking into the classes it changed."""
+    by_key: dict[tuple, list] = {}
+    for original, twin in zip(originals, twins, strict=True):
+        key = _statement_key(original)
+        if key is not None:
+            by_key.setdefault(key, []).append((original, twin))
+    out = []
+    for stmt in stmts:
+        pairs = by_key.get(_statement_key(stmt), []) if _statement_key(stmt) else []
+        if len(pairs) != 1 or pairs[0][0].col_offset != stmt.col_offset:
+            continue
+        original, twin = pairs[0]
+        if ast.dump(stmt) == ast.dump(twin):
+            out.append((stmt, original))
+        elif isinstance(stmt, ast.ClassDef) and isinstance(original, ast.ClassDef):
+            out += _kept_spans(stmt.body, original.body, twin.body)
+    return out
+
+
+def _statement_key(stmt) -> tuple | None:
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return ("def", stmt.name)
+    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+        return ("bind", stmt.target.id)
+    names = bound_names(stmt) if isinstance(stmt, ast.Assign) else []
+    return ("bind", *names) if names else None
+
+
+def _first_line(node, lines: list[str]) -> int:
+    """The line where `node` starts, its decorators and the comment lines right above included."""
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+    while first > 1 and lines[first - 2].strip().startswith("#"):
+        first -= 1
+    return first
 
 
 def _with_count(tree: ast.Module, count: int | None, settings: Settings, origin: Origin) -> str:
@@ -1218,7 +1322,7 @@ def counted(source: str) -> bytes:
     states its count (`readable_specialized`) is padded to it with blank lines."""
     from .pack import record_pack_source
 
-    packed = record_pack_source(shortened(without_docstring(source)).encode(), renamed=True)
+    packed = record_pack_source(shortened(_without_annotations(source)).encode(), renamed=True)
     stated = stated_count(source)
     if stated is None:
         return packed
@@ -1229,6 +1333,16 @@ def counted(source: str) -> bytes:
             "command its docstring names"
         )
     return packed + b"\n" * (stated - len(packed))
+
+
+def _without_annotations(source: str) -> str:
+    """`source` without its module docstring and, under `from __future__ import annotations`,
+    its functions' annotations (never evaluated): what the specialiser's tree is, whatever
+    the layout of the text (as_written keeps some definitions as written, annotated)."""
+    tree = ast.parse(without_docstring(source))
+    if _future_annotations(tree):
+        _strip_annotations(tree)
+    return ast.unparse(tree)
 
 
 def stated_count(source: str) -> int | None:
