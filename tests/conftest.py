@@ -247,6 +247,17 @@ def specialised_script(folder: Path, env: dict, world_size: int) -> Path:
 
 
 @pytest.fixture(scope="session")
+def pr1855_run_script(tmp_path_factory) -> Path:
+    """train_gpt.py specialised to PRESET=pr1855 at full size on 8 ranks, as the README's record
+    steps write it (`records/submission.py specialize --preset pr1855`), once a session."""
+    from records.golf.specialize import write_run_script
+
+    script = tmp_path_factory.mktemp("pr1855_full") / "train_gpt.py"
+    write_run_script(REPO / "train_gpt.py", script, {"PRESET": "pr1855"}, 8, "(the tests)")
+    return script
+
+
+@pytest.fixture(scope="session")
 def specialised_preset_run(tmp_path_factory, tiny_dataset, tiny_preset_run):
     """(preset, seed) -> (the specialised script, its run on 2 ranks, the readable run's env):
     the script specialised to the readable preset run's settings, each script made once and each

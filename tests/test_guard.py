@@ -163,6 +163,21 @@ def test_the_records_own_tokenizer_and_size_are_accepted_and_its_warm_down_read(
     assert ref.final == guard.Point("val_bpb", 4945, 599592.0, 1.0756)
 
 
+def test_a_specialised_script_is_judged_by_the_settings_built_into_it(pr1855_run_script):
+    """The record steps run a script specialised to PRESET=pr1855 with no PRESET in the
+    environment: its settings are the preset's (read as that script reads them), not the
+    readable script's defaults (which were refused: another vocabulary)."""
+    env = {"TOKENIZER_PATH": "x/fineweb_8192_bpe_lossless_caps_caseops_v1_reserved.model"}
+    command = ["torchrun", "--standalone", "--nproc_per_node=8", str(pr1855_run_script)]
+    cfg = guard.run_settings(tg, command, env | {"RUN_ID": "x"})
+    assert (cfg.vocab_size, cfg.num_layers, cfg.preset) == (8192, 11, "pr1855")
+    args = guard.parse_args(["--reference", str(RECORD), "--", *command])
+    _, lines = guard.prepare(args, env | {"RUN_ID": "x"})
+    assert lines[0].startswith(f"guard: compares with {RECORD}")
+    with pytest.raises(guard.Refused, match=r"this script is specialised to MATRIX_LR=0\.026"):
+        guard.run_settings(tg, command, env | {"RUN_ID": "x", "MATRIX_LR": "0.03"})
+
+
 @pytest.mark.parametrize(
     "change, message",
     [

@@ -337,7 +337,7 @@ def test_stats_refuses_a_seed_with_two_runs_seed_results_does_not_tell_apart(tmp
     folder = make_record(tmp_path, logs=logs, sub=full_json(seed_results=None, val_bpb=None))
     found = verdict(folder)[1]
     assert any("both counted here, and stats refuses the folder" in w for w in found["WARN"])
-    with pytest.raises(SubmissionError, match="both seed 42 .* stats counts one value per seed"):
+    with pytest.raises(SubmissionError, match=r"both seed 42 .* stats counts one value per seed"):
         val_losses_from(str(folder))
 
 

@@ -8,12 +8,13 @@ adds them, the log's path."""
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import TINY_ENV, run_train, specialised_script
+from conftest import TINY_ENV, TINY_PRESET, run_train, specialised_script
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -106,3 +107,21 @@ def test_one_rank_specialised_runs_as_the_readable(tmp_path, tiny_dataset):
     ours = run_train(tmp_path / "ours", tiny_dataset, nproc=1, script=script, RUN_ID="r")
     assert_same_run(ours, readable)
     assert "world_size:1 grad_accum_steps:8" in ours.stdout
+
+
+@pytest.mark.skipif(shutil.which("lrzip") is None, reason="the per-group file needs lrzip")
+def test_a_preset_under_the_record_s_settings_runs_as_the_readable(tmp_path, tiny_dataset):
+    """#1855 as its record runs: the wall-clock cap on (one no tiny run reaches: progress is the
+    steps' share, which is the larger, so both runs are alike step for step), the per-group
+    lrzip file, 2 ranks; the presets above ran uncapped."""
+    env = dict(TINY_PRESET, PRESET="pr1855", VOCAB_SIZE=str(tiny_dataset.vocab_size))
+    env |= {"MAX_WALLCLOCK_SECONDS": "100000"}
+    readable = run_train(tmp_path / "readable", tiny_dataset, timeout=600, RUN_ID="r", **env)
+    script = specialised_script(tmp_path / "record", env, world_size=2)
+    built_in = {k: v for k, v in env.items() if k != "PRESET"}
+    ours = run_train(
+        tmp_path / "ours", tiny_dataset, timeout=600, script=script, RUN_ID="r", **built_in
+    )
+    assert_same_run(ours, readable)
+    assert "MAX_WALLCLOCK_SECONDS=100000" in readable.stdout  # (the settings line)
+    assert any("pergroup" in line for line in ours.stdout.splitlines() if "Serialized" in line)

@@ -4,15 +4,16 @@
       torchrun --standalone --nproc_per_node=8 train_gpt.py
 
 The guard wraps the launch: it reads the reference (a log of ours, the baseline's or a record's
-`train_seed*.log`) and this run's settings from the environment the run gets, refuses at once a
-reference that is not comparable (another vocabulary or tokenizer, a model more than 25% larger
-or smaller), says plainly where the schedules differ, then starts the command and passes its
-output through. At each step both runs log, while neither is in its warm-down (past the first
-tenth of the reference's steps by default), and at the end of training, a train_loss or val_bpb
-more than --margin of the reference's above it ends the run with SIGTERM: each rank then stops
-as after a Ctrl-C (`interrupted at step N (checkpoint: ...)`, exit 143), and the guard prints its
-verdict last, appends it to the run's log and exits 3. A run it does not stop exits with the
-command's own code; a refusal exits 2 before anything starts. Why these points and not others:
+`train_seed*.log`) and this run's settings as its script reads them from the environment it gets (a
+script `records/submission.py specialize` wrote: the preset built into it), refuses at once a
+reference that is not comparable (another vocabulary or tokenizer, a model more than 25% larger or
+smaller), says plainly where the schedules differ, then starts the command and passes its output
+through. At each step both runs log, while neither is in its warm-down (past the first tenth of the
+reference's steps by default), and at the end of training, a train_loss or val_bpb more than
+--margin of the reference's above it ends the run with SIGTERM: each rank then stops as after a
+Ctrl-C (`interrupted at step N (checkpoint: ...)`, exit 143), and the guard prints its verdict
+last, appends it to the run's log and exits 3. A run it does not stop exits with the command's own
+code; a refusal exits 2 before anything starts. Why these points and not others:
 docs/training.md#stopping-a-run-that-falls-behind-toolsguardpy.
 """
 
@@ -296,15 +297,35 @@ def world_size(command: list[str]) -> int:
     return sizes["nproc_per_node"] * sizes["nnodes"]
 
 
+def launched_script(command: list[str]) -> Path | None:
+    """The Python script the command runs (torchrun's or python's first .py argument)."""
+    return next((Path(word) for word in command if word.endswith(".py")), None)
+
+
+def run_settings(tg, command: list[str], env):
+    """The settings the command's script runs under `env`: a script `records/submission.py
+    specialize` wrote has its preset built in, so its own from_env says them; else the readable
+    train_gpt.py's (whose code a specialised script runs, with the other settings' removed)."""
+    from records.golf import specialize
+
+    script, ranks = launched_script(command), world_size(command)
+    try:
+        text = script.read_text(encoding="utf-8") if script is not None else ""
+    except OSError:
+        text = ""  # (the command itself will say so)
+    module = specialize.load_module(script) if specialize.is_specialised_script(text) else tg
+    try:
+        return module.Hyperparameters.from_env(env, ranks)
+    except module.ConfigError as e:
+        raise Refused(f"the run would stop at start-up: {e}") from None
+
+
 def prepare(args, env=os.environ) -> tuple[Judge, list[str]]:
-    """This run's settings (from the environment it will get), the reference, and the lines that
-    say what is compared; Refused when they cannot be compared."""
+    """This run's settings (from the environment it will get and its script), the reference,
+    and the lines that say what is compared; Refused when they cannot be compared."""
     import train_gpt as tg  # here: torch loads in seconds, which --help need not wait for
 
-    try:
-        cfg = tg.Hyperparameters.from_env(env, world_size(args.command))
-    except tg.ConfigError as e:
-        raise Refused(f"the run would stop at start-up: {e}") from None
+    cfg = run_settings(tg, args.command, env)
     params = model_params(tg, cfg)
     reference, unchecked = Reference.read(tg, args.reference, cfg, params)
     schedule = run_schedule(cfg)
