@@ -1371,7 +1371,7 @@ def settable(name: str) -> bool:
     """Whether this script takes another value of the variable `name`, so that an error may
     advise setting it. Here every variable; a script specialised to one run's settings
     (records/golf/specialize.py) takes only a few, and its specialiser answers for it there."""
-    return bool(name)
+    return name.isupper()  # (every variable of ours is upper case, and read from the environment)
 
 
 def settings_help() -> str:
@@ -4986,8 +4986,12 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
     if sp.vocab_size() != cfg.vocab_size:
         ours = "VOCAB_SIZE" in os.environ or "VOCAB_SIZE" not in PRESETS.get(cfg.preset, {})
         preset = "" if ours else f" (PRESET={cfg.preset}'s)"
-        fix = f"set VOCAB_SIZE={sp.vocab_size()}, or the TOKENIZER_PATH the data was tokenized with"
-        if not settable("VOCAB_SIZE"):
+        if settable("VOCAB_SIZE"):
+            fix = (
+                f"set VOCAB_SIZE={sp.vocab_size()}, or the TOKENIZER_PATH the data was "
+                "tokenized with"
+            )
+        else:  # (a script specialised to this VOCAB_SIZE takes no other)
             fix = f"give the TOKENIZER_PATH and DATA_PATH of {cfg.vocab_size}-piece data"
         raise ConfigError(
             f"VOCAB_SIZE={cfg.vocab_size}{preset}: expected {sp.vocab_size()}, the "

@@ -46,7 +46,6 @@ PASS_CODE = {
                             fold._drop_store, fold._self_attribute],
     "known attributes": [fold.known_attributes, fold._init_stores],
     "idle hooks": [fold.idle_hooks, fold._hook_kind, fold._hook_call, fold._without_hooks],
-    "unraised exceptions": [fold.unraised_exceptions],
     "unreachable definitions": [sp.prune_unreachable, sp.Uses, sp._member_name, sp._method_live,
                                 sp._scan_class_shell, sp._prune_import],
     "positional parameters": [shorten.positional_parameters, shorten._functions, shorten._calls,

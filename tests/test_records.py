@@ -825,6 +825,16 @@ def test_bytes_total_and_bytes_code_that_disagree_warn(tmp_path):
     ) in lines
 
 
+def test_bytes_code_that_agrees_names_what_it_counts(tmp_path):
+    folder = copy_record(BASELINE, tmp_path)
+    assert "PASS bytes_code: bytes_code 159 = the size of train_gpt.py" in check(folder)[1]
+    edit_json(folder, bytes_code=272)
+    assert (
+        "PASS bytes_code: bytes_code 272 = the size of train_gpt.py packed (bz2, base85)"
+        in check(folder)[1]
+    )
+
+
 def test_compliance_claims_that_disagree_warn(tmp_path):
     folder = copy_record(BASELINE, tmp_path)
     edit_json(folder, compliance={"three_seeds": False, "eval_under_600s": "yes"})

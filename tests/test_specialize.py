@@ -450,30 +450,6 @@ def test_a_hook_reassigned_or_defined_twice_is_kept():
     assert "self.phase()" in ast.unparse(tree)
 
 
-def test_except_clauses_of_an_exception_nothing_raises_go():
-    tree = ast.parse(
-        textwrap.dedent("""
-        class GuardStop(Exception):
-            pass
-
-        class Raised(Exception):
-            pass
-
-        def main():
-            try:
-                run()
-            except GuardStop:
-                return 3
-            except Raised:
-                return 4
-            raise Raised()
-    """)
-    )
-    fold.unraised_exceptions(tree)
-    out = ast.unparse(tree)
-    assert "except GuardStop" not in out and "except Raised:" in out
-
-
 def test_a_store_overwritten_at_once_and_a_test_deciding_nothing_go():
     tree = ast.parse(
         textwrap.dedent("""

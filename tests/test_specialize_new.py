@@ -72,6 +72,7 @@ def test_check_recomputes_the_count_and_accepts(folder):
     assert "PASS source: train_gpt.py runs the source embedded in 2 log(s)" in text
     assert "PASS counted_code: the logs' `Code size (compressed)`" in text
     assert "train_gpt.py's counted form" in text
+    assert "= the logs' `Code size (compressed)`: train_gpt.py's packed form" in text  # bytes_code
 
 
 def test_check_refuses_an_edited_script(folder, tmp_path):

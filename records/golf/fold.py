@@ -1181,21 +1181,3 @@ def idle_hooks(tree: ast.Module) -> None:
         }  # fmt: skip
         for fn, me in _methods(cls) if hooks else ():
             fn.body = _without_hooks(fn.body, me, hooks) or [ast.Pass()]
-
-
-def unraised_exceptions(tree: ast.Module) -> None:
-    """An exception class of the module named only in except clauses (nothing raises it): those
-    clauses go."""
-    classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
-    handlers = [n for n in walk(tree) if isinstance(n, ast.ExceptHandler)]
-    caught = {id(h.type) for h in handlers if isinstance(h.type, ast.Name)}
-    named = {n.id for n in walk(tree) if isinstance(n, ast.Name) and id(n) not in caught}
-    unraised = classes - named
-    for n in walk(tree):
-        if isinstance(n, ast.Try):
-            n.handlers = [
-                h for h in n.handlers
-                if not (isinstance(h.type, ast.Name) and h.type.id in unraised)
-            ]  # fmt: skip
-            if not n.handlers and not n.finalbody:
-                n.finalbody = [ast.Pass()]  # (a try with neither: the body as it is)

@@ -52,8 +52,8 @@ environment. A record runs one configuration, so its counted code need not carry
    - `self.x = <constant>` in `__init__`, stored nowhere else, is that constant in the class's
      methods; `hasattr(self, "x")` folds when `__init__` always stores x or no code does;
    - a hook that does nothing (`pass`, or `return contextlib.nullcontext()`: Trainer.phase) is
-     no longer called or entered; an exception class only
-     named in except clauses (nothing raises it) loses them.
+     no longer called or entered.
+   benchmarks/RESULTS.md's table of passes gives each one's lines and the bytes it saves.
 5. Reachability, to a fixpoint: from the module's statements that are not definitions (the
    `if __name__ == "__main__"` block), every function, class, constant and import referenced by
    name; a method, or a plain class attribute (a property), is kept when its name is used as an
@@ -109,7 +109,6 @@ from .fold import (
     propagate_locals,
     prune_checks,
     scopes,
-    unraised_exceptions,
     walk,
 )
 from .shorten import shortened
@@ -1023,10 +1022,15 @@ def specialized_help(settings: Settings) -> str:
     )
 
 
-def _rewrite_help(tree: ast.Module, settings: Settings) -> None:
+def _rewrite_own_functions(tree: ast.Module, settings: Settings) -> None:
+    """The functions whose answer is the script's own: its --help (HELP_FUNCTION), which
+    variables it takes (SETTABLE_FUNCTION), its code's bytes (CODE_BYTES_FUNCTION)."""
     for stmt in tree.body:
         if isinstance(stmt, ast.FunctionDef) and stmt.name == HELP_FUNCTION:
             stmt.body = [ast.Return(ast.Constant(specialized_help(settings)))]
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == SETTABLE_FUNCTION:
+            name = stmt.args.args[0].arg  # (calls on a constant name fold: ConfigReads)
+            stmt.body = ast.parse(f"return {name}.lower() in {tuple(settings.free)!r}").body
         if isinstance(stmt, ast.FunctionDef) and stmt.name == CODE_BYTES_FUNCTION:
             # a placeholder that does not fold: readable_specialized writes the count in
             code = stmt.args.args[0].arg
@@ -1060,7 +1064,6 @@ def folding_passes(settings: Settings, shadowed: set) -> dict:
         "constant attributes": in_place(constant_attributes),
         "known attributes": in_place(known_attributes),
         "idle hooks": in_place(idle_hooks),
-        "unraised exceptions": in_place(unraised_exceptions),
         "unreachable definitions": in_place(lambda t: prune_unreachable(t, settings.inherited)),
     }
 
@@ -1074,7 +1077,7 @@ def specialize_tree(source: str, settings: Settings, skip=frozenset()) -> ast.Mo
         _strip_annotations(tree)
     _inline_file_constants(tree, settings.file_constants)
     rewrite_settings_class(tree, settings)
-    _rewrite_help(tree, settings)
+    _rewrite_own_functions(tree, settings)
     if settings.fixed_table is not None:
         _inline_file_constants(tree, {"FIXED_VARIABLES": settings.fixed_table})
     tree = ConfigReads(settings).visit(tree)
