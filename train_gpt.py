@@ -1812,11 +1812,11 @@ class TrainShards:
 
     def check_order(self, order: str, world_size: int) -> None:
         if order == "shuffled" and len(self.files) < world_size:
+            other = ", fewer ranks, or TRAIN_LOADER=stream" if settable("TRAIN_LOADER") else ""
             raise DataError(
                 f"TRAIN_LOADER=shuffled: {len(self.files)} train shards for "
                 f"{world_size} ranks: expected one per rank at least (each rank "
-                f"reads shards of its own); more shards, fewer ranks, or "
-                f"TRAIN_LOADER=stream"
+                f"reads shards of its own); more shards{other}"
             )
         if order == "docpack" and self.bos is None:
             self.bos = [self.first_bos(i) for i in range(len(self.files))]
@@ -1824,10 +1824,10 @@ class TrainShards:
     def check_room(self, global_span: int) -> None:
         """docpack reads a micro-step of every rank from one shard, after its first BOS."""
         if all(size - bos < global_span for size, bos in zip(self.sizes, self.bos, strict=True)):
+            other = " or a smaller TRAIN_BATCH_TOKENS" if settable("TRAIN_BATCH_TOKENS") else ""
             raise DataError(
                 f"TRAIN_LOADER=docpack: no train shard holds {global_span} tokens (one "
-                f"micro-step of every rank) after its first BOS: larger shards or a "
-                f"smaller TRAIN_BATCH_TOKENS"
+                f"micro-step of every rank) after its first BOS: larger shards{other}"
             )
 
     def first_bos(self, idx: int, chunk: int = 1 << 16) -> int:
@@ -1836,9 +1836,10 @@ class TrainShards:
             hits = np.flatnonzero(tokens[start : start + chunk] == BOS_ID)
             if hits.size:
                 return start + int(hits[0])
+        fix = "use TRAIN_LOADER=stream" if settable("TRAIN_LOADER") else GET_DATA
         raise DataError(
             f"{self.files[idx]}: no BOS token (id {BOS_ID}) to start documents at "
-            f"(TRAIN_LOADER=docpack): use TRAIN_LOADER=stream"
+            f"(TRAIN_LOADER=docpack): {fix}"
         )
 
 
@@ -2013,10 +2014,10 @@ class ShuffledOrder:
         self.starts = tuple(starts)  # never changed in place: a state can refer to them
         self.remaining = np.array([s.size for s in starts], dtype=np.float64)
         if self.remaining.sum() <= 0:
+            other = " or a shorter TRAIN_SEQ_LEN" if settable("TRAIN_SEQ_LEN") else ""
             raise DataError(
                 f"TRAIN_LOADER=shuffled: this rank's {len(self.owned)} shards hold no "
-                f"window of TRAIN_SEQ_LEN+1 = {seq + 1} tokens: larger shards or a "
-                f"shorter TRAIN_SEQ_LEN"
+                f"window of TRAIN_SEQ_LEN+1 = {seq + 1} tokens: larger shards{other}"
             )
 
     def fill(self, layout: Layout, seq_len: int, tokens: np.ndarray, cu) -> tuple[int, int]:
@@ -2921,11 +2922,11 @@ class ValidationSet:
         L = self.seq_len = cfg.window
         usable = min(self.split_tokens, cfg.max_val_tokens or self.split_tokens)
         if usable < L:
+            fix = "a shorter EVAL_SEQ_LEN or more data" if settable("EVAL_SEQ_LEN") else "more data"
             raise DataError(
                 f"EVAL_SEQ_LEN={L}: expected <= {usable}, the validation targets "
                 f"evaluated ({self.split_tokens} in {cfg.val_files}, "
-                f"MAX_VAL_TOKENS={cfg.max_val_tokens}): a shorter EVAL_SEQ_LEN or more "
-                f"data"
+                f"MAX_VAL_TOKENS={cfg.max_val_tokens}): {fix}"
             )
         usable = self.scored_targets = usable if cfg.eval_include_tail else usable // L * L
         self.tokens = self.split[: usable + 1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -1004,6 +1005,27 @@ def test_the_specialised_script_never_advises_a_value_it_refuses(refused):
     ours = refusal_line(refused["ours"]["vocab"])
     assert ours.startswith("error: VOCAB_SIZE=8192 (PRESET=pr2135's): expected 1024")
     assert ours.endswith("give the TOKENIZER_PATH and DATA_PATH of 8192-piece data")
+
+
+# How an error advises another value of a variable ("use TRAIN_LOADER=stream", "a smaller
+# TRAIN_BATCH_TOKENS", "set VOCAB_SIZE=1024")
+ADVICE = re.compile(
+    r"\b(?:use|set|smaller|shorter|larger|fewer|more) (?:a |an )?([A-Z][A-Z0-9_]{2,})"
+)
+
+
+def test_no_message_of_the_specialised_script_advises_a_variable_it_refuses(pr2135_script):
+    """Every piece of advice that names a variable names one the specialised script takes (the
+    readable script's messages name the frozen ones: `settable` folds them out here)."""
+
+    def advised(source: str) -> set[str]:
+        texts = [n.value for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant)]
+        return {m.group(1) for t in texts if isinstance(t, str) for m in ADVICE.finditer(t)}
+
+    free = {name.upper() for name in sp.FREE}
+    readable = advised((REPO / "train_gpt.py").read_text())
+    assert {"TRAIN_LOADER", "TRAIN_BATCH_TOKENS", "VOCAB_SIZE", "EVAL_SEQ_LEN"} <= readable
+    assert advised(pr2135_script.read_text()) <= free
 
 
 def test_each_name_the_specialiser_looks_for_is_in_train_gpt():
