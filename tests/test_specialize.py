@@ -802,6 +802,11 @@ def test_a_method_a_library_base_calls_is_kept(tmp_path):
             "Model(Hyperparameters(layers=4)).forward()",
             "builds a Hyperparameters of its own",
         ),
+        (
+            "def outer():\n    def inner(cfg):\n        return cfg\n    return inner({})\n",
+            "outer()",
+            "passes {} as cfg",
+        ),
     ],
 )
 def test_a_cfg_that_may_not_be_the_run_s_settings_is_refused(

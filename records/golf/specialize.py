@@ -585,8 +585,10 @@ class SettingsNames:
         # (how it is called: "name", "attr", "init" for super().__init__; its name) -> where
         # the function takes cfg among the arguments a call passes
         self.takers: dict[tuple[str, str], set[int]] = {}
-        for fn in self.functions.values():
-            self._take(("name", fn.name), _cfg_positions(fn, 0))
+        methods = {id(f) for c in walk(tree) if isinstance(c, ast.ClassDef) for f in c.body}
+        for fn in walk(tree):  # functions at any depth, by their name (a call of a nested one)
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and id(fn) not in methods:
+                self._take(("name", fn.name), _cfg_positions(fn, 0))
         for cls in self.classes.values():
             for fn in (f for f in cls.body if isinstance(f, ast.FunctionDef)):
                 static = any(ast.unparse(d) == "staticmethod" for d in fn.decorator_list)
