@@ -3645,6 +3645,20 @@ class EMA:
         return dict(zip(self.names, self.average, strict=True))
 
 
+def gpu_sized_warning(cfg: Hyperparameters) -> str:
+    """On a CPU: a step of the GPU runs' size takes minutes there, and nothing is printed until
+    the first one ends, so the run says it once, before (a specialised script's batch is its
+    record's: it has no smaller one to advise)."""
+    gpu_sized = cfg.train_batch_tokens >= DEFAULTS["train_batch_tokens"]
+    if not (gpu_sized and settable("TRAIN_BATCH_TOKENS")):
+        return ""
+    return (
+        f"WARNING: TRAIN_BATCH_TOKENS={cfg.train_batch_tokens} is sized for GPUs: on a CPU a "
+        f"step takes minutes, and nothing is printed before the first one; a run sized for a "
+        f"CPU: bash scripts/quickstart.sh (its settings: scripts/quickstart.env)"
+    )
+
+
 def ema_warning(cfg: Hyperparameters) -> str:
     """Too short a run for its EMA: saved weights hold decay^ITERATIONS of the initial ones."""
     initial = cfg.ema_decay**cfg.iterations
@@ -4870,6 +4884,8 @@ class RunLog:
             self(warning)
         if not rt.cuda:
             self("cpu_mode: fp32, no torch.compile; copy streams (CUDA-only) off, prefetch on")
+            if warning := gpu_sized_warning(cfg):
+                self(warning)
 
     def __call__(self, msg: str, console: bool = True) -> None:
         if self.rank0:
@@ -4964,17 +4980,8 @@ def data_fingerprint(tokenizer_path, val_pattern: str, train_pattern: str) -> st
     )
 
 
-def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
-    """Everything the run reads from disk, checked before the model is built: the tokenizer against
-    the shards' record of it, the train/validation overlap record, the validation split loaded and
-    counted, and what the final evaluations need (sliding windows, the TTT plan)."""
-    if not Path(cfg.data_path).is_dir():
-        raise DataError(f"DATA_PATH={cfg.data_path}: no such folder; {GET_DATA}")
-    if cfg.eval_only_path and not Path(cfg.eval_only_path).is_file():
-        raise DataError(
-            f"EVAL_ONLY_PATH={cfg.eval_only_path}: no such file (a run's "
-            f"final_model.pt or final_model.*.ptz)"
-        )
+def open_tokenizer(cfg: Hyperparameters):
+    """TOKENIZER_PATH's SentencePiece model, of VOCAB_SIZE pieces."""
     tokenizer = f"TOKENIZER_PATH={cfg.tokenizer_path}"
     if not Path(cfg.tokenizer_path).is_file():
         raise DataError(f"{tokenizer}: no such file; {GET_DATA}: its tokenizer comes with it")
@@ -4998,6 +5005,21 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
             f"VOCAB_SIZE={cfg.vocab_size}{preset}: expected {sp.vocab_size()}, the "
             f"vocab size of {tokenizer}: {fix}"
         )
+    return sp
+
+
+def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
+    """Everything the run reads from disk, checked before the model is built: the tokenizer against
+    the shards' record of it, the train/validation overlap record, the validation split loaded and
+    counted, and what the final evaluations need (sliding windows, the TTT plan)."""
+    if not Path(cfg.data_path).is_dir():
+        raise DataError(f"DATA_PATH={cfg.data_path}: no such folder; {GET_DATA}")
+    if cfg.eval_only_path and not Path(cfg.eval_only_path).is_file():
+        raise DataError(
+            f"EVAL_ONLY_PATH={cfg.eval_only_path}: no such file (a run's "
+            f"final_model.pt or final_model.*.ptz)"
+        )
+    sp = open_tokenizer(cfg)
     luts = build_sentencepiece_luts(sp, cfg.vocab_size)
     shards, calibrate = None, cfg.quantizer == "gptq" and not cfg.eval_only_path.endswith(".ptz")
     if not cfg.eval_only_path or calibrate:  # (GPTQ's Hessians read them too)

@@ -158,10 +158,12 @@ def test_the_settings_line_can_be_pasted_back_as_the_environment(capsys, monkeyp
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("settings: ")]
     pasted = dict(kv.split("=", 1) for kv in line.split(" (all of them")[0].split()[1:])
     assert pasted == env and cfg(RUN_ID="r", **pasted) == cfg(RUN_ID="r", **env)
-    assert (tmp_path / "logs" / "r.txt").read_text().splitlines()[-2:] == [
+    logged = (tmp_path / "logs" / "r.txt").read_text().splitlines()
+    assert logged[-3:-1] == [
         line,  # the log holds it from the start: a run stopped at start-up ends it with its error
         "cpu_mode: fp32, no torch.compile; copy streams (CUDA-only) off, prefetch on",
     ]
+    assert logged[-1].startswith("WARNING: TRAIN_BATCH_TOKENS=524288 is sized for GPUs")
 
 
 def test_the_baselines_pattern_variables_at_their_default_change_nothing():

@@ -109,6 +109,14 @@ def test_an_ema_short_against_the_run_is_no_warning():
     assert tg.ema_warning(tg.Hyperparameters.from_env(env | {"EMA_DECAY": "0.9965"}))  # 35%
 
 
+def test_a_batch_of_the_gpu_runs_size_on_a_cpu_says_so_with_the_quick_start():
+    """The defaults' 524,288 tokens a step take minutes on a CPU, before the first line."""
+    warning = tg.gpu_sized_warning(tg.Hyperparameters.from_env({"RUN_ID": "x"}))
+    assert warning.startswith("WARNING: TRAIN_BATCH_TOKENS=524288 is sized for GPUs")
+    assert warning.endswith("bash scripts/quickstart.sh (its settings: scripts/quickstart.env)")
+    assert tg.gpu_sized_warning(tg.Hyperparameters.from_env(TINY)) == ""  # (a CPU's size)
+
+
 def _rank_main(rank: int, folder: str, ms_per_rank: list[float]) -> None:
     dist.init_process_group(
         "gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=len(ms_per_rank)
