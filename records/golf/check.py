@@ -580,8 +580,9 @@ def check_bytes_total(ctx: Context) -> Checks:
     )
 
 
-def _counted_as(ctx: Context, value: int) -> str:
-    """Which count of which file `bytes_code` is (check_bytes_code: one of them is)."""
+def _counted_as(ctx: Context, value: int, script_sizes: set[int]) -> str:
+    """Which count of which file `bytes_code` is (check_bytes_code: one of them is);
+    `script_sizes`: the script's size and its packed size, as check_bytes_code computed them."""
     data, name = ctx.record.script_bytes, ctx.record.script.name if ctx.record.script else ""
     if any(lg.compressed_code_bytes == value for lg in ctx.logs):
         return f"the logs' `Code size (compressed)`: {name or 'the script'}'s packed form"
@@ -589,7 +590,7 @@ def _counted_as(ctx: Context, value: int) -> str:
         return f"the logs' packed code size of {name or 'the script'}"
     if data and value == len(data):
         return f"the size of {name}"
-    if data and value == len(pack_source(data)):
+    if value in script_sizes:  # (the other one: the packed size)
         return f"the size of {name} packed (bz2, base85)"
     return "the logs' `Code size`"
 
@@ -606,7 +607,7 @@ def check_bytes_code(ctx: Context) -> Checks:
         yield bad("bytes_code", f"bytes_code {value!r} is not a number of bytes", f"write {known}")
         return
     if value in logged | script:
-        yield good("bytes_code", f"bytes_code {value} = {_counted_as(ctx, value)}")
+        yield good("bytes_code", f"bytes_code {value} = {_counted_as(ctx, value, script)}")
         return
     sizes = f"the script ({len(data)} bytes, {len(pack_source(data))} packed) " if data else ""
     known = ", ".join(map(str, sorted(logged))) or "none"

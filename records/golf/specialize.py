@@ -212,7 +212,8 @@ def settings_for(module, values: dict, free=FREE) -> Settings:
     values = dataclasses.asdict(cfg)
     other = dataclasses.replace(cfg, **_other_free_values(cfg, free))
     properties = {}
-    pure = pure_properties(ast.parse(Path(module.__file__).read_text()), cls.__name__, module)
+    tree = ast.parse(Path(module.__file__).read_text())  # (read once for the three below)
+    pure = pure_properties(tree, cls.__name__, module)
     for name, attr in vars(cls).items():
         if isinstance(attr, property) and name in pure:
             with contextlib.suppress(Exception):
@@ -225,8 +226,8 @@ def settings_for(module, values: dict, free=FREE) -> Settings:
         {f.name: f.default for f in fields},
         {f.name: f.type for f in fields},
         properties,
-        file_constants(module),
-        file_calls(module),
+        file_constants(module, tree),
+        file_calls(module, tree),
         tuple(free),
         fixed_table=_fixed_table(getattr(module, "FIXED_VARIABLES", None)),
         inherited=inherited_members(module),
@@ -369,11 +370,10 @@ def _names_in(node) -> set[str]:
     return {n.id for n in walk(node) if isinstance(n, ast.Name)}
 
 
-def file_constants(module) -> dict:
+def file_constants(module, tree: ast.Module) -> dict:
     """The values of the file-derived module constants (`file_derived`) that are literals (a
     record folder has no presets/ beside its script), and of the tables of settings built by code
     (`built_dicts`): they become literals."""
-    tree = ast.parse(Path(module.__file__).read_text())
     derived, out = file_derived(tree), {}
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and not isinstance(stmt.value, ast.Constant):
@@ -438,9 +438,8 @@ def _settings_table(table: dict) -> bool:
     )
 
 
-def file_calls(module) -> dict:
+def file_calls(module, tree: ast.Module) -> dict:
     """The file-derived functions (`file_derived`), to evaluate on constant arguments."""
-    tree = ast.parse(Path(module.__file__).read_text())
     derived = file_derived(tree)
     return {
         s.name: getattr(module, s.name)
