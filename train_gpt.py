@@ -1629,6 +1629,14 @@ def training_fraction(step, elapsed_ms, iterations, max_wallclock_ms) -> float:
     return max(elapsed_ms / (max_wallclock_ms or math.inf), step / max(iterations, 1))
 
 
+def time_left_fields(step, elapsed_ms, iterations, max_wallclock_ms) -> str:
+    """Under a cap, a train line's last fields: the training time left and the step training is
+    projected to stop at, at the steps' average pace so far (ITERATIONS at most)."""
+    left_ms = max(max_wallclock_ms - elapsed_ms, 0.0)
+    projected = min(iterations, step + math.ceil(left_ms * step / max(elapsed_ms, 1e-9)))
+    return f" time_left:{left_ms / 1000:.0f}s projected_steps:{projected}"
+
+
 def lr_multiplier(
     step, elapsed_ms, iterations, warmdown_iters, max_wallclock_ms, warmdown_frac=0.0, min_lr=0.0
 ) -> float:
@@ -3377,6 +3385,9 @@ def compile_ttt_graphs(cfg, rt, model, plan: TTTPlan) -> None:
     rt.synchronize()
 
 
+TTT_PROGRESS_SECONDS = 10.0  # the longest a TTT evaluation goes without a progress line
+
+
 def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable, draws=None) -> tuple[float, float]:
     """EVAL_TTT: a chunk is scored, then its document's adapters train on it (not the last); between
     batches, phases train the base weights on scored documents. No host sync; trains `model`.
@@ -3400,7 +3411,7 @@ def ttt_batches(cfg, rt, model, plan: TTTPlan, log0: Callable, draws) -> tuple[f
     columns = torch.arange(cfg.ttt_eval_seq_len, device=rt.device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
     phases = list(plan.phases)  # (the batch index after which it trains, its SGD steps)
-    start = time.perf_counter()
+    start = said_at = time.perf_counter()
     barriers = []  # (reached, left) at each barrier: the waits, for the log
     done = 0
     if cfg.ngram_tilt_enabled and plan.hints is None:  # NGRAM_HINT_PRECOMPUTE_OUTSIDE=0: timed
@@ -3448,9 +3459,12 @@ def ttt_batches(cfg, rt, model, plan: TTTPlan, log0: Callable, draws) -> tuple[f
             with torch.no_grad():
                 lora.A_all.copy_(kept)
         tenths_before, done = done * 10 // plan.scored, done + batch.scored
-        if done * 10 // plan.scored > tenths_before:  # rank 0's log: each tenth of its predictions
-            elapsed = time.perf_counter() - start
-            log0(f"ttt_progress scored:{done / plan.scored:.0%} elapsed:{elapsed:.1f}s")
+        # Rank 0's log: each tenth of its predictions, and at least every TTT_PROGRESS_SECONDS
+        # (host time: the queue ahead of the device is bounded), so a slow start is not silent.
+        now = time.perf_counter()
+        if done * 10 // plan.scored > tenths_before or now - said_at >= TTT_PROGRESS_SECONDS:
+            said_at = now
+            log0(f"ttt_progress scored:{done / plan.scored:.0%} elapsed:{now - start:.1f}s")
     for _, steps in phases:  # the phases after this rank's last batch
         barrier_and_phase(steps)
     barrier_and_phase(None)  # the end: every rank's work done
@@ -3926,6 +3940,8 @@ class Trainer(ClosedOnExit):
                 train_loss /= self.rt.world_size
             loss = train_loss.item()
             timing = f"train_time:{elapsed_ms:.0f}ms step_avg:{elapsed_ms / step:.2f}ms"
+            if self.cap_ms is not None:
+                timing += time_left_fields(step, elapsed_ms, cfg.iterations, self.cap_ms)
             self.log0(f"step:{step}/{cfg.iterations} train_loss:{loss:.4f} {timing}")
         self.agreed[0] = elapsed_ms
         if self.cap_ms is not None and self.rt.distributed:  # the ranks' slowest clock
@@ -4658,9 +4674,9 @@ def load_weights(net: Network, state: dict, source: str) -> None:
         ) from None
 
 
-def load_round_trip(cfg: Hyperparameters, net: Network, quantized: dict) -> str:
+def load_round_trip(cfg: Hyperparameters, net: Network, quantized: dict) -> tuple[str, str]:
     """The quantized weights dequantized into the model, which every final score then reads;
-    returns the label the record gives that score."""
+    returns the labels of that score: ours, and the record's ("" for the baseline's format)."""
     # The baseline's format, else the record's (w, m): as QUANTIZER wrote it, or as the file is
     int8 = "__quant_format__" in quantized if cfg.eval_only_path else cfg.quantizer != "gptq"
     if int8:
@@ -4671,7 +4687,19 @@ def load_round_trip(cfg: Hyperparameters, net: Network, quantized: dict) -> str:
         load_weights(net, state, f"EVAL_ONLY_PATH={cfg.eval_only_path}")
     else:  # this run's own weights, back from its file
         net.base.load_state_dict(state, strict=True)
-    return "" if int8 else "diagnostic quantized"
+    return round_trip_label(cfg, int8), "" if int8 else "diagnostic quantized"
+
+
+def round_trip_label(cfg: Hyperparameters, int8: bool) -> str:
+    """The round trip's score line, named for the artifact: the baseline's
+    `final_int8_zlib_roundtrip` at its format, else `final_<quantizer>_<compressor>_roundtrip`
+    (`final_gptq_pergroup_roundtrip`). An EVAL_ONLY_PATH artifact is named as its bytes tell."""
+    quantizer = "int8" if int8 else "gptq"
+    compressor = cfg.compressor
+    if cfg.eval_only_path.endswith(".ptz"):
+        with open(cfg.eval_only_path, "rb") as artifact:
+            compressor = compressor_of(artifact.read(8))
+    return f"final_{quantizer}_{compressor}_roundtrip"
 
 
 # -----------------------------
@@ -5172,9 +5200,9 @@ def main() -> None:
         if cfg.quantizer == "gptq":
             log_score("", "", rt, evaluate, log0, "diagnostic pre-quantization post-ema")
         quantized, over_cap = save_artifacts(cfg, rt, net, code, log0)
-    record_label = load_round_trip(cfg, net, quantized)
+    label, record_label = load_round_trip(cfg, net, quantized)
     RunState.phase = "in the final evaluation"
-    log_score("final_int8_zlib_roundtrip", "", rt, evaluate, log0, record_label)
+    log_score(label, "", rt, evaluate, log0, record_label)
     if windows is not None:  # the records' scored number, on the same round-tripped weights
         windows.place(rt.device)  # (its copy not timed)
         sliding = functools.partial(eval_sliding, cfg, rt, net.compiled, windows)

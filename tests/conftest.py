@@ -50,6 +50,10 @@ _SCRUB = (
 )
 
 
+# The round trip's exact score line, whatever the artifact's format names it.
+ROUND_TRIP_EXACT = re.compile(r"final_[a-z0-9]+_[a-z0-9_]+_roundtrip_exact ")
+
+
 @dataclass
 class Run:
     workdir: Path
@@ -72,10 +76,16 @@ class Run:
     def lines(self, prefix: str) -> list[str]:
         return [line for line in self.stdout.splitlines() if line.startswith(prefix)]
 
+    def round_trip(self) -> str:
+        """The round trip's exact score line, `final_<quantizer>_<compressor>_roundtrip_exact`
+        (the baseline's `final_int8_zlib_roundtrip_exact`), the one the run printed."""
+        (line,) = [x for x in self.stdout.splitlines() if ROUND_TRIP_EXACT.match(x)]
+        return line
+
     def numbers(self) -> list[str]:
         """Every line that carries a computed number, with the wall-clock fields removed."""
         keep = re.compile(
-            r"^(step:\d+/\d+ (train_loss|val_loss)|final_int8_zlib_roundtrip_exact|val_loader:)"
+            r"^(step:\d+/\d+ (train_loss|val_loss)|final_\w+_roundtrip_exact|val_loader:)"
         )
         return [
             re.sub(r" train_time:.*", "", line)

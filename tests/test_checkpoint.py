@@ -572,8 +572,7 @@ def continuation(run: Run, k: int) -> list[str]:
 
 
 def final_line(run: Run) -> str:
-    (line,) = run.lines("final_int8_zlib_roundtrip_exact ")
-    return line
+    return run.round_trip()
 
 
 def error_lines(run: Run) -> list[str]:

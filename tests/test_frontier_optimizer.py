@@ -433,7 +433,7 @@ def test_a_frontier_run_primes_loops_switches_them_on_and_scores_the_ema(frontie
     assert priming[2].startswith("loop_warmup:enabled encoder:[") and len(priming) == 5
     order = [next(i for i, x in enumerate(lines) if x.startswith(p)) for p in (
         "step:6/6 val_loss:", "ema:applying EMA weights", "Serialized model:",
-        "final_int8_zlib_roundtrip_exact")]  # fmt: skip
+        full.round_trip())]  # fmt: skip
     assert order == sorted(order)
     saved = tg.unbank_state_dict(torch.load(full.workdir / "final_model.pt"))  # the record's
     ema = torch.load(full.workdir / "checkpoints" / "step_000006" / "ema.pt")

@@ -488,8 +488,8 @@ def test_a_frontier_run_writes_the_records_artifact_and_logs_its_lines(gptq_run)
              "GPTQ:collecting Hessians from calibration data...", "GPTQ:collected 9 Hessians in ",
              "Quantized weights:", "Serialized model quantized+brotli: ",
              "Total submission size quantized+brotli: ", "diagnostic quantized val_loss:",
-             "final_int8_zlib_roundtrip val_loss:",
-             "final_int8_zlib_roundtrip_exact val_loss:"]  # fmt: skip
+             "final_gptq_brotli_roundtrip val_loss:",
+             "final_gptq_brotli_roundtrip_exact val_loss:"]  # fmt: skip
     at = [next(i for i, line in enumerate(out) if line.startswith(p)) for p in order]
     assert at == sorted(at), order
     artifact = gptq_run.workdir / "final_model.int6.ptz"
@@ -508,9 +508,9 @@ def test_a_frontier_run_writes_the_records_artifact_and_logs_its_lines(gptq_run)
         code,
         size + code,
     )
-    assert log.scored.label == "final_int8_zlib_roundtrip_exact"
+    assert log.scored.label == "final_gptq_brotli_roundtrip_exact"  # named for the artifact
     diagnostic = gptq_run.lines("diagnostic quantized ")[0].split()[2]
-    assert diagnostic == gptq_run.lines("final_int8_zlib_roundtrip_exact")[0].split()[1]
+    assert diagnostic == gptq_run.lines("final_gptq_brotli_roundtrip_exact")[0].split()[1]
 
 
 def test_eval_only_rescoring_the_artifact_gives_the_same_number(gptq_run, tiny_dataset):
@@ -519,8 +519,8 @@ def test_eval_only_rescoring_the_artifact_gives_the_same_number(gptq_run, tiny_d
         **E2E | {"EVAL_ONLY_PATH": str(gptq_run.workdir / "final_model.int6.ptz")},
     )  # fmt: skip
     assert rescored.returncode == 0, rescored.why()
-    label = "final_int8_zlib_roundtrip_exact"
-    assert rescored.lines(label) == gptq_run.lines(label)
+    label = "final_gptq_brotli_roundtrip_exact"
+    assert rescored.lines(label) == gptq_run.lines(label) != []
     truncated = gptq_run.workdir / "truncated.ptz"
     truncated.write_bytes((gptq_run.workdir / "final_model.int6.ptz").read_bytes()[:5000])
     bad = run_train(gptq_run.workdir / "bad", tiny_dataset, nproc=0,
@@ -546,8 +546,9 @@ def test_a_per_group_file_the_reference_wrote_scores_the_same_through_eval_only(
     rescored = run_train(gptq_run.workdir / f"eval_{version}", tiny_dataset, nproc=2,
                          **E2E | {"EVAL_ONLY_PATH": str(path)})  # fmt: skip
     assert rescored.returncode == 0, rescored.why()
-    label = "final_int8_zlib_roundtrip_exact"
-    assert rescored.lines(label) == gptq_run.lines(label) != []
+    (line,) = rescored.lines(f"final_gptq_{version}_roundtrip_exact ")  # named as its bytes tell
+    (brotli_line,) = gptq_run.lines("final_gptq_brotli_roundtrip_exact ")
+    assert line.split()[1:] == brotli_line.split()[1:]
     assert rescored.lines("Deserialize: per-group lrzip decompression...") != []
 
 

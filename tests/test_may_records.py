@@ -445,9 +445,7 @@ def test_the_2135_preset_trains_and_scores_alike_on_one_and_two_ranks(tmp_path, 
     for run in runs:
         assert run.returncode == 0, run.why()
     assert losses(runs[1]) == pytest.approx(losses(runs[0]), abs=2e-3) and len(losses(runs[0])) == 4
-    scores = [
-        float(r.lines("final_int8_zlib_roundtrip_exact")[0].split("val_bpb:")[1]) for r in runs
-    ]
+    scores = [float(r.round_trip().split("val_bpb:")[1]) for r in runs]
     assert scores[1] == pytest.approx(scores[0], abs=1e-3)
     saved = list(torch.load(runs[1].workdir / "final_model.pt"))
     assert saved[:3] == ["softcap_pos", "softcap_neg", "qo_bank"]  # #2135's layout

@@ -163,6 +163,15 @@ def test_later_format_train_time_in_minutes_without_stopping_line():
             "final_int8_zlib_roundtrip_exact",
             1.22436570,
         ),
+        (  # our GPTQ runs' line, named for the artifact (older logs named it as the baseline)
+            [
+                "diagnostic quantized val_loss:2.07269931 val_bpb:1.22436570 eval_time:9ms",
+                "final_gptq_pergroup_roundtrip val_loss:2.0727 val_bpb:1.2244 eval_time:9ms",
+                "final_gptq_pergroup_roundtrip_exact val_loss:2.07269931 val_bpb:1.22436570",
+            ],
+            "final_gptq_pergroup_roundtrip_exact",
+            1.22436570,
+        ),
         (
             [
                 "final_int6_roundtrip_exact val_loss:2.0 val_bpb:1.10000000",

@@ -71,6 +71,20 @@ def test_the_cap_stops_on_the_first_step_that_reached_it(tmp_path):
     assert lines[-2].startswith("step:5/20 val_loss:")  # the final validation comes first
 
 
+def test_under_a_cap_each_train_line_says_the_time_left_and_the_step_projected(tmp_path):
+    """1.5 s at 100 ms a step: after step 2, 1.3 s are left and the cap stops step 15 (the
+    baseline's rule); the projection is that step from the first line on. ITERATIONS bounds it."""
+    write_shards(tmp_path)
+    step, lines = run_with_fake_clock(tmp_path, 0, 1, 100.0, 1.5, TRAIN_LOG_EVERY="1")
+    train = [line for line in lines if " train_loss:" in line]
+    assert train[1].endswith("train_time:200ms step_avg:100.00ms time_left:1s projected_steps:15")
+    assert all(line.endswith("projected_steps:15") for line in train)
+    assert step == 15 and train[-1].endswith("time_left:0s projected_steps:15")
+    assert tg.time_left_fields(2, 200.0, 10, 1500.0) == " time_left:1s projected_steps:10"
+    _, uncapped = run_with_fake_clock(tmp_path, 0, 1, 100.0, 0, TRAIN_LOG_EVERY="1", ITERATIONS="2")
+    assert not any("time_left" in line for line in uncapped)  # the baseline's lines, unchanged
+
+
 @pytest.mark.parametrize(
     "cap_s, expected",
     [(0.1, 1), (0.3, 3), (0.301, 4), pytest.param(1000.0, 20, marks=pytest.mark.slow)],
