@@ -1632,9 +1632,9 @@ def training_fraction(step, elapsed_ms, iterations, max_wallclock_ms) -> float:
 def time_left_fields(step, elapsed_ms, iterations, max_wallclock_ms) -> str:
     """Under a cap, a train line's last fields: the training time left and the step training is
     projected to stop at, at the steps' average pace so far (ITERATIONS at most)."""
-    left_ms = max(max_wallclock_ms - elapsed_ms, 0.0)
-    projected = min(iterations, step + math.ceil(left_ms * step / max(elapsed_ms, 1e-9)))
-    return f" time_left:{left_ms / 1000:.0f}s projected_steps:{projected}"
+    left_s = max(max_wallclock_ms - elapsed_ms, 0.0) / 1000
+    projected = min(iterations, math.ceil(max_wallclock_ms * step / elapsed_ms))  # the cap's rule
+    return f" time_left:{left_s:.0f}s projected_steps:{projected}"
 
 
 def lr_multiplier(
@@ -3458,11 +3458,11 @@ def ttt_batches(cfg, rt, model, plan: TTTPlan, log0: Callable, draws) -> tuple[f
         if kept is not None:
             with torch.no_grad():
                 lora.A_all.copy_(kept)
-        tenths_before, done = done * 10 // plan.scored, done + batch.scored
-        # Rank 0's log: each tenth of its predictions, and at least every TTT_PROGRESS_SECONDS
-        # (host time: the queue ahead of the device is bounded), so a slow start is not silent.
+        done += batch.scored
+        # Rank 0's log: every TTT_PROGRESS_SECONDS and at the end (host time: the queue ahead of
+        # the device is bounded), so neither a slow start nor a long evaluation is silent.
         now = time.perf_counter()
-        if done * 10 // plan.scored > tenths_before or now - said_at >= TTT_PROGRESS_SECONDS:
+        if now - said_at >= TTT_PROGRESS_SECONDS or done == plan.scored:
             said_at = now
             log0(f"ttt_progress scored:{done / plan.scored:.0%} elapsed:{now - start:.1f}s")
     for _, steps in phases:  # the phases after this rank's last batch
