@@ -85,7 +85,7 @@ class Run:
     def numbers(self) -> list[str]:
         """Every line that carries a computed number, with the wall-clock fields removed."""
         keep = re.compile(
-            r"^(step:\d+/\d+ (train_loss|val_loss)|final_\w+_roundtrip_exact|val_loader:)"
+            rf"^(step:\d+/\d+ (train_loss|val_loss)|{ROUND_TRIP_EXACT.pattern}|val_loader:)"
         )
         return [
             re.sub(r" train_time:.*", "", line)
