@@ -1223,6 +1223,8 @@ class Hyperparameters:
 
     def run_conflicts(self) -> list[str]:
         """Settings of the run that exclude each other, or a package a setting needs."""
+        quantizer, compressor = QUANTIZERS[self.quantizer], COMPRESSORS[self.compressor]
+        module = quantizer.module or compressor.module  # (brotli, the only one either needs)
         checks = [
             (
                 not self.run_id
@@ -1243,17 +1245,16 @@ class Hyperparameters:
                 f"before the cap)",
             ),
             (
-                self.compressor.startswith("pergroup") and self.quantizer != "gptq",
+                compressor.quantizer not in ("", self.quantizer),
                 "COMPRESSOR",
-                "QUANTIZER=gptq with it (its files hold GPTQ's integers; int8's: zlib, brotli, "
-                "lzma)",
+                f"QUANTIZER={compressor.quantizer} with it (its files hold GPTQ's integers; "
+                f"int8's: zlib, brotli, lzma)",
             ),
             (
-                (self.quantizer == "gptq" or self.compressor == "brotli")
-                and importlib.util.find_spec("brotli") is None,
-                "QUANTIZER" if self.quantizer == "gptq" else "COMPRESSOR",
-                "the brotli package, which it writes with: pip install -r requirements.txt (or "
-                "bash scripts/setup.sh)",
+                bool(module) and importlib.util.find_spec(module) is None,
+                "QUANTIZER" if quantizer.module else "COMPRESSOR",
+                f"the {module} package, which it writes with: pip install -r requirements.txt "
+                f"(or bash scripts/setup.sh)",
             ),
         ]
         return [
@@ -1796,21 +1797,56 @@ def list_shards(pattern: str) -> list[Path]:
     return files
 
 
-class TrainShards:
+class _ShardReadAhead:
+    """Reads and checks shard i+1 on its own thread while shard i is sliced: no stall between."""
+
+    def __init__(self, read: Callable[[int], np.ndarray], count: int):
+        self.read, self.count = read, count
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="train_shard_reader")
+        self.pending: dict = {}
+
+    def prefetch(self, idx: int) -> None:
+        if idx not in self.pending:
+            self.pending[idx] = self.pool.submit(self.read, idx)
+
+    def load(self, idx: int) -> np.ndarray:
+        self.prefetch(idx)
+        tokens = self.pending.pop(idx).result()  # not kept: after a failure, a retry reads again
+        nxt = (idx + 1) % self.count
+        self.pending = {i: f for i, f in self.pending.items() if i == nxt}  # drop stale reads
+        self.prefetch(nxt)
+        return tokens
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class TrainShards(ClosedOnExit):
     """The training shards in name order, every header checked when it is built (a bad shard stops
     the run before training). The stream and docpack orders read a shard whole through `load`;
-    the shuffled order maps its shards (`mapped`) and reads windows of them."""
+    the shuffled order maps its shards (`mapped`) and reads windows of them. With `read_ahead`
+    (the prefetching loader's), loading shard i starts reading shard i+1 on a thread of its own,
+    which `close` stops."""
 
-    def __init__(self, pattern: str, vocab_size: int | None = None):
+    def __init__(self, pattern: str, vocab_size: int | None = None, read_ahead: bool = False):
         self.files = list_shards(pattern)
         self.sizes = [read_shard_header(f) for f in self.files]  # token counts
         if sum(self.sizes) == 0:
             raise DataError(f"{pattern}: all {len(self.files)} shards are empty; {GET_DATA}")
-        self.vocab_size, self.load = vocab_size, self.read
+        self.vocab_size = vocab_size
         self.bos: list[int] | None = None  # each shard's first BOS position (docpack)
+        self.ahead = _ShardReadAhead(self.read, len(self.files)) if read_ahead else None
 
     def read(self, idx: int) -> np.ndarray:
         return load_data_shard(self.files[idx], self.vocab_size)
+
+    def load(self, idx: int) -> np.ndarray:
+        """Shard idx's tokens, checked: read now, or taken from the read-ahead thread."""
+        return self.read(idx) if self.ahead is None else self.ahead.load(idx)
+
+    def close(self) -> None:
+        if self.ahead is not None:
+            self.ahead.close()
 
     def mapped(self, idx: int) -> np.ndarray:
         if self.sizes[idx] == 0:
@@ -2053,17 +2089,31 @@ class DistributedTokenLoader(ClosedOnExit):
     """The synchronous loader, the reference the prefetching one is tested against: each call of
     `next_batch` reads this rank's tokens of one step from its order and copies them to the device.
     It returns (x, y), or (x, y, cu_seqlens, max_seqlen) for docpack's documents. `order` is the
-    order's class (StreamOrder is the baseline's; TRAIN_ORDERS maps TRAIN_LOADER's names), `state`
-    a position its `state()` returned (a checkpoint's), from which the order continues."""
+    order's class (by default StreamOrder, the baseline's; TRAIN_ORDERS maps TRAIN_LOADER's
+    names), `state` a position its `state()` returned (a checkpoint's), from which the order
+    continues; `read_ahead`: the shards are read ahead on a thread (TrainShards)."""
 
     def __init__(
-        self, pattern, rank, world_size, device, *, order: type, vocab_size=None, state=None
+        self,
+        pattern,
+        rank,
+        world_size,
+        device,
+        *,
+        order: type = StreamOrder,
+        vocab_size=None,
+        state=None,
+        read_ahead=False,
     ):
         self.rank, self.world_size = rank, world_size
         self.device = torch.empty(0, device=device).device  # "cuda" -> "cuda:N", for the worker
         self.kind, self.seq_len = order, None
-        self.shards = TrainShards(pattern, vocab_size)
-        self.order = self.kind(self.shards, rank, world_size, state)  # its first shard now
+        self.shards = TrainShards(pattern, vocab_size, read_ahead)
+        try:
+            self.order = self.kind(self.shards, rank, world_size, state)  # its first shard now
+        except BaseException:  # (a bad shard): the read-ahead thread goes with the loader
+            self.shards.close()
+            raise
 
     def layout(self, global_tokens: int, seq_len: int, grad_accum_steps: int) -> Layout:
         if self.kind is ShuffledOrder and self.seq_len not in (None, seq_len):
@@ -2084,6 +2134,9 @@ class DistributedTokenLoader(ClosedOnExit):
 
     def state(self):  # where the order stands after the last batch returned
         return self.order.state()
+
+    def close(self) -> None:
+        self.shards.close()
 
 
 # -----------------------------
@@ -2240,30 +2293,6 @@ class StagingPipeline:
         self.thread.join()
 
 
-class _ShardReadAhead:
-    """Reads and checks shard i+1 on its own thread while shard i is sliced: no stall between."""
-
-    def __init__(self, shards: TrainShards):
-        self.shards = shards
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="train_shard_reader")
-        self.pending: dict = {}
-
-    def prefetch(self, idx: int) -> None:
-        if idx not in self.pending:
-            self.pending[idx] = self.pool.submit(self.shards.read, idx)
-
-    def load(self, idx: int) -> np.ndarray:
-        self.prefetch(idx)
-        tokens = self.pending.pop(idx).result()  # not kept: after a failure, a retry reads again
-        nxt = (idx + 1) % len(self.shards.files)
-        self.pending = {i: f for i, f in self.pending.items() if i == nxt}  # drop stale reads
-        self.prefetch(nxt)
-        return tokens
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
-
-
 class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
     """The DistributedTokenLoader's batches, the same tokens, made ahead on a worker thread while
     the GPU computes (TRAIN_PREFETCH=1, the default). The worker reads the order, fills a
@@ -2275,13 +2304,10 @@ class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
     def __init__(self, *args, queue_depth=2, copy_stream=True, **kwargs):
         if queue_depth < 1:
             raise ValueError(f"queue_depth={queue_depth}: expected an integer >= 1")
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, read_ahead=True, **kwargs)
         self.queue_depth, self.copy_stream = queue_depth, copy_stream
-        self.reader = _ShardReadAhead(self.shards)
-        self.shards.load = self.reader.load  # from now on shards are read ahead
-        if self.kind is not ShuffledOrder:  # (which maps its shards instead of reading them)
-            self.reader.prefetch((self.order.state()[0] + 1) % len(self.shards.files))
         self.position = kwargs.get("state")  # where the order stands after the last batch
+        self.worker_order = None  # the order the worker reads, ahead of the batches returned
         self.shape = self.pipe = None
         self.copy_probe: Callable = contextlib.nullcontext
 
@@ -2297,25 +2323,26 @@ class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
         return self.position if self.order is None else self.order.state()
 
     def _restart(self, shape: tuple[int, int, int], layout: Layout) -> None:
-        self._stop()
+        self._stop()  # the old worker is joined: its order, read ahead, is dropped
+        # The first worker takes the order made at start-up; a later one resumes from the last
+        # batch returned (self.position, from then on what state() says)
+        self.worker_order, self.order = self.order, None
         seq_len = shape[1]
-        order = self.order
-        position = self.position
-        self.order = None  # the first worker takes the order made at start-up; others resume
-
-        # fill runs on the worker thread. A resumed order is made there, on its first call, so that
-        # the shard reads it starts with stay off the training thread.
-        def fill(tokens: np.ndarray, cu: np.ndarray) -> tuple:
-            nonlocal order
-            order = order or self.kind(self.shards, self.rank, self.world_size, position)
-            entries, max_seqlen = order.fill(layout, seq_len, tokens, cu)
-            return layout.tokens, entries, max_seqlen, order.state()
-
+        fill = functools.partial(self._fill, layout, seq_len, self.position)
         assemble = functools.partial(self.kind.assemble, seq_len=seq_len)
         sizes = (layout.tokens, layout.cu_entries)
         options = (self.queue_depth, self.copy_stream)
         self.pipe = StagingPipeline(fill, assemble, sizes, self.device, "train_prefetch", *options)
         self.pipe.copy_probe, self.shape = self.copy_probe, shape
+
+    def _fill(self, layout: Layout, seq_len: int, position, tokens, cu) -> tuple:
+        """The worker's fill, on its thread: the next batch of its order, and where the order
+        then stands. A resumed order is made here, at its first batch, so that the shard reads
+        it starts with stay off the training thread."""
+        if self.worker_order is None:
+            self.worker_order = self.kind(self.shards, self.rank, self.world_size, position)
+        entries, max_seqlen = self.worker_order.fill(layout, seq_len, tokens, cu)
+        return layout.tokens, entries, max_seqlen, self.worker_order.state()
 
     def _stop(self) -> None:
         if self.pipe is not None:
@@ -2324,7 +2351,7 @@ class PrefetchingDistributedTokenLoader(DistributedTokenLoader):
 
     def close(self) -> None:
         self._stop()
-        self.reader.close()
+        super().close()
 
 
 # -----------------------------
@@ -3724,13 +3751,20 @@ class Trainer(ClosedOnExit):
         cfg, rt = self.cfg, self.rt
         self.close()
         args = (cfg.train_files, rt.rank, rt.world_size, rt.device)
-        kind = TRAIN_ORDERS[cfg.train_loader]
-        order = dict(vocab_size=cfg.vocab_size, order=kind, state=position)
+        order = TRAIN_ORDERS[cfg.train_loader]
         if not cfg.train_prefetch:
-            self.loader = DistributedTokenLoader(*args, **order)
+            self.loader = DistributedTokenLoader(
+                *args, order=order, vocab_size=cfg.vocab_size, state=position
+            )
             return
-        options = dict(queue_depth=cfg.train_prefetch_queue, copy_stream=cfg.train_copy_stream)
-        self.loader = PrefetchingDistributedTokenLoader(*args, **order, **options)
+        self.loader = PrefetchingDistributedTokenLoader(
+            *args,
+            order=order,
+            vocab_size=cfg.vocab_size,
+            state=position,
+            queue_depth=cfg.train_prefetch_queue,
+            copy_stream=cfg.train_copy_stream,
+        )
         self.loader.copy_probe = functools.partial(self.phase, "h2d")
 
     def phase(self, name: str, stream=None):
@@ -4014,18 +4048,16 @@ def quantize_float_tensor(t: Tensor) -> tuple[Tensor, Tensor]:
     return q.to(torch.int8).contiguous(), scale
 
 
-def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> tuple[dict, dict]:
-    """The baseline's int8_clean_per_row_v1 format, and byte statistics for the log."""
+def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> dict:
+    """The baseline's int8_clean_per_row_v1 payload of `state_dict`."""
     quantized = {}
     scales = {}
     dtypes = {}
     passthrough = {}
     orig_dtypes = {}
     qmeta = {}
-    stats = collections.Counter()  # byte totals for the log
     for name, tensor in state_dict.items():
         t = tensor.detach().to("cpu").contiguous()
-        stats["baseline_tensor_bytes"] += t.nbytes
         if not t.is_floating_point():
             passthrough[name] = t
         elif t.numel() <= INT8_KEEP_FLOAT_MAX_NUMEL:  # small: kept as floats (control in fp32)
@@ -4041,18 +4073,17 @@ def quantize_state_dict_int8(state_dict: dict[str, Tensor]) -> tuple[dict, dict]
             if scales[name].ndim > 0:
                 qmeta[name] = {"scheme": "per_row", "axis": 0}
             dtypes[name] = str(t.dtype).removeprefix("torch.")
-    payload = (*quantized.values(), *scales.values(), *passthrough.values())
-    stats["int8_payload_bytes"] = sum(t.nbytes for t in payload)
     obj = dict(__quant_format__="int8_clean_per_row_v1", quantized=quantized, scales=scales)
     obj.update(dtypes=dtypes, passthrough=passthrough)
     if qmeta:
         obj["qmeta"] = qmeta
     if orig_dtypes:
         obj["passthrough_orig_dtypes"] = orig_dtypes
-    return obj, stats
+    return obj
 
 
-def dequantize_state_dict_int8(obj: dict) -> dict[str, Tensor]:
+def dequantize_state_dict_int8(obj: dict, template: dict | None = None) -> dict[str, Tensor]:
+    """The baseline's payload back to weights (`template`: unused, the format holds the dtypes)."""
     out = {}
     for name, q in obj["quantized"].items():
         scale = obj["scales"][name].float()  # per row of a matrix (what qmeta says), or one
@@ -4064,10 +4095,25 @@ def dequantize_state_dict_int8(obj: dict) -> dict[str, Tensor]:
     return out
 
 
+def quantize_int8(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable) -> dict:
+    """QUANTIZER=int8: the baseline's payload of the trained weights."""
+    return quantize_state_dict_int8(net.base.state_dict())
+
+
+def int8_size_detail(payload: dict, state: dict[str, Tensor]) -> str:
+    """The baseline's figures after its size line: the payload's tensor bytes, its torch file's
+    and the ratio of the weights' own bytes to the payload's."""
+    parts = ("quantized", "scales", "passthrough")
+    payload_bytes = sum(t.nbytes for part in parts for t in payload[part].values())
+    weight_bytes = sum(t.nbytes for t in state.values())
+    raw = len(torch_bytes(payload))
+    return (
+        f" (payload:{payload_bytes} raw_torch:{raw} payload_ratio:"
+        f"{weight_bytes / max(payload_bytes, 1):.2f}x)"
+    )
+
+
 GPTQ_CALIBRATION_ROWS = 48  # sequences per Hessian batch and rank, the record's
-
-
-ARTIFACT_FILES = {"int8": "final_model.int8.ptz", "gptq": "final_model.int6.ptz"}
 
 
 ARTIFACT_CAP = 16_000_000  # bytes, decimal: the counted code plus the compressed model
@@ -4233,6 +4279,60 @@ def dequantize_state_dict_gptq(obj: dict, template: dict[str, Tensor]) -> dict[s
     return out
 
 
+def quantize_gptq(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable) -> dict:
+    """QUANTIZER=gptq: the trained weights in the record's order, its calibration Hessians, then
+    GPTQ with SDClip and LQER; every rank computes the same result."""
+    state = net.base.state_dict()
+    order = record_order(state, cfg.num_layers, cfg.asym_logit_layout == "pr2135")
+    state = {name: state[name] for name in order}
+    log0("GPTQ:collecting Hessians from calibration data...")
+    t0 = time.perf_counter()
+    matrices = [name for name, t in state.items() if quant_route(cfg, name, t) == "gptq"]
+    hessians, act_rms = collect_hessians(cfg, rt, net.base, matrices)
+    log0(f"GPTQ:collected {len(hessians)} Hessians in {time.perf_counter() - t0:.1f}s")
+    t0 = time.perf_counter()
+    obj = quantize_state_dict_gptq(cfg, state, hessians, act_rms)
+    log0(f"GPTQ:quantized {len(matrices)} matrices in {time.perf_counter() - t0:.1f}s")
+    log_quantized_weights(obj["m"], log0)
+    return obj
+
+
+def collect_hessians(cfg: Hyperparameters, rt: Runtime, model: GPT, names: list) -> dict:
+    """docs/frontier.md#hessians: H = mean over batches of X^T X (fp32), X a matrix's input, a
+    term per pass of a looped layer. Every rank draws the record's rank 0's batches: its file."""
+    hessians = {}
+    squares = {}
+    rows = collections.Counter()
+    hooks = []
+    modules = {f"{n}.weight": m for n, m in model.named_modules()}
+    modules["tok_emb.weight"] = model.final_norm  # the tied head's input
+
+    def accumulate(name: str, module: nn.Module, args: tuple, out: Tensor) -> None:
+        x = (out if module is model.final_norm else args[0]).detach().float()
+        x = x.reshape(-1, x.size(-1))
+        hessians.setdefault(name, torch.zeros(x.size(1), x.size(1), device=x.device)).addmm_(x.T, x)
+        if cfg.awq_lite_enabled:  # AWQ-lite's activation RMS
+            squares[name] = squares.get(name, 0) + x.square().sum(0)
+            rows[name] += x.size(0)
+
+    for name in names:  # (an untied embedding has none: it rounds to nearest)
+        if name != "tok_emb.weight" or model.lm_head is None:
+            hooks.append(modules[name].register_forward_hook(functools.partial(accumulate, name)))
+    loader = DistributedTokenLoader(
+        cfg.train_files, 0, rt.world_size, rt.device, vocab_size=cfg.vocab_size, order=ShuffledOrder
+    )
+    shape = (GPTQ_CALIBRATION_ROWS * cfg.train_seq_len * rt.world_size, cfg.train_seq_len, 1)
+    model.eval()
+    with loader, torch.no_grad():
+        for _ in range(cfg.gptq_calibration_batches):
+            model(*loader.next_batch(*shape))
+    model.train()
+    for hook in hooks:
+        hook.remove()
+    act_rms = {name: (squares[name] / rows[name]).sqrt().cpu() for name in squares}
+    return {name: (h / cfg.gptq_calibration_batches).cpu() for name, h in hessians.items()}, act_rms
+
+
 def record_order(state: dict[str, Tensor], num_layers: int, pair_first=False) -> list[str]:
     """The record's unbanked names in its order: each bank's layers at the bank's place, the two
     kinds of a bank interleaved (c_q0, proj0, c_q1, ...), then its other tensors in order."""
@@ -4243,64 +4343,35 @@ def record_order(state: dict[str, Tensor], num_layers: int, pair_first=False) ->
     return names
 
 
-def compress(data: bytes, compressor: str) -> bytes:
-    if compressor == "brotli":  # imported only when used: the defaults need only the baseline's
-        return importlib.import_module("brotli").compress(data, quality=11)
-    return lzma.compress(data, preset=9) if compressor == "lzma" else zlib.compress(data, level=9)
+# COMPRESSOR=zlib (the baseline's), lzma and brotli: torch.save's file of the payload, compressed
+# whole. brotli is imported only when used: the defaults need only the baseline's packages.
+def write_zlib(payload: dict) -> bytes:
+    return zlib.compress(torch_bytes(payload), level=9)
 
 
-def compressor_of(blob: bytes) -> str:
-    """The COMPRESSOR that wrote an artifact, by its first bytes: PGRP's version (read_pergroup
-    checks it), lzma's magic, zlib's 0x78 (our brotli streams, window 2^22, start odd), brotli."""
-    if blob.startswith(b"PGRP"):
-        return "pergroup_v2" if blob[4:8] == struct.pack("<I", 2) else "pergroup"
-    return "lzma" if blob.startswith(b"\xfd7zXZ\x00") else "zlib" if blob[:1] == b"x" else "brotli"
+def write_lzma(payload: dict) -> bytes:
+    return lzma.compress(torch_bytes(payload), preset=9)
 
 
-def read_artifact(path: str | Path, source: str, log0: Callable, compressor: str = "") -> dict:
-    """A quantized artifact (ours or a record's: brotli, lzma, either PGRP); one line if not.
-    `compressor`: the COMPRESSOR that wrote it (this run's file), else told by its first bytes."""
-    try:
-        blob = Path(path).read_bytes()
-        obj = unpack_artifact(blob, source, log0, compressor or compressor_of(blob))
-        if not isinstance(obj, dict) or not ("__quant_format__" in obj or {"w", "m"} <= set(obj)):
-            raise ValueError("expected int8_clean_per_row_v1 or w/m")
-    except DataError:
-        raise
-    except Exception as e:  # truncated, not compressed, not torch.save's, another PGRP
-        raise DataError(
-            f"{source}: not a readable artifact ({type(e).__name__}: {e}); expected a "
-            f"whole .ptz written by this script or a record's (copy it again if it was "
-            f"cut short)"
-        ) from None
-    return obj
+def write_brotli(payload: dict) -> bytes:
+    return importlib.import_module("brotli").compress(torch_bytes(payload), quality=11)
 
 
-def unpack_artifact(blob: bytes, source: str, log0: Callable, compressor: str):
-    """`blob` as COMPRESSOR wrote it, back to what was saved; damage named (PGRP's in one line)."""
-    if not compressor.startswith("pergroup"):
-        try:  # (the compressors are modules of their names)
-            data = importlib.import_module(compressor).decompress(blob)
-        except Exception as e:
-            raise ValueError(f"damaged {compressor} data ({e})") from None
-        return torch.load(io.BytesIO(data), map_location="cpu")
-    start = "Deserialize: per-group lrzip decompression"
-    try:
-        with progress(start, "Deserialize: decompression", log0):
-            return read_pergroup(blob, compressor)
-    except FileNotFoundError:  # the lrzip binary
-        raise DataError(
-            f"{source}: a per-group (COMPRESSOR=pergroup) artifact: expected lrzip "
-            f"on PATH to read it (scripts/setup.sh installs it)"
-        ) from None
-    except Exception as e:  # the file, its damage, what next: lrzip's errors name neither
-        cause = f"{type(e).__name__}: {e}".splitlines()[0]
-        raise DataError(
-            f"{source}: a per-group (lrzip + brotli) artifact of {len(blob):,} "
-            f"bytes, truncated or damaged ({cause}); copy it again, whole, from "
-            f"the run that wrote it (its log's `Serialized model` line gives the "
-            f"size)"
-        ) from None
+def read_zlib(blob: bytes) -> dict:
+    return torch_file(zlib.decompress(blob))
+
+
+def read_lzma(blob: bytes) -> dict:
+    return torch_file(lzma.decompress(blob))
+
+
+def read_brotli(blob: bytes) -> dict:
+    return torch_file(importlib.import_module("brotli").decompress(blob))
+
+
+def torch_file(data: bytes):
+    """What torch.save wrote into `data`, on the CPU."""
+    return torch.load(io.BytesIO(data), map_location="cpu")
 
 
 # COMPRESSOR=pergroup, the records': the matrices' int8 rows (some reordered, neighbours alike) by
@@ -4383,23 +4454,12 @@ def uint16(orders) -> bytes:  # perms, little-endian
     return b"".join(np.array(order, dtype="<u2").tobytes() for order in orders)
 
 
-def write_pergroup(w: dict, meta: dict, version: str) -> bytes:
-    """The records' per-group artifact file (PGRP) of GPTQ's integers `w` and their `meta`:
-    #1855's layout (pergroup) or #2135's (pergroup_v2), the bytes tests/test_pergroup.py checks."""
-    brotli = importlib.import_module("brotli")
+def write_pergroup_v1(payload: dict) -> bytes:
+    """#1855's per-group file (COMPRESSOR=pergroup, #2014's too) of GPTQ's payload {"w", "m"}: the
+    seven groups' rows by column, a ZPAQ stream each (three groups' rows reordered), the rest and
+    the row orders by brotli; the bytes tests/test_pergroup.py checks against the record's."""
+    brotli, w = importlib.import_module("brotli"), payload["w"]
     names = sorted(n for n in w if n.endswith(tuple(g.lstrip("_") for g in PERGROUPS)))
-    if version == "pergroup_v2":  # each one's name, shape and perm, then one stream of all
-        orders = {n: similarity_order(w[n]) for n in names}
-        head = [b"PGRP", struct.pack("<II", 2, len(names))]
-        for n in names:
-            head += [struct.pack("<H", len(n)), n.encode(), struct.pack("<II", *w[n].shape)]
-            head.append(uint16([orders[n]]))
-        stream = lrzip(b"".join(in_columns(w[n], orders[n]) for n in names), *ZPAQ)
-        saved = torch_bytes({"w": {n: w[n] for n in w if n not in orders}, "m": meta})
-        shuffled = b"BSHF\x02" + saved[::2] + saved[1::2]  # even bytes, odd
-        rest = brotli.compress(shuffled, quality=11)
-        head += [struct.pack("<BI", 1, len(stream)), stream, struct.pack("<I", len(rest)), rest]
-        return b"".join(head)
     by_layer = functools.partial(sorted, key=lambda n: (len(n), n))  # blocks.2 before blocks.10
     groups = {g: by_layer(n for n in names if n.endswith(g.lstrip("_"))) for g in PERGROUPS}
     orders = {
@@ -4411,55 +4471,223 @@ def write_pergroup(w: dict, meta: dict, version: str) -> bytes:
     with ThreadPoolExecutor(os.cpu_count()) as pool:  # the groups at once, on as many cores
         streams = list(pool.map(lambda blob: blob and lrzip(blob, *ZPAQ), blobs))
     shapes = {g: [tuple(w[n].shape) for n in group] for g, group in groups.items() if group}
-    rest = {"r": {n: w[n] for n in sorted(w) if n not in orders}, "m": meta, "s": shapes}
+    rest = {"r": {n: w[n] for n in sorted(w) if n not in orders}, "m": payload["m"], "s": shapes}
     perms = uint16(orders[n] for g in SORTED_GROUPS for n in groups[g])
     streams += [brotli.compress(torch_bytes(rest), quality=11, lgwin=24)]
     streams += [perms and brotli.compress(perms, quality=11)]
     return b"PGRP" + struct.pack("<10I", 9, *map(len, streams)) + b"".join(streams)
 
 
-def read_pergroup(blob: bytes, version: str) -> dict:
-    """A PGRP file back to {"w", "m"}: #1855's (pergroup: 9 streams) or #2135's (pergroup_v2)."""
+def write_pergroup_v2(payload: dict) -> bytes:
+    """#2135's per-group file (COMPRESSOR=pergroup_v2, PGRP version 2): every grouped matrix
+    reordered, each one's name, shape and row order, then one ZPAQ stream of them all and the
+    rest byte-shuffled under brotli."""
+    brotli, w = importlib.import_module("brotli"), payload["w"]
+    names = sorted(n for n in w if n.endswith(tuple(g.lstrip("_") for g in PERGROUPS)))
+    orders = {n: similarity_order(w[n]) for n in names}
+    head = [b"PGRP", struct.pack("<II", 2, len(names))]
+    for n in names:
+        head += [struct.pack("<H", len(n)), n.encode(), struct.pack("<II", *w[n].shape)]
+        head.append(uint16([orders[n]]))
+    stream = lrzip(b"".join(in_columns(w[n], orders[n]) for n in names), *ZPAQ)
+    saved = torch_bytes({"w": {n: w[n] for n in w if n not in orders}, "m": payload["m"]})
+    shuffled = b"BSHF\x02" + saved[::2] + saved[1::2]  # even bytes, odd
+    rest = brotli.compress(shuffled, quality=11)
+    head += [struct.pack("<BI", 1, len(stream)), stream, struct.pack("<I", len(rest)), rest]
+    return b"".join(head)
+
+
+def read_pergroup_v1(blob: bytes) -> dict:
+    """#1855's per-group file (9 streams) back to GPTQ's payload {"w", "m"}."""
     brotli, (kind,) = importlib.import_module("brotli"), struct.unpack_from("<I", blob, 4)
-    if kind != (2 if version == "pergroup_v2" else 9):
+    if kind != 9:
         raise ValueError(f"PGRP {kind}: expected 9 (#1855's streams) or 2 (#2135's version)")
-    found = []  # (name, shape, row order) of each tensor in the stream(s)
-    if version == "pergroup":
-        ends = list(itertools.accumulate(struct.unpack_from("<9I", blob, 8), initial=44))
-        streams = [blob[a:b] for a, b in itertools.pairwise(ends)]
-        rest = torch.load(io.BytesIO(brotli.decompress(streams[7])), map_location="cpu")
-        perms = np.frombuffer(streams[8] and brotli.decompress(streams[8]), "<u2")
-        with ThreadPoolExecutor(len(PERGROUPS)) as pool:
-            raw = b"".join(pool.map(lambda stream: stream and lrzip(stream, "-d"), streams[:7]))
-        for group in PERGROUPS:
-            for i, (rows, cols) in enumerate(rest["s"].get(group, [])):
-                order = np.arange(rows)
-                if group in SORTED_GROUPS:
-                    order, perms = perms[:rows], perms[rows:]
-                name = group[1:] if group[0] == "_" else f"blocks.{i}.{group}"
-                found.append((name, (rows, cols), order))
-        w, meta = rest["r"], rest["m"]
-    else:
-        (count,), at = struct.unpack_from("<I", blob, 8), 12
-        for _ in range(count):
-            (n,) = struct.unpack_from("<H", blob, at)
-            shape = struct.unpack_from("<II", blob, at + 2 + n)
-            perm = np.frombuffer(blob, "<u2", shape[0], at + 10 + n)
-            found.append((blob[at + 2 : at + 2 + n].decode(), shape, perm))
-            at += 10 + n + 2 * shape[0]
-        method, size = struct.unpack_from("<BI", blob, at)
-        stream, at = blob[at + 5 : at + 5 + size], at + 5 + size
-        raw = lrzip(stream, "-d") if method else brotli.decompress(stream)  # 0: the fallback
-        shuffled = brotli.decompress(blob[at + 4 :])[5:]  # BSHF, stride 2: even bytes, odd
-        rest = bytearray(len(shuffled))
-        rest[::2], rest[1::2] = shuffled[: len(rest[::2])], shuffled[len(rest[::2]) :]
-        rest = torch.load(io.BytesIO(rest), map_location="cpu")
-        w, meta = rest["w"], rest["m"]
+    ends = list(itertools.accumulate(struct.unpack_from("<9I", blob, 8), initial=44))
+    streams = [blob[a:b] for a, b in itertools.pairwise(ends)]
+    rest = torch.load(io.BytesIO(brotli.decompress(streams[7])), map_location="cpu")
+    perms = np.frombuffer(streams[8] and brotli.decompress(streams[8]), "<u2")
+    with ThreadPoolExecutor(len(PERGROUPS)) as pool:
+        raw = b"".join(pool.map(lambda stream: stream and lrzip(stream, "-d"), streams[:7]))
+    found = []  # (name, shape, row order) of each tensor in the streams, in their order
+    for group in PERGROUPS:
+        for i, (rows, cols) in enumerate(rest["s"].get(group, [])):
+            order = np.arange(rows)
+            if group in SORTED_GROUPS:
+                order, perms = perms[:rows], perms[rows:]
+            name = group[1:] if group[0] == "_" else f"blocks.{i}.{group}"
+            found.append((name, (rows, cols), order))
+    return {"w": placed(rest["r"], raw, found), "m": rest["m"]}
+
+
+def read_pergroup_v2(blob: bytes) -> dict:
+    """#2135's per-group file (PGRP version 2) back to GPTQ's payload {"w", "m"}."""
+    brotli, (kind,) = importlib.import_module("brotli"), struct.unpack_from("<I", blob, 4)
+    if kind != 2:
+        raise ValueError(f"PGRP {kind}: expected 2 (#2135's version)")
+    found = []  # (name, shape, row order) of each tensor in the stream, in its order
+    (count,), at = struct.unpack_from("<I", blob, 8), 12
+    for _ in range(count):
+        (n,) = struct.unpack_from("<H", blob, at)
+        shape = struct.unpack_from("<II", blob, at + 2 + n)
+        perm = np.frombuffer(blob, "<u2", shape[0], at + 10 + n)
+        found.append((blob[at + 2 : at + 2 + n].decode(), shape, perm))
+        at += 10 + n + 2 * shape[0]
+    method, size = struct.unpack_from("<BI", blob, at)
+    stream, at = blob[at + 5 : at + 5 + size], at + 5 + size
+    raw = lrzip(stream, "-d") if method else brotli.decompress(stream)  # 0: the fallback
+    shuffled = brotli.decompress(blob[at + 4 :])[5:]  # BSHF, stride 2: even bytes, odd
+    rest = bytearray(len(shuffled))
+    rest[::2], rest[1::2] = shuffled[: len(rest[::2])], shuffled[len(rest[::2]) :]
+    rest = torch.load(io.BytesIO(rest), map_location="cpu")
+    return {"w": placed(rest["w"], raw, found), "m": rest["m"]}
+
+
+def placed(w: dict, raw: bytes, found: list) -> dict:
+    """`w` with each found (name, shape, row order) tensor read from its place in `raw`."""
     at = 0
     for name, (rows, cols), order in found:
         w[name] = from_columns(raw[at : at + rows * cols], (rows, cols), order)
         at += rows * cols
-    return {"w": w, "m": meta}
+    return w
+
+
+# -----------------------------
+# ARTIFACT FORMATS: ONE ROW PER QUANTIZER AND PER COMPRESSOR
+# -----------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Quantizer:
+    """QUANTIZER's row: how the trained weights become the artifact's payload and back, the file
+    the payload is saved in, and how the run logs it. Every rank quantizes (GPTQ's ranks compute
+    the same payload: collect_hessians)."""
+
+    file: str  # the artifact's file name
+    quantize: Callable  # (cfg, rt, net, log0) -> the payload: a dict torch.save can write
+    dequantize: Callable  # (payload, the model's state dict) -> the state dict to load
+    marker: str  # a key only this format's payloads hold: how an EVAL_ONLY_PATH file is told
+    records: bool  # logged as the records log it: their code count, line names and diagnostics
+    calibrates: bool  # it reads train shards (GPTQ's Hessians), in EVAL_ONLY_PATH runs too
+    module: str = ""  # a package beyond the baseline's that it needs ("" for none)
+
+
+@dataclasses.dataclass(frozen=True)
+class Compressor:
+    """COMPRESSOR's row: how a payload becomes the artifact's bytes and back, how its files start
+    and what it needs."""
+
+    write: Callable  # payload -> the file's bytes
+    read: Callable  # the file's bytes -> payload
+    signature: bytes  # how its files start: the longest match names a file's COMPRESSOR
+    module: str = ""  # a package beyond the baseline's that it needs ("" for none)
+    binary: str = ""  # a program it runs, which must be on PATH ("" for none)
+    quantizer: str = ""  # the QUANTIZER whose payload it stores ("" for any)
+    timed: bool = False  # slow: writing and reading are logged as the records log them
+
+
+QUANTIZERS = {
+    "int8": Quantizer(
+        "final_model.int8.ptz",
+        quantize_int8,
+        dequantize_state_dict_int8,
+        marker="__quant_format__",
+        records=False,
+        calibrates=False,
+    ),
+    "gptq": Quantizer(
+        "final_model.int6.ptz",
+        quantize_gptq,
+        dequantize_state_dict_gptq,
+        marker="m",
+        records=True,
+        calibrates=True,
+        module="brotli",  # the records' code count packs the script with it
+    ),
+}
+
+
+# brotli's streams have no magic: it is the format of a file that starts as no other. Ours never
+# start with zlib's 0x78 ("x"): with the window brotli picks for a payload, the first byte is odd.
+COMPRESSORS = {
+    "zlib": Compressor(write_zlib, read_zlib, b"x"),
+    "brotli": Compressor(write_brotli, read_brotli, b"", module="brotli"),
+    "lzma": Compressor(write_lzma, read_lzma, b"\xfd7zXZ\x00"),
+    "pergroup": Compressor(
+        write_pergroup_v1,
+        read_pergroup_v1,
+        b"PGRP",
+        module="brotli",
+        binary="lrzip",
+        quantizer="gptq",
+        timed=True,
+    ),
+    "pergroup_v2": Compressor(
+        write_pergroup_v2,
+        read_pergroup_v2,
+        b"PGRP\x02\x00\x00\x00",
+        module="brotli",
+        binary="lrzip",
+        quantizer="gptq",
+        timed=True,
+    ),
+}
+
+
+def compressor_of(blob: bytes) -> str:
+    """The COMPRESSOR that wrote an artifact: the one with the longest signature it starts with
+    (#2135's PGRP version before #1855's PGRP; brotli's empty one last)."""
+    matches = [name for name, c in COMPRESSORS.items() if blob.startswith(c.signature)]
+    return max(matches, key=lambda name: len(COMPRESSORS[name].signature))
+
+
+def quantizer_of(payload: dict) -> str:
+    """The QUANTIZER that wrote a payload, by the key only its format holds ("" if none)."""
+    return next((name for name, q in QUANTIZERS.items() if q.marker in payload), "")
+
+
+NO_TIMING = contextlib.nullcontext()  # in place of progress() for the fast compressors
+
+
+def read_artifact(path: str | Path, source: str, log0: Callable, compressor: str = "") -> dict:
+    """A quantized artifact (ours or a record's: brotli, lzma, either PGRP); one line if not.
+    `compressor`: the COMPRESSOR that wrote it (this run's file), else told by its first bytes."""
+    try:
+        blob = Path(path).read_bytes()
+        payload = unpack_artifact(blob, source, log0, compressor or compressor_of(blob))
+        # another run's file is told by its first bytes and its payload's keys; this run's own
+        # file holds what it just wrote
+        if not compressor and not (isinstance(payload, dict) and quantizer_of(payload)):
+            raise ValueError("expected int8_clean_per_row_v1 or w/m")
+    except DataError:
+        raise
+    except Exception as e:  # missing, or not torch.save's file of a payload
+        raise DataError(
+            f"{source}: not a readable artifact ({type(e).__name__}: {e}); expected a "
+            f"whole .ptz written by this script or a record's (copy it again if it was "
+            f"cut short)"
+        ) from None
+    return payload
+
+
+def unpack_artifact(blob: bytes, source: str, log0: Callable, compressor: str):
+    """`blob` as COMPRESSOR wrote it, back to its payload; damage named in one line."""
+    row = COMPRESSORS[compressor]
+    start = "Deserialize: per-group lrzip decompression"
+    try:
+        with progress(start, "Deserialize: decompression", log0) if row.timed else NO_TIMING:
+            return row.read(blob)
+    except FileNotFoundError:  # the program it runs (only those with a binary run one)
+        raise DataError(
+            f"{source}: a COMPRESSOR={compressor} artifact: expected {row.binary} on PATH to read "
+            f"it (scripts/setup.sh installs it)"
+        ) from None
+    except Exception as e:  # the file, its damage, what next: the libraries' errors name neither
+        cause = f"{type(e).__name__}: {e}".splitlines()[0]
+        raise DataError(
+            f"{source}: a {compressor} artifact of {len(blob):,} bytes, truncated or damaged "
+            f"({cause}); copy it again, whole, from the run that wrote it (its log's "
+            f"`Serialized model` line gives the size)"
+        ) from None
 
 
 def counted_code_bytes(code: str, log0: Callable) -> int:
@@ -4501,7 +4729,8 @@ def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, l
     """The run's outputs: rank 0 keeps an earlier run's files, then writes final_model.pt and the
     quantized, compressed artifact (atomically) and logs their sizes with the counted code.
     Returns what to score and, when the submission is over the cap, the line that says so."""
-    gptq, path = cfg.quantizer == "gptq", Path(ARTIFACT_FILES[cfg.quantizer])
+    quantizer, compressor = QUANTIZERS[cfg.quantizer], COMPRESSORS[cfg.compressor]
+    path = Path(quantizer.file)
     over_cap = ""  # rank 0's verdict when the submission is over the cap
     if rt.rank == 0:
         for earlier in (Path("final_model.pt"), path):
@@ -4509,26 +4738,19 @@ def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, l
         atomic_torch_save(file_state_dict(net.base), Path("final_model.pt"))
         model_bytes = os.path.getsize("final_model.pt")
         log0(f"Serialized model: {model_bytes} bytes")
-        code_bytes = log_code_size(code, gptq, model_bytes, log0)
-    if gptq:  # every rank computes it (see collect_hessians) and scores the file rank 0 wrote
-        obj, stats = quantize_gptq(cfg, rt, net, log0), None
-    else:
-        obj, stats = quantize_state_dict_int8(net.base.state_dict())
-    raw = b""  # rank 0's torch file of obj, which a compressor of the whole file compresses
-    if rt.rank == 0 and cfg.compressor.startswith("pergroup"):  # the others wait at the barrier
+        code_bytes = log_code_size(code, quantizer.records, model_bytes, log0)
+    payload = quantizer.quantize(cfg, rt, net, log0)
+    if rt.rank == 0:  # the others wait at the barrier
         start = "Serialize: per-group lrzip compression"
-        with progress(start, "Serialize: per-group compression", log0):
-            atomic_write_bytes(path, write_pergroup(obj["w"], obj["m"], cfg.compressor))
-    elif rt.rank == 0:
-        raw = torch_bytes(obj)
-        atomic_write_bytes(path, compress(raw, cfg.compressor))
-    if rt.rank == 0:
-        size, detail = path.stat().st_size, ""
-        if stats:  # the baseline's figures
-            payload, tensors = stats["int8_payload_bytes"], stats["baseline_tensor_bytes"]
-            detail = f" (payload:{payload} raw_torch:{len(raw)} payload_ratio:"
-            detail += f"{tensors / max(payload, 1):.2f}x)"
-        how = f"{'quantized' if gptq else 'int8'}+{cfg.compressor}"  # (quantized: the record's)
+        with (
+            progress(start, "Serialize: per-group compression", log0)
+            if compressor.timed
+            else NO_TIMING
+        ):
+            atomic_write_bytes(path, compressor.write(payload))
+        size = path.stat().st_size
+        detail = "" if quantizer.records else int8_size_detail(payload, net.base.state_dict())
+        how = f"{'quantized' if quantizer.records else cfg.quantizer}+{cfg.compressor}"
         log0(f"Serialized model {how}: {size} bytes{detail}")
         log0(f"Total submission size {how}: {size + code_bytes} bytes")
         verdict = cap_verdict(size + code_bytes)
@@ -4536,8 +4758,11 @@ def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, l
         if "OVER" in verdict:
             over_cap = verdict
     barrier(rt)
-    obj = read_artifact(path, str(path), log0, cfg.compressor) if gptq or rt.rank == 0 else obj
-    return obj, over_cap
+    # What is scored is the file: the records' ranks each read it; the baseline's rank 0 does
+    # (its other ranks hold the same payload, and need not share rank 0's disk)
+    if quantizer.records or rt.rank == 0:
+        payload = read_artifact(path, str(path), log0, cfg.compressor)
+    return payload, over_cap
 
 
 def cap_verdict(total: int) -> str:
@@ -4556,10 +4781,10 @@ def keep_earlier(path: Path, log0: Callable) -> None:
         log0(f"kept the earlier {path} as {kept} (replacing the one before it, if any)")
 
 
-def log_code_size(code: str, gptq: bool, model_bytes: int, log0: Callable) -> int:
-    """The code bytes the artifact counts: the record's rule with GPTQ, else the source's."""
+def log_code_size(code: str, records: bool, model_bytes: int, log0: Callable) -> int:
+    """The code bytes the artifact counts: the records' rule for their format, else the source's."""
     source_bytes = len(code.encode("utf-8"))
-    if gptq:
+    if records:
         log0(f"Code size (uncompressed): {source_bytes} bytes")
         counted = counted_code_bytes(code, log0)
         log0(f"Code size (compressed): {counted} bytes")
@@ -4567,60 +4792,6 @@ def log_code_size(code: str, gptq: bool, model_bytes: int, log0: Callable) -> in
     log0(f"Code size: {source_bytes} bytes")
     log0(f"Total submission size: {model_bytes + source_bytes} bytes")
     return source_bytes
-
-
-def quantize_gptq(cfg: Hyperparameters, rt: Runtime, net: Network, log0: Callable) -> dict:
-    """QUANTIZER=gptq: the trained weights in the record's order, its calibration Hessians, then
-    GPTQ with SDClip and LQER; every rank computes the same result."""
-    state = net.base.state_dict()
-    order = record_order(state, cfg.num_layers, cfg.asym_logit_layout == "pr2135")
-    state = {name: state[name] for name in order}
-    log0("GPTQ:collecting Hessians from calibration data...")
-    t0 = time.perf_counter()
-    matrices = [name for name, t in state.items() if quant_route(cfg, name, t) == "gptq"]
-    hessians, act_rms = collect_hessians(cfg, rt, net.base, matrices)
-    log0(f"GPTQ:collected {len(hessians)} Hessians in {time.perf_counter() - t0:.1f}s")
-    t0 = time.perf_counter()
-    obj = quantize_state_dict_gptq(cfg, state, hessians, act_rms)
-    log0(f"GPTQ:quantized {len(matrices)} matrices in {time.perf_counter() - t0:.1f}s")
-    log_quantized_weights(obj["m"], log0)
-    return obj
-
-
-def collect_hessians(cfg: Hyperparameters, rt: Runtime, model: GPT, names: list) -> dict:
-    """docs/frontier.md#hessians: H = mean over batches of X^T X (fp32), X a matrix's input, a
-    term per pass of a looped layer. Every rank draws the record's rank 0's batches: its file."""
-    hessians = {}
-    squares = {}
-    rows = collections.Counter()
-    hooks = []
-    modules = {f"{n}.weight": m for n, m in model.named_modules()}
-    modules["tok_emb.weight"] = model.final_norm  # the tied head's input
-
-    def accumulate(name: str, module: nn.Module, args: tuple, out: Tensor) -> None:
-        x = (out if module is model.final_norm else args[0]).detach().float()
-        x = x.reshape(-1, x.size(-1))
-        hessians.setdefault(name, torch.zeros(x.size(1), x.size(1), device=x.device)).addmm_(x.T, x)
-        if cfg.awq_lite_enabled:  # AWQ-lite's activation RMS
-            squares[name] = squares.get(name, 0) + x.square().sum(0)
-            rows[name] += x.size(0)
-
-    for name in names:  # (an untied embedding has none: it rounds to nearest)
-        if name != "tok_emb.weight" or model.lm_head is None:
-            hooks.append(modules[name].register_forward_hook(functools.partial(accumulate, name)))
-    loader = DistributedTokenLoader(
-        cfg.train_files, 0, rt.world_size, rt.device, vocab_size=cfg.vocab_size, order=ShuffledOrder
-    )
-    shape = (GPTQ_CALIBRATION_ROWS * cfg.train_seq_len * rt.world_size, cfg.train_seq_len, 1)
-    model.eval()
-    with loader, torch.no_grad():
-        for _ in range(cfg.gptq_calibration_batches):
-            model(*loader.next_batch(*shape))
-    model.train()
-    for hook in hooks:
-        hook.remove()
-    act_rms = {name: (squares[name] / rows[name]).sqrt().cpu() for name in squares}
-    return {name: (h / cfg.gptq_calibration_batches).cpu() for name, h in hessians.items()}, act_rms
 
 
 def weights_mismatch(ours: dict, theirs: dict) -> str:
@@ -4674,27 +4845,25 @@ def load_weights(net: Network, state: dict, source: str) -> None:
         ) from None
 
 
-def load_round_trip(cfg: Hyperparameters, net: Network, quantized: dict) -> tuple[str, str]:
+def load_round_trip(cfg: Hyperparameters, net: Network, payload: dict) -> tuple[str, str]:
     """The quantized weights dequantized into the model, which every final score then reads;
     returns the labels of that score: ours, and the record's ("" for the baseline's format)."""
-    # The baseline's format, else the record's (w, m): as QUANTIZER wrote it, or as the file is
-    int8 = "__quant_format__" in quantized if cfg.eval_only_path else cfg.quantizer != "gptq"
-    if int8:
-        state = dequantize_state_dict_int8(quantized)
-    else:
-        state = dequantize_state_dict_gptq(quantized, net.base.state_dict())
+    # as QUANTIZER wrote it, or another run's file as its payload tells
+    name = quantizer_of(payload) if cfg.eval_only_path else cfg.quantizer
+    quantizer = QUANTIZERS[name]
+    state = quantizer.dequantize(payload, net.base.state_dict())
     if cfg.eval_only_path:  # another run's file: a config it does not fit is named
         load_weights(net, state, f"EVAL_ONLY_PATH={cfg.eval_only_path}")
     else:  # this run's own weights, back from its file
         net.base.load_state_dict(state, strict=True)
-    return round_trip_label(cfg, int8), "" if int8 else "diagnostic quantized"
+    return round_trip_label(cfg, name), "diagnostic quantized" if quantizer.records else ""
 
 
-def round_trip_label(cfg: Hyperparameters, int8: bool) -> str:
-    """The round trip's score line, named for the artifact: the baseline's
-    `final_int8_zlib_roundtrip` at its format, else `final_<quantizer>_<compressor>_roundtrip`
-    (`final_gptq_pergroup_roundtrip`). An EVAL_ONLY_PATH artifact is named as its bytes tell."""
-    quantizer = "int8" if int8 else "gptq"
+def round_trip_label(cfg: Hyperparameters, quantizer: str) -> str:
+    """The round trip's score line, named for the artifact: `final_<quantizer>_<compressor>_
+    roundtrip`, the baseline's `final_int8_zlib_roundtrip` at its format, #1855's
+    `final_gptq_pergroup_roundtrip`. An EVAL_ONLY_PATH artifact's compressor is named as its
+    first bytes tell."""
     compressor = cfg.compressor
     if cfg.eval_only_path.endswith(".ptz"):
         with open(cfg.eval_only_path, "rb") as artifact:
@@ -4842,10 +5011,11 @@ def configure() -> tuple[Hyperparameters, Runtime]:
     process group; returns them as the run's Hyperparameters and Runtime."""
     world_size = env_int("WORLD_SIZE", 1)
     cfg = Hyperparameters.from_env(os.environ, world_size)
-    if cfg.compressor.startswith("pergroup") and not shutil.which("lrzip"):  # this machine's
+    binary = COMPRESSORS[cfg.compressor].binary
+    if binary and not shutil.which(binary):  # this machine's (validate runs where records pack)
         raise ConfigError(
-            f"COMPRESSOR={cfg.compressor}: expected the lrzip binary on PATH "
-            f"(apt-get install -y lrzip; bash scripts/setup.sh does it)"
+            f"COMPRESSOR={cfg.compressor}: expected the {binary} binary on PATH "
+            f"(apt-get install -y {binary}; bash scripts/setup.sh does it)"
         )
     rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
@@ -5049,7 +5219,8 @@ def load_data(cfg: Hyperparameters, rt: Runtime, log0: Callable) -> tuple:
         )
     sp = open_tokenizer(cfg)
     luts = build_sentencepiece_luts(sp, cfg.vocab_size)
-    shards, calibrate = None, cfg.quantizer == "gptq" and not cfg.eval_only_path.endswith(".ptz")
+    calibrate = QUANTIZERS[cfg.quantizer].calibrates and not cfg.eval_only_path.endswith(".ptz")
+    shards = None
     if not cfg.eval_only_path or calibrate:  # (GPTQ's Hessians read them too)
         shards = TrainShards(cfg.train_files, cfg.vocab_size)
         shards.check_order(cfg.train_loader, rt.world_size)  # now, not once the model is compiled
@@ -5131,9 +5302,7 @@ def load_for_evaluation(cfg, rt, net: Network, evaluate: Callable, log0: Callabl
         raise DataError(f"EVAL_ONLY_PATH={path}: unreadable ({type(e).__name__}: {e})") from None
     load_weights(net, state, f"EVAL_ONLY_PATH={path}")
     log_score("eval_only", f"path:{path} ", rt, evaluate, log0)
-    if cfg.quantizer == "gptq":
-        return quantize_gptq(cfg, rt, net, log0)
-    return quantize_state_dict_int8(net.base.state_dict())[0]
+    return QUANTIZERS[cfg.quantizer].quantize(cfg, rt, net, log0)
 
 
 def score_ttt(cfg: Hyperparameters, rt: Runtime, net: Network, plan: TTTPlan, log0) -> None:
@@ -5197,7 +5366,7 @@ def main() -> None:
             log0("ema:applying EMA weights")
             net.base.load_state_dict(trainer.ema.state_dict())  # cast to the live dtypes
         net.base.looping = cfg.num_loops > 0  # saved, quantized and scored looped, as the record
-        if cfg.quantizer == "gptq":
+        if QUANTIZERS[cfg.quantizer].records:  # the records' diagnostic score
             log_score("", "", rt, evaluate, log0, "diagnostic pre-quantization post-ema")
         quantized, over_cap = save_artifacts(cfg, rt, net, code, log0)
     label, record_label = load_round_trip(cfg, net, quantized)

@@ -62,18 +62,10 @@ def synthetic_hessians(state: dict, names: list[str], seed: int) -> dict[str, to
 
 
 def brotli_size(obj) -> int:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return len(tg.compress(buf.getvalue(), "brotli"))
+    return len(tg.COMPRESSORS["brotli"].write(obj))
 
 
 COMPRESSORS = ("brotli", "pergroup", "pergroup_v2")
-
-
-def torch_bytes(obj) -> bytes:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
 
 
 def compare_compressors(obj: dict) -> dict:
@@ -83,10 +75,7 @@ def compare_compressors(obj: dict) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         for compressor in COMPRESSORS:
             t0 = time.perf_counter()
-            if compressor == "brotli":
-                blob = tg.compress(torch_bytes(obj), "brotli")
-            else:
-                blob = tg.write_pergroup(obj["w"], obj["m"], compressor)
+            blob = tg.COMPRESSORS[compressor].write(obj)
             compress_s = time.perf_counter() - t0
             path = Path(folder, compressor)
             path.write_bytes(blob)
@@ -131,7 +120,7 @@ def measure(shape: str, seed: int) -> dict:
     sizes = {part: brotli_size({"w": tensors}) for part, tensors in parts.items()}
     code = tg.counted_code_bytes(Path(tg.__file__).read_text(), print)
     int8 = io.BytesIO()
-    torch.save(tg.quantize_state_dict_int8(state)[0], int8)
+    torch.save(tg.quantize_state_dict_int8(state), int8)
     return {
         "shape": shape,
         "params": sum(t.numel() for t in state.values()),

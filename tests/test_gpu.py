@@ -36,9 +36,9 @@ def write_consecutive(tmp_path, sizes, vocab=65536, start=0):
 @pytest.mark.parametrize("copy_stream", [True, False])
 def test_prefetched_cuda_batches_equal_the_synchronous_ones(tmp_path, copy_stream):
     pattern = write_consecutive(tmp_path, [5000, 1, 3000, 7000], start=58000)  # ids to 65535
-    sync = tg.DistributedTokenLoader(pattern, 1, 2, "cuda", order=tg.StreamOrder)
+    sync = tg.DistributedTokenLoader(pattern, 1, 2, "cuda")
     with tg.PrefetchingDistributedTokenLoader(
-        pattern, 1, 2, "cuda", order=tg.StreamOrder, queue_depth=2, copy_stream=copy_stream
+        pattern, 1, 2, "cuda", queue_depth=2, copy_stream=copy_stream
     ) as pre:
         for _ in range(60):
             (x0, y0), (x1, y1) = sync.next_batch(2048, 128, 4), pre.next_batch(2048, 128, 4)
@@ -63,10 +63,8 @@ def test_compute_waits_for_a_copy_that_runs_late(tmp_path):
     """The compute stream reads a batch only once its copy has landed (wait_event): here every
     copy starts ~20 ms after it was queued, and the sum is queued at once."""
     pattern = write_consecutive(tmp_path, [50000])
-    sync = tg.DistributedTokenLoader(pattern, 0, 1, "cpu", order=tg.StreamOrder)
-    with tg.PrefetchingDistributedTokenLoader(
-        pattern, 0, 1, "cuda", order=tg.StreamOrder, queue_depth=2
-    ) as pre:
+    sync = tg.DistributedTokenLoader(pattern, 0, 1, "cpu")
+    with tg.PrefetchingDistributedTokenLoader(pattern, 0, 1, "cuda", queue_depth=2) as pre:
         pre.copy_probe = late_copy
         for _ in range(10):
             got = pre.next_batch(4096, 256, 8)[0].sum()
@@ -77,10 +75,8 @@ def test_a_staging_buffer_is_not_refilled_while_its_copy_waits(tmp_path):
     """The worker refills a pinned buffer only after the copy out of it has run: with copies held
     back and nothing read back on the host, it would otherwise overwrite batches in flight."""
     pattern = write_consecutive(tmp_path, [60000])
-    sync = tg.DistributedTokenLoader(pattern, 0, 1, "cpu", order=tg.StreamOrder)
-    with tg.PrefetchingDistributedTokenLoader(
-        pattern, 0, 1, "cuda", order=tg.StreamOrder, queue_depth=1
-    ) as pre:
+    sync = tg.DistributedTokenLoader(pattern, 0, 1, "cpu")
+    with tg.PrefetchingDistributedTokenLoader(pattern, 0, 1, "cuda", queue_depth=1) as pre:
         pre.copy_probe = late_copy
         got = [pre.next_batch(4096, 256, 8)[0].clone() for _ in range(20)]
     for x in got:
@@ -91,12 +87,10 @@ def test_a_batch_freed_while_compute_still_reads_it_is_not_overwritten(tmp_path)
     """record_stream: the compute stream is held back ~5 ms before each read while Python drops
     the batch at once; the allocator must not give its memory to the next copy before the read."""
     pattern = write_consecutive(tmp_path, [40000, 30000])
-    sync = tg.DistributedTokenLoader(pattern, 0, 1, "cpu", order=tg.StreamOrder)
+    sync = tg.DistributedTokenLoader(pattern, 0, 1, "cpu")
     compute = torch.cuda.current_stream()
     sums, expected = [], []
-    with tg.PrefetchingDistributedTokenLoader(
-        pattern, 0, 1, "cuda", order=tg.StreamOrder, queue_depth=3
-    ) as pre:
+    with tg.PrefetchingDistributedTokenLoader(pattern, 0, 1, "cuda", queue_depth=3) as pre:
         for _ in range(40):
             x, y = pre.next_batch(8192, 512, 8)
             stall(compute, 5)
@@ -109,9 +103,7 @@ def test_a_batch_freed_while_compute_still_reads_it_is_not_overwritten(tmp_path)
 def test_staging_buffers_are_a_fixed_pinned_pool(tmp_path):
     pattern = write_consecutive(tmp_path, [20000])
     seen = {}
-    with tg.PrefetchingDistributedTokenLoader(
-        pattern, 0, 1, "cuda", order=tg.StreamOrder, queue_depth=2
-    ) as pre:
+    with tg.PrefetchingDistributedTokenLoader(pattern, 0, 1, "cuda", queue_depth=2) as pre:
         for _ in range(50):
             pre.next_batch(4096, 256, 8)
             with pre.pipe.free.cond:  # every buffer not being filled right now

@@ -220,15 +220,12 @@ def make_loader(
     vocab_size: int | None = None,
 ):
     if kind == "sync":
-        return tg.DistributedTokenLoader(
-            pattern, rank, world_size, "cpu", order=tg.StreamOrder, vocab_size=vocab_size
-        )
+        return tg.DistributedTokenLoader(pattern, rank, world_size, "cpu", vocab_size=vocab_size)
     return tg.PrefetchingDistributedTokenLoader(
         pattern,
         rank,
         world_size,
         "cpu",
-        order=tg.StreamOrder,
         vocab_size=vocab_size,
         queue_depth=depth,
         copy_stream=True,
@@ -527,9 +524,7 @@ def test_sync_loader_retry_after_data_error_never_skips_tokens(tmp_path, after):
     returned."""
     paths = write_consecutive_shards(tmp_path, FAIL_SIZES)
     world_size, rank, shape = 2, 1, shape_for(2, 8, 4, 2)
-    loader = tg.DistributedTokenLoader(
-        train_pattern(tmp_path), rank, world_size, "cpu", order=tg.StreamOrder
-    )
+    loader = tg.DistributedTokenLoader(train_pattern(tmp_path), rank, world_size, "cpu")
     original = paths[BAD_SHARD].read_bytes()
     paths[BAD_SHARD].unlink()
     want = expected_batches(sum(FAIL_SIZES), world_size, rank, [shape] * 100)
@@ -644,9 +639,7 @@ def test_worker_thread_that_exits_at_once_is_noticed(tmp_path, loaders, monkeypa
 def test_queue_depth_below_one_is_refused(tmp_path):
     write_consecutive_shards(tmp_path, [10])
     with pytest.raises(ValueError, match="queue_depth=0"):
-        tg.PrefetchingDistributedTokenLoader(
-            train_pattern(tmp_path), 0, 1, "cpu", order=tg.StreamOrder, queue_depth=0
-        )
+        tg.PrefetchingDistributedTokenLoader(train_pattern(tmp_path), 0, 1, "cpu", queue_depth=0)
     assert thread_names() == []
 
 
@@ -659,7 +652,7 @@ def test_close_is_prompt_while_the_worker_is_blocked_on_a_full_queue(tmp_path):
     write_consecutive_shards(tmp_path, LAYOUTS["short_shards"][0])
     before = live_threads()
     loader = tg.PrefetchingDistributedTokenLoader(
-        train_pattern(tmp_path), 0, 1, "cpu", order=tg.StreamOrder, queue_depth=1
+        train_pattern(tmp_path), 0, 1, "cpu", queue_depth=1
     )
     loader.next_batch(*shape_for(1, 8, 4, 2))
     worker = next(t for t in pipeline_threads() if t.name == WORKER_THREAD)
@@ -680,7 +673,7 @@ def test_no_thread_outlives_its_loader(tmp_path, depth):
     write_consecutive_shards(tmp_path, LAYOUTS["short_shards"][0])
     before = live_threads()
     loader = tg.PrefetchingDistributedTokenLoader(
-        train_pattern(tmp_path), 1, 2, "cpu", order=tg.StreamOrder, queue_depth=depth
+        train_pattern(tmp_path), 1, 2, "cpu", queue_depth=depth
     )
     for _ in range(12):  # past several shard boundaries, so the shard reader has been busy
         loader.next_batch(*shape_for(2, 8, 4, 2))
@@ -694,6 +687,21 @@ def test_no_thread_outlives_its_loader(tmp_path, depth):
     )
 
 
+def test_a_loader_whose_first_shard_is_bad_raises_and_leaves_no_thread(tmp_path):
+    write_consecutive_shards(tmp_path, [64, 64], first=100)  # not one token below VOCAB_SIZE=100
+    before = live_threads()
+    with pytest.raises(tg.DataError, match=r"fineweb_train_000000\.bin"):
+        tg.PrefetchingDistributedTokenLoader(train_pattern(tmp_path), 0, 1, "cpu", vocab_size=100)
+    assert live_threads() <= before, "the shard reader outlived a loader that was never built"
+
+
+def test_a_loader_given_no_order_reads_the_baseline_s(tmp_path):
+    write_consecutive_shards(tmp_path, [64, 64])
+    for loader_class in (tg.DistributedTokenLoader, tg.PrefetchingDistributedTokenLoader):
+        with loader_class(train_pattern(tmp_path), 0, 1, "cpu") as loader:
+            assert loader.kind is tg.StreamOrder
+
+
 def test_thirty_open_use_close_cycles_leave_no_thread(tmp_path):
     sizes = LAYOUTS["short_shards"][0]
     write_consecutive_shards(tmp_path, sizes)
@@ -705,7 +713,6 @@ def test_thirty_open_use_close_cycles_leave_no_thread(tmp_path):
             cycle % 2,
             2,
             "cpu",
-            order=tg.StreamOrder,
             queue_depth=1 + cycle % 3,
         )
         for shape, want in zip(
@@ -730,7 +737,7 @@ def test_context_manager_closes_the_loader(tmp_path, raise_inside):
 
     def use():
         with tg.PrefetchingDistributedTokenLoader(
-            train_pattern(tmp_path), 0, 1, "cpu", order=tg.StreamOrder, queue_depth=1
+            train_pattern(tmp_path), 0, 1, "cpu", queue_depth=1
         ) as loader:
             loader.next_batch(*shape_for(1, 8, 4, 2))
             assert WORKER_THREAD in thread_names()
@@ -748,21 +755,17 @@ def test_context_manager_closes_the_loader(tmp_path, raise_inside):
 def test_close_is_idempotent(tmp_path):
     write_consecutive_shards(tmp_path, [50, 50])
     before = live_threads()
-    unused = tg.PrefetchingDistributedTokenLoader(
-        train_pattern(tmp_path), 0, 1, "cpu", order=tg.StreamOrder
-    )
+    unused = tg.PrefetchingDistributedTokenLoader(train_pattern(tmp_path), 0, 1, "cpu")
     for _ in range(3):
         assert call_within(unused.close).error is None  # never used: only the shard reader to stop
-    used = tg.PrefetchingDistributedTokenLoader(
-        train_pattern(tmp_path), 0, 1, "cpu", order=tg.StreamOrder, queue_depth=2
-    )
+    used = tg.PrefetchingDistributedTokenLoader(train_pattern(tmp_path), 0, 1, "cpu", queue_depth=2)
     used.next_batch(*shape_for(1, 8, 4, 1))
     for _ in range(3):
         closed = call_within(used.close)
         assert closed.error is None
     with used:  # __exit__ on a closed loader is a no-op too
         pass
-    sync = tg.DistributedTokenLoader(train_pattern(tmp_path), 0, 1, "cpu", order=tg.StreamOrder)
+    sync = tg.DistributedTokenLoader(train_pattern(tmp_path), 0, 1, "cpu")
     sync.close()
     sync.close()
     assert live_threads() <= before

@@ -7,6 +7,7 @@ progress lines while it runs. Tests that run lrzip skip without the binary."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 import shutil
@@ -71,7 +72,7 @@ def assert_same(a: dict, b: dict) -> None:
 
 
 def ours(obj: dict, version: str) -> bytes:
-    return tg.write_pergroup(obj["w"], obj["m"], version)
+    return tg.COMPRESSORS[version].write(obj)
 
 
 # The files, byte for byte ---------------------------------------------------------------------
@@ -84,7 +85,7 @@ def test_our_file_is_the_references_and_each_reads_the_other(version):
     theirs, mine = WRITERS[version](obj), ours(obj, version)
     assert mine == theirs
     assert_same(READERS[version](mine), obj)  # the record's reader reads ours
-    assert_same(tg.read_pergroup(theirs, version), obj)  # and we read the record's
+    assert_same(tg.COMPRESSORS[version].read(theirs), obj)  # and we read the record's
 
 
 @needs_lrzip
@@ -93,7 +94,7 @@ def test_absent_groups_give_empty_streams_and_still_match(version):
     obj = quantized(skip=("attn.c_k", "attn.c_v", "mlp.proj"))
     mine = ours(obj, version)
     assert mine == WRITERS[version](obj)
-    assert_same(tg.read_pergroup(mine, version), obj)
+    assert_same(tg.COMPRESSORS[version].read(mine), obj)
     if version == "pergroup":
         sizes = struct.unpack_from("<9I", mine, 8)
         assert [sizes[i] == 0 for i in range(7)] == [False, True, False, True, False, False, True]
@@ -179,7 +180,7 @@ def test_a_v2_file_whose_stream_fell_back_to_brotli_is_read():
     obj = quantized(layers=2)
     blob = ref.pergroup_v2(obj, lrzip="/nonexistent/lrzip")  # the record's fallback: method 0
     assert blob[v2_header_size(obj["w"])] == 0
-    assert_same(tg.read_pergroup(blob, "pergroup_v2"), obj)
+    assert_same(tg.COMPRESSORS["pergroup_v2"].read(blob), obj)
 
 
 # Refusals --------------------------------------------------------------------------------------
@@ -200,9 +201,10 @@ def test_a_truncated_or_foreign_pgrp_file_is_refused_in_one_line(tmp_path, versi
         with pytest.raises(tg.DataError) as info:
             tg.read_artifact(tmp_path / name, f"EVAL_ONLY_PATH={name}", lambda line: None)
         said = str(info.value)  # the file, what it is, what broke it, what to do: not brotli's
+        told = "pergroup_v2" if data.startswith(b"PGRP\x02\x00\x00\x00") else "pergroup"
         assert said.startswith(
-            f"EVAL_ONLY_PATH={name}: a per-group (lrzip + brotli) artifact of {len(data):,} "
-            f"bytes, truncated or damaged ("
+            f"EVAL_ONLY_PATH={name}: a {told} artifact of {len(data):,} bytes, truncated or "
+            f"damaged ("
         )
         assert said.endswith("copy it again, whole, from the run that wrote it (its log's "
                              "`Serialized model` line gives the size)")  # fmt: skip
@@ -216,8 +218,8 @@ def test_a_pergroup_file_without_lrzip_on_path_says_so(tmp_path, monkeypatch):
     with pytest.raises(tg.DataError) as info:
         tg.read_artifact(tmp_path / "model.ptz", "EVAL_ONLY_PATH=model.ptz", lambda line: None)
     assert str(info.value) == (
-        "EVAL_ONLY_PATH=model.ptz: a per-group (COMPRESSOR=pergroup) artifact: expected lrzip on "
-        "PATH to read it (scripts/setup.sh installs it)"
+        "EVAL_ONLY_PATH=model.ptz: a COMPRESSOR=pergroup artifact: expected lrzip on PATH to read "
+        "it (scripts/setup.sh installs it)"
     )
 
 
@@ -259,7 +261,8 @@ def test_save_artifacts_writes_the_references_file_and_logs_the_records_lines(
     net = tg.Network(model, model, model, [], None, "sdpa")
     rt = tg.Runtime(0, 0, 1, 8, torch.device("cpu"), False)
     obj = quantized(layers=2)
-    monkeypatch.setattr(tg, "quantize_gptq", lambda *args: obj)
+    trained = dataclasses.replace(tg.QUANTIZERS["gptq"], quantize=lambda *args: obj)
+    monkeypatch.setitem(tg.QUANTIZERS, "gptq", trained)  # GPTQ itself: test_frontier_quant.py
     monkeypatch.chdir(tmp_path)
     lines = []
     back, over = tg.save_artifacts(cfg, rt, net, "print(1)\n", lines.append)

@@ -612,6 +612,130 @@ def test_a_local_table_of_constants_only_looked_up_folds_and_goes():
     assert "table.get('a')" in out
 
 
+ROWS = """
+import dataclasses
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    \"\"\"A row.\"\"\"
+    file: str
+    write: object
+    binary: str = ""
+
+def write_a(x):
+    return x
+
+def write_b(x):
+    return x
+
+FORMATS = {"a": Format("a.bin", write_a), "b": Format("b.bin", write_b, binary="lrzip")}
+"""
+
+
+def rows_folded(body: str) -> str:
+    tree = ast.parse(textwrap.dedent(ROWS) + textwrap.dedent(body))
+    fold.table_rows(tree, sp._literal_dicts(tree))
+    return ast.unparse(tree)
+
+
+def test_a_field_of_a_table_s_row_read_by_a_constant_key_is_the_field_s_value():
+    out = rows_folded("""
+        def save(x):
+            row = FORMATS["b"]
+            return row.write(x), row.binary, FORMATS["a"].file, FORMATS["a"].binary
+    """)
+    assert "return (write_b(x), 'lrzip', 'a.bin', '')" in out
+    assert "row" not in out.split("def save")[1]  # the row's local went with its reads
+
+
+def test_a_row_local_read_otherwise_or_a_key_not_constant_is_left_alone():
+    out = rows_folded("""
+        def save(x, name):
+            row = FORMATS["b"]
+            return use(row), FORMATS[name].file, row.write(x)
+    """)
+    tail = out.split("def save")[1]
+    assert "row = FORMATS['b']" in tail and "FORMATS[name].file" in tail
+
+
+READ_A = "\ndef read():\n    return FORMATS['a'].write, FORMATS['a'].file\n"
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("(frozen=True)", "(frozen=False)"),  # its fields may change
+        ("(frozen=True)", ""),
+        ('    binary: str = ""', '    binary: str = ""\n    def __post_init__(self): pass'),
+        ('    binary: str = ""', '    binary: ClassVar[str] = ""'),  # not a field
+        (READ_A, READ_A + "FORMATS['a'] = Format('c.bin', write_a)\n"),  # stored into
+    ],
+)
+def test_a_row_is_not_folded_when_its_class_or_table_may_not_hold_what_it_says(old, new):
+    tree = ast.parse((textwrap.dedent(ROWS) + READ_A).replace(old, new))
+    fold.table_rows(tree, sp._literal_dicts(tree))
+    assert "return (FORMATS['a'].write, FORMATS['a'].file)" in ast.unparse(tree)
+
+
+@pytest.mark.parametrize(
+    "rebinding", ["def helper():\n    write_a = 1\n", "def write_a(x):\n    return 0\n"]
+)
+def test_a_field_naming_a_function_something_binds_again_stays_a_read(rebinding):
+    tree = ast.parse(textwrap.dedent(ROWS) + READ_A + rebinding)
+    fold.table_rows(tree, sp._literal_dicts(tree))
+    assert "return (FORMATS['a'].write, 'a.bin')" in ast.unparse(tree)
+
+
+LOADERS = """
+class Order:
+    pass
+
+class Loader:
+    def __init__(self, pattern, *, order=Order, size=None, ahead=False):
+        self.order, self.size, self.ahead = order, size, ahead
+
+class Prefetching(Loader):
+    def __init__(self, *args, depth=2, **kwargs):
+        super().__init__(*args, ahead=True, **kwargs)
+
+def build(kind, fast, options):
+    if fast:
+        return Prefetching("p", order=kind, size=1, **options)
+    return Loader("p", order=kind, size=2)
+"""
+
+
+def loader_signature(source: str) -> str:
+    tree = ast.parse(textwrap.dedent(source))
+    fold.unused_defaults(tree)
+    (loader,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Loader"]
+    return ast.unparse(loader.body[0].args)
+
+
+def test_a_default_every_construction_passes_by_name_goes():
+    # `ahead` is left out by the direct calls: its default stays
+    assert loader_signature(LOADERS) == "self, pattern, *, order, size, ahead=False"
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ('    return Loader("p", order=kind, size=2)', '    return Loader("p", size=2)'),
+        ("def build(", "made = Loader\n\ndef build("),  # a value: a call out of sight
+        ("**kwargs)\n", "**kwargs)\n\nclass Late(Prefetching):\n    pass\n"),
+        ("super().__init__(*args, ahead=True, **kwargs)", "super().__init__(*args, order=Order)"),
+        ("*args, depth=2, **kwargs", "*args, depth=2, order=None, **kwargs"),
+        ("    return Loader(", "    type(fast)()\n    return Loader("),
+        ("    return Loader(", "    fast.__class__()\n    return Loader("),
+        ("class Order:", "NAMES = ['Loader']\n\nclass Order:"),  # getattr(module, name)
+    ],
+)
+def test_a_default_a_construction_out_of_sight_may_use_stays(old, new):
+    source = LOADERS.replace(old, new)
+    assert source != LOADERS
+    assert "order=Order" in loader_signature(source)
+
+
 def test_what_code_out_of_sight_could_set_is_left_alone():
     tree = ast.parse(
         textwrap.dedent("""

@@ -278,8 +278,8 @@ def check_variables(cl: Checklist, tg) -> None:
         cl.passed("variables", "none that looks like the script's but is not")
 
 
-def needs_lrzip(cfg) -> bool:
-    return cfg.compressor.startswith("pergroup")
+def needs_lrzip(tg, cfg) -> bool:
+    return tg.COMPRESSORS[cfg.compressor].binary == "lrzip"
 
 
 def reach_master() -> str:
@@ -302,7 +302,7 @@ def start_runtime(cl: Checklist, tg, cfg):
         cl.fail("nodes", problem, "open the port, or fix MASTER_ADDR/MASTER_PORT")
         return None
     saved = {name: os.environ.get(name) for name in ("COMPRESSOR", "ATTENTION_BACKEND")}
-    if needs_lrzip(cfg) and not shutil.which("lrzip"):
+    if needs_lrzip(tg, cfg) and not shutil.which("lrzip"):
         os.environ["COMPRESSOR"] = "brotli" if importlib.util.find_spec("brotli") else "zlib"
     if cfg.preset and cfg.attention_backend == "auto":  # a missing FlashAttention-3 is the
         os.environ["ATTENTION_BACKEND"] = "sdpa"  # attention check's to report, not a stop
@@ -402,9 +402,11 @@ def check_attention(cl: Checklist, tg, cfg, rt) -> None:
     cl.passed("attention", name, kernel=name)
 
 
-def check_tools(cl: Checklist, cfg) -> None:
+def check_tools(cl: Checklist, tg, cfg) -> None:
+    """The programs and packages the artifact's formats need (train_gpt's QUANTIZERS and
+    COMPRESSORS rows), and python-minifier where the records' code count minifies."""
     lrzip = shutil.which("lrzip")
-    if not needs_lrzip(cfg):
+    if not needs_lrzip(tg, cfg):
         cl.passed("lrzip", f"not needed (COMPRESSOR={cfg.compressor})", path=lrzip)
     elif lrzip:
         cl.passed("lrzip", f"{lrzip} (COMPRESSOR={cfg.compressor})", path=lrzip)
@@ -414,16 +416,16 @@ def check_tools(cl: Checklist, cfg) -> None:
             f"COMPRESSOR={cfg.compressor} needs lrzip, not on PATH",
             "install lrzip (bash scripts/setup.sh, or apt-get install lrzip)",
         )
-    gptq = cfg.quantizer == "gptq"
+    quantizer, compressor = tg.QUANTIZERS[cfg.quantizer], tg.COMPRESSORS[cfg.compressor]
     if importlib.util.find_spec("brotli"):
         cl.passed("brotli", "installed")
-    elif gptq or cfg.compressor == "brotli":
+    elif "brotli" in (quantizer.module, compressor.module):
         cl.fail("brotli", "not installed", "pip install brotli (requirements.txt)")
     else:
         cl.warn("brotli", "not installed (this run does not need it)", "pip install brotli")
     if importlib.util.find_spec("python_minifier"):
         cl.passed("python-minifier", "installed")
-    elif gptq:
+    elif quantizer.records:
         cl.fail(
             "python-minifier",
             "not installed: QUANTIZER=gptq counts the code unminified, thousands of bytes more",
@@ -955,7 +957,7 @@ def check_evaluation(cl: Checklist, tg, cfg, rt, net, data, args, lines: list) -
     (TTT, else sliding, else plain) against the 600 s evaluation limit."""
     val, windows, plan = data
     model = net.compiled
-    round_trip = tg.round_trip_label(cfg, int8=cfg.quantizer != "gptq")
+    round_trip = tg.round_trip_label(cfg, cfg.quantizer)
     projections = {round_trip: project_val(tg, cfg, rt, model, val, args.batches)}
     if windows is not None:
         projections["sliding_window"] = project_sliding(tg, cfg, rt, model, windows, args.batches)
@@ -1032,7 +1034,7 @@ def check_code(cl: Checklist, tg, cfg, lines: list, script: Path | None = None) 
     elif counted is None:  # the readable script, counted as the run's log_code_size counts it
         what = "the readable train_gpt.py (no specialiser in records/golf)"
         code = Path(tg.__file__).read_bytes().decode("utf-8")
-        if cfg.quantizer != "gptq":
+        if not tg.QUANTIZERS[cfg.quantizer].records:
             counted, rule = len(code.encode("utf-8")), "as it is"
         elif importlib.util.find_spec("brotli") is None:
             cl.skip("code_bytes", "brotli is not installed: cannot count the code (see brotli)")
@@ -1091,7 +1093,7 @@ def run_checks(cl: Checklist, tg, args) -> None:
             check_gpus(cl, tg, rt)
         with guarded(cl, "attention"):
             check_attention(cl, tg, cfg, rt)
-        check_tools(cl, cfg)
+        check_tools(cl, tg, cfg)
     data = None
     if "data" not in skip:
         with guarded(cl, "data"):

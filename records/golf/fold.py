@@ -1181,3 +1181,308 @@ def idle_hooks(tree: ast.Module) -> None:
         }  # fmt: skip
         for fn, me in _methods(cls) if hooks else ():
             fn.body = _without_hooks(fn.body, me, hooks) or [ast.Pass()]
+
+
+# -----------------------------
+# 4e. ROWS OF TABLES
+# -----------------------------
+
+
+def _frozen_fields(cls: ast.ClassDef) -> list[tuple[str, ast.expr | None]] | None:
+    """The fields, in order, of a class whose instances are plain rows: decorated by
+    `dataclass(frozen=True)` alone (as `dataclasses.dataclass` or `dataclass`), with no base and a
+    body of a docstring and `name: type` fields (a constant default at most); None otherwise.
+    Nothing then computes a field (no __post_init__, property or ClassVar) or changes one."""
+    if cls.bases or cls.keywords or len(cls.decorator_list) != 1:
+        return None
+    deco = cls.decorator_list[0]
+    name = deco.func if isinstance(deco, ast.Call) else None
+    named = isinstance(name, ast.Name) and name.id == "dataclass"
+    dotted = (
+        isinstance(name, ast.Attribute)
+        and name.attr == "dataclass"
+        and isinstance(name.value, ast.Name)
+        and name.value.id == "dataclasses"
+    )
+    frozen = [k for k in getattr(deco, "keywords", ()) if k.arg == "frozen"]
+    options = getattr(deco, "keywords", None) == frozen and not deco.args
+    if not (named or dotted) or not options or not frozen or frozen[0].value.value is not True:
+        return None
+    fields = []
+    for i, stmt in enumerate(cls.body):
+        if i == 0 and isinstance(stmt, ast.Expr) and is_const(stmt.value):
+            continue  # the docstring
+        plain = isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+        if not plain or "Var" in ast.unparse(stmt.annotation):  # (ClassVar, InitVar)
+            return None
+        if stmt.value is not None and not is_const(stmt.value):
+            return None
+        fields.append((stmt.target.id, stmt.value))
+    return fields
+
+
+def _scope_bound(tree: ast.Module) -> set[str]:
+    """Every name some function, lambda, comprehension or class body binds (conservatively: any
+    store, parameter, nested definition or import inside one)."""
+    names = set()
+    for scope in walk(tree):
+        if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        for n in walk(scope):
+            if n is scope:
+                continue  # its own name is bound where it is defined
+            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+                names.add(n.id)
+            elif isinstance(n, ast.arg):
+                names.add(n.arg)
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(n.name)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in n.names)
+            elif isinstance(n, (ast.Global, ast.Nonlocal)):
+                names.update(n.names)
+    return names
+
+
+class _Rows:
+    """The module's tables of rows: `TABLE[key].field` of a dict literal `literal_dicts` names
+    (bound once, never stored into) whose row for a constant key is a call of a plain-row class
+    (_frozen_fields). A field is known when the call passes it (or its default is) a constant or
+    a module name that is bound once at module level and nowhere else: then the read is that
+    value wherever it is written."""
+
+    def __init__(self, tree: ast.Module, literal_dicts: dict):
+        bound: dict[str, int] = {}
+        for stmt in tree.body:
+            for name in bound_names(stmt):
+                bound[name] = bound.get(name, 0) + 1
+        self.once = {name for name, count in bound.items() if count == 1} - _scope_bound(tree)
+        self.classes = {
+            s.name: fields
+            for s in tree.body
+            if isinstance(s, ast.ClassDef) and s.name in self.once
+            if (fields := _frozen_fields(s)) is not None
+        }
+        self.tables = {
+            name: table
+            for name, table in literal_dicts.items()
+            if name in self.once and all(map(is_const, table.keys))
+        }
+
+    def row(self, node) -> ast.Call | None:
+        """The row call `node` (a `TABLE[constant]`) reads, if known."""
+        if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)):
+            return None
+        table = self.tables.get(node.value.id)
+        if table is None or not is_const(node.slice):
+            return None
+        keys = [k.value for k in table.keys]
+        if keys.count(node.slice.value) != 1:
+            return None
+        call = table.values[keys.index(node.slice.value)]
+        plain = isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+        if not plain or call.func.id not in self.classes:
+            return None
+        starred = any(isinstance(a, ast.Starred) for a in call.args)
+        if starred or any(k.arg is None for k in call.keywords):
+            return None
+        return call
+
+    def field(self, call: ast.Call, name: str) -> ast.expr | None:
+        """The value of `call`'s field `name`, when it is a constant or a known module name."""
+        fields = self.classes[call.func.id]
+        names = [f for f, _ in fields]
+        if name not in names or len(call.args) > len(names):
+            return None
+        passed = dict(zip(names, call.args, strict=False))
+        passed |= {k.arg: k.value for k in call.keywords}
+        value = passed.get(name, fields[names.index(name)][1])
+        if is_const(value) or (isinstance(value, ast.Name) and value.id in self.once):
+            return copy.deepcopy(value)
+        return None
+
+
+class _ReadFields(ast.NodeTransformer):
+    """`TABLE[key].field` (and `row.field` for a local `row` in `locals_`) to the field's value."""
+
+    def __init__(self, rows: _Rows, locals_: dict):
+        self.rows, self.locals = rows, locals_
+
+    def visit_Attribute(self, node):
+        self.generic_visit(node)
+        if not isinstance(node.ctx, ast.Load):
+            return node
+        call = self.rows.row(node.value)
+        if isinstance(node.value, ast.Name) and node.value.id in self.locals:
+            call = self.locals[node.value.id]
+        value = call and self.rows.field(call, node.attr)
+        return node if value is None else ast.copy_location(value, node)
+
+
+def table_rows(tree: ast.Module, literal_dicts: dict) -> None:
+    """A field read of a table's row by a constant key (`QUANTIZERS["gptq"].file`) becomes the
+    field's value (_Rows says when that is sound). A local bound once, in its function's own
+    body, to such a row (alone or in a tuple assignment) and read only as `local.field` after it
+    is replaced so too, and its binding goes: reading a table's row computes nothing."""
+    rows = _Rows(tree, literal_dicts)
+    if not rows.tables or not rows.classes:
+        return
+    for fn in scopes(tree):
+        found = _row_locals(fn, rows)
+        if found:
+            _ReadFields(rows, found).visit(fn)
+            _drop_row_bindings(fn, found)
+    _ReadFields(rows, {}).visit(tree)
+
+
+def _row_locals(fn, rows: _Rows) -> dict:
+    """{name: row call} of the locals of `fn` table_rows may replace."""
+    stores: dict[str, int] = {}
+    for n in walk(fn):
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            stores[n.id] = stores.get(n.id, 0) + 1
+        elif isinstance(n, (ast.arg, ast.Global, ast.Nonlocal)):
+            for name in [n.arg] if isinstance(n, ast.arg) else n.names:
+                stores[name] = stores.get(name, 0) + 2
+    candidates = {}  # name: (row call, index of its binding in fn.body)
+    for i, stmt in enumerate(fn.body):
+        for target, value in _assigned_pairs(stmt):
+            call = rows.row(value)
+            if isinstance(target, ast.Name) and call is not None and stores[target.id] == 1:
+                candidates[target.id] = (call, i)
+    position = {id(n): i for i, stmt in enumerate(fn.body) for n in walk(stmt)}
+    attributes = {id(n.value): n for n in walk(fn) if isinstance(n, ast.Attribute)}
+    for n in walk(fn):
+        if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in candidates):
+            continue
+        call, at = candidates[n.id]
+        read = attributes.get(id(n))
+        known = read is not None and isinstance(read.ctx, ast.Load) and rows.field(call, read.attr)
+        if not known or position[id(n)] <= at:
+            del candidates[n.id]
+    return {name: call for name, (call, _) in candidates.items()}
+
+
+def _assigned_pairs(stmt) -> list:
+    """(target, value) pairs of a one-target assignment, a tuple of values to a tuple included."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+        return []
+    target, value = stmt.targets[0], stmt.value
+    if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
+        if len(target.elts) == len(value.elts):
+            return list(zip(target.elts, value.elts, strict=True))
+        return []
+    return [(target, value)]
+
+
+def _drop_row_bindings(fn, found: dict) -> None:
+    """The bindings of the replaced locals go from fn's body (the rest of a tuple stays)."""
+    body = []
+    for stmt in fn.body:
+        pairs = _assigned_pairs(stmt)
+        kept = [(t, v) for t, v in pairs if not (isinstance(t, ast.Name) and t.id in found)]
+        if pairs and not kept:
+            continue
+        if len(kept) == 1 and len(pairs) > 1:
+            stmt.targets, stmt.value = [kept[0][0]], kept[0][1]
+        elif len(kept) < len(pairs):
+            stmt.targets[0].elts = [t for t, _ in kept]
+            stmt.value.elts = [v for _, v in kept]
+        body.append(stmt)
+    fn.body = body or [ast.Pass()]
+
+
+# -----------------------------
+# 4f. DEFAULTS NO CALL USES
+# -----------------------------
+
+
+def _init_of(cls: ast.ClassDef) -> ast.FunctionDef | None:
+    inits = [s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"]
+    return inits[0] if len(inits) == 1 and not inits[0].decorator_list else None
+
+
+def _forwards(sub: ast.ClassDef, param: str) -> bool:
+    """Whether `sub`'s constructor hands a keyword `param` on to its base unchanged: it has no
+    __init__, or one that does not name `param` and whose one super() call passes its own
+    **kwargs on. (Should that call pass `param` too, a call of `sub` passing it is refused by
+    Python: the calls that count are those that leave it out, which keep the default.)"""
+    init = _init_of(sub)
+    if init is None:
+        return not any(isinstance(s, ast.FunctionDef) and s.name == "__init__" for s in sub.body)
+    a = init.args
+    named = {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+    if a.kwarg is None or param in named:
+        return False
+    supers = [
+        n
+        for n in walk(init)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and isinstance(n.func.value, ast.Call)
+        and isinstance(n.func.value.func, ast.Name)
+        and n.func.value.func.id == "super"
+    ]
+    if len(supers) != 1 or supers[0].func.attr != "__init__":
+        return False
+    splats = [k for k in supers[0].keywords if k.arg is None]
+    return len(splats) == 1 and ast.unparse(splats[0].value) == a.kwarg.arg
+
+
+def _constructions(tree: ast.Module, cls: ast.ClassDef, param: str) -> list | None:
+    """Every call that builds `cls`: of it, or of a module subclass that forwards `param`
+    (_forwards); None when the class or such a subclass is used otherwise (a value, a base of
+    another class, a name bound twice or written in a string), so that a call may be unseen."""
+    classes = {s.name: s for s in tree.body if isinstance(s, ast.ClassDef)}
+    subs = [
+        s
+        for s in classes.values()
+        if any(isinstance(b, ast.Name) and b.id == cls.name for b in s.bases)
+    ]
+    if any(not _forwards(s, param) for s in subs):
+        return None
+    builders = {cls.name, *(s.name for s in subs)}
+    bound: dict[str, int] = {}
+    for stmt in tree.body:
+        for name in bound_names(stmt):
+            bound[name] = bound.get(name, 0) + 1
+    strings = {n.value for n in walk(tree) if is_const(n) and isinstance(n.value, str)}
+    if any(bound.get(b) != 1 or b in strings or b in _scope_bound(tree) for b in builders):
+        return None
+    if any(isinstance(n, ast.Attribute) and n.attr == "__class__" for n in walk(tree)):
+        return None  # (`self.__class__(...)` builds one unseen)
+    made_by_type = [
+        n for n in walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Call)
+    ]
+    if any(ast.unparse(n.func.func) == "type" for n in made_by_type):
+        return None  # (nor may `type(self)(...)`)
+    calls, used = [], set()
+    for n in walk(tree):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in builders:
+            calls.append(n)
+            used.add(id(n.func))
+    bases = {id(b) for s in subs for b in s.bases}
+    for n in walk(tree):
+        loaded = isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in builders
+        if loaded and id(n) not in used | bases:
+            return None
+    return calls
+
+
+def unused_defaults(tree: ast.Module) -> None:
+    """A keyword-only parameter of a module class's __init__ that every construction passes by
+    name loses its default: no call can use it, so what it names may go (a name the default
+    alone kept). A construction is a call of the class or of a subclass that hands the keyword
+    on (_constructions); an explicit keyword beside a ** splat still wins, as Python refuses a
+    splat that passes it again."""
+    for cls in [s for s in tree.body if isinstance(s, ast.ClassDef)]:
+        init = _init_of(cls)
+        if init is None:
+            continue
+        a = init.args
+        for i, (param, default) in enumerate(zip(a.kwonlyargs, a.kw_defaults, strict=True)):
+            if default is None:
+                continue
+            calls = _constructions(tree, cls, param.arg)
+            if calls and all(any(k.arg == param.arg for k in c.keywords) for c in calls):
+                a.kw_defaults[i] = None

@@ -109,6 +109,8 @@ from .fold import (
     propagate_locals,
     prune_checks,
     scopes,
+    table_rows,
+    unused_defaults,
     walk,
 )
 from .shorten import shortened
@@ -1053,6 +1055,7 @@ def folding_passes(settings: Settings, shadowed: set) -> dict:
         "constant expressions": lambda t: Fold(
             _literal_dicts(t), shadowed, settings.file_calls
         ).visit(t),
+        "rows of tables": in_place(lambda t: table_rows(t, _literal_dicts(t))),
         "dead branches and code": in_place(FoldBodies().visit),
         "calls of constant functions": lambda t: InlineConstantCalls(constant_functions(t)).visit(
             t
@@ -1062,6 +1065,7 @@ def folding_passes(settings: Settings, shadowed: set) -> dict:
         "local tables": in_place(fold_local_tables),
         "dead locals": in_place(drop_dead_locals),
         "constant arguments": in_place(constant_arguments),
+        "defaults no call uses": in_place(unused_defaults),
         "constant attributes": in_place(constant_attributes),
         "known attributes": in_place(known_attributes),
         "idle hooks": in_place(idle_hooks),
