@@ -1784,9 +1784,12 @@ def check_token_ids(tokens: np.ndarray, vocab_size: int | None, path, offset: in
     if vocab_size is not None and tokens.size and int(tokens.max()) >= vocab_size:
         bad = int(np.argmax(tokens >= vocab_size))
         token, position = int(tokens[bad]), offset + bad
+        fix = "set it (and TOKENIZER_PATH) as the data's"
+        if not settable("VOCAB_SIZE"):  # a specialised script: its vocabulary is fixed
+            fix = f"set DATA_PATH to data of this vocabulary ({GET_DATA})"
         raise DataError(
-            f"{path}: token {token} at position {position}: expected < VOCAB_SIZE="
-            f"{vocab_size}: set it (and TOKENIZER_PATH) as the data's"
+            f"{path}: token {token} at position {position}: expected < VOCAB_SIZE={vocab_size}: "
+            f"{fix}"
         )
 
 
@@ -3719,8 +3722,10 @@ class Trainer(ClosedOnExit):
     or the wall-clock cap, with the schedules, validation and checkpoints on their steps. Only the
     steps that log a loss or validate wait for the GPU; every decision that ends or changes
     training (the cap, the warm-down, the loops, the context stages) reads the training
-    time all ranks agreed on, so every rank takes it at the same step. `phase` is the hook
-    tools/timing.py and tools/trace.py time a step's parts with; here it does nothing."""
+    time all ranks agreed on, so every rank takes it at the same step. Its hooks (`phase`,
+    `step_started`, `step_updated`) do nothing here: a tool subclasses Trainer to watch a step's
+    parts and passes its class to cli() (tools/timing.py times them, tools/trace.py labels them
+    in a profile)."""
 
     def __init__(self, cfg, rt, net, log0, clock=time.perf_counter):
         self.cfg, self.rt, self.net = cfg, rt, net
@@ -3768,9 +3773,15 @@ class Trainer(ClosedOnExit):
         self.loader.copy_probe = functools.partial(self.phase, "h2d")
 
     def phase(self, name: str, stream=None):
-        """A step's part, as a context: nothing here. tools/timing.py times each part (h2d on the
-        copy `stream`) and tools/trace.py labels it in the profile."""
+        """A step's part (data_wait, h2d on the copy `stream`, forward, backward, optimizer), as a
+        context: nothing here (a hook, as the class says)."""
         return contextlib.nullcontext()
+
+    def step_started(self, step: int) -> None:  # a hook: step `step`'s first micro-batch is next
+        pass
+
+    def step_updated(self, step: int) -> None:  # a hook: step `step`'s work is all queued
+        pass
 
     def close(self) -> None:
         if self.loader is not None:
@@ -3960,8 +3971,10 @@ class Trainer(ClosedOnExit):
         if cfg.train_seq_schedule:
             self.switch_seq_len(frac)
         self.set_schedules(elapsed)
+        self.step_started(step)
         train_loss = self.forward_backward()
         self.update()
+        self.step_updated(step)
         self.step = step
         # Step k is queued: wait for step k-1. The GPU never starves, queued work stays bounded.
         if self.step_ends is not None:
@@ -5338,8 +5351,9 @@ def log_score(label, fields, rt, evaluate, log0, record_label="", digits=4) -> f
     return ms / 1000.0
 
 
-def main() -> None:
-    """A run, from the environment to the score lines (docs/architecture.md follows it)."""
+def main(trainer_class: type = Trainer) -> None:
+    """A run, from the environment to the score lines (docs/architecture.md follows it);
+    `trainer_class`: Trainer, or a tool's subclass of it that fills its hooks."""
     cfg, rt = configure()
     code = Path(__file__).read_bytes().decode("utf-8")  # as counted: no newline translation
     log0 = RunState.log0 = RunLog(cfg, rt, code)
@@ -5354,7 +5368,7 @@ def main() -> None:
         net.base.looping = cfg.num_loops > 0  # the record evaluates looped
         quantized = load_for_evaluation(cfg, rt, net, evaluate, log0)
     else:
-        with Trainer(cfg, rt, net, log0) as trainer:
+        with trainer_class(cfg, rt, net, log0) as trainer:
             RunState.trainer, RunState.phase = trainer, "training"  # at its step
             trainer.warm_up_and_restore()
             if checkpoint:
@@ -5407,7 +5421,7 @@ def hold(signum: int, frame) -> None:  # the main thread, between bytecodes: sto
     threading.Event().wait()
 
 
-def main_interruptible() -> int:
+def main_interruptible(trainer_class: type = Trainer) -> int:
     """main(). SIGINT or SIGTERM (torchrun forwards them) end it from a thread: Python runs handlers
     between bytecodes only, which one long call (a CPU backward, a stuck collective) delays."""
     wake, woken = os.pipe()
@@ -5416,7 +5430,7 @@ def main_interruptible() -> int:
     threading.Thread(target=stop_on_signal, args=(wake,), daemon=True).start()
     handle_signals(hold)
     try:
-        main()
+        main(trainer_class)
     except Exception:
         handle_signals(signal.SIG_DFL)
         raise
@@ -5456,7 +5470,9 @@ def report_to_launcher(line: str) -> None:
         Path(path).write_text(json.dumps({"message": entry}))
 
 
-def cli() -> None:  # python train_gpt.py [--help], or under torchrun (tools/trace.py too)
+def cli(trainer_class: type = Trainer) -> None:
+    """python train_gpt.py [--help], or under torchrun; tools/timing.py and tools/trace.py call it
+    with their Trainer (main's `trainer_class`)."""
     if sys.argv[1:] and sys.argv[1:] not in (["-h"], ["--help"]):
         print(
             f"error: {sys.argv[1]!r}: train_gpt.py takes no arguments; settings are "
@@ -5469,7 +5485,7 @@ def cli() -> None:  # python train_gpt.py [--help], or under torchrun (tools/tra
         if sys.argv[1:]:  # --help: under PRESET, its values (a misspelt PRESET: one line)
             print(settings_help())
         else:
-            exit_code = main_interruptible()
+            exit_code = main_interruptible(trainer_class)
     except Exception as e:  # user mistakes: one clear line, not a traceback per rank
         error = e.__cause__ if isinstance(e, WorkerError) else e  # a loader thread's: a bad shard
         user = isinstance(error, (ConfigError, DataError))

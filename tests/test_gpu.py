@@ -156,9 +156,10 @@ def test_steady_state_training_steps_never_wait_on_the_gpu(tmp_path):
     cfg = tg.Hyperparameters.from_env(env, 1)
     rt = tg.Runtime(0, 0, 1, 8, torch.device("cuda", torch.cuda.current_device()), False)
     net = tg.build_network(cfg, rt)
-    with tg.Trainer(cfg, rt, net, lambda msg, console=True: None) as trainer:
+    timed = timing.timed_trainer(tg, every=5)  # tools/timing.py's breakdown, every 5th step
+    with timed(cfg, rt, net, lambda msg, console=True: None) as trainer:
         trainer.warm_up_and_restore()
-        timing.time_steps(trainer, every=5)  # tools/timing.py's breakdown, every 5th step
+        trainer.probe = timing.Probe(5, rt.cuda, trainer.log0)  # as its train() sets it
         train_without_syncs(trainer, 30)
         assert trainer.step == 42 and not trainer.stopping
 

@@ -1157,6 +1157,20 @@ def test_no_message_of_the_specialised_script_advises_a_variable_it_refuses(pr21
     assert advised(pr2135_script.read_text()) <= free
 
 
+def test_a_token_beyond_the_vocabulary_is_answered_with_the_data_not_the_frozen_size(
+    pr2135_script, tmp_path
+):
+    code = (
+        f"import sys, numpy as np; sys.path.insert(0, {str(pr2135_script.parent)!r}); "
+        "import train_gpt as m\ntry:\n    m.check_token_ids(np.array([9000]), 8192, 'x.bin')\n"
+        "except m.DataError as e:\n    print(e)"
+    )
+    out = subprocess.run([sys.executable, "-B", "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.stdout.startswith("x.bin: token 9000 at position 0: expected < VOCAB_SIZE=8192: set")
+    assert "set DATA_PATH to data of this vocabulary" in out.stdout and "set it" not in out.stdout
+
+
 def test_each_name_the_specialiser_looks_for_is_in_train_gpt():
     """A rename in train_gpt.py would silently stop a fold: each hook names what it finds."""
     tree = ast.parse((REPO / "train_gpt.py").read_text())

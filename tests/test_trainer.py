@@ -155,3 +155,28 @@ def test_ranks_stop_together_on_the_first_rank_to_reach_the_cap(tmp_path):
     assert [r["step"] for r in results] == [3, 3]
     assert min(baseline_stop_step(ms, 450.0, 20) for ms in ms_per_rank) == 3
     assert "wallclock_cap_reached step:3 train_time:300ms" in results[0]["lines"]
+
+
+def test_a_subclass_s_hooks_see_each_step_s_parts_in_order(tmp_path):
+    """The hooks tools/timing.py and tools/trace.py fill: step_started, then the parts of its
+    micro-steps, then step_updated once its optimizer step is queued."""
+    write_shards(tmp_path)
+    seen = []
+
+    class Watching(tg.Trainer):
+        def phase(self, name, stream=None):
+            seen.append(name)
+            return super().phase(name, stream)
+
+        def step_started(self, step):
+            seen.append(f"started {step}")
+
+        def step_updated(self, step):
+            seen.append(f"updated {step}")
+
+    cfg = tg.Hyperparameters.from_env(dict(TINY, DATA_PATH=str(tmp_path), ITERATIONS="2"), 1)
+    rt = tg.Runtime(0, 0, 1, 1, torch.device("cpu"), False)
+    with Watching(cfg, rt, tg.build_network(cfg, rt), lambda msg, console=True: None) as trainer:
+        trainer.train(evaluate=lambda: (0.0, 0.0))
+    step = ["data_wait", "forward", "backward", "optimizer"]
+    assert seen == ["started 1", *step, "updated 1", "started 2", *step, "updated 2"]

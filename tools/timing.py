@@ -97,44 +97,34 @@ def elapsed_ms(a, b) -> float:  # host times, or CUDA events (waiting for the se
     return a.elapsed_time(b)
 
 
-def time_steps(trainer, every: int) -> Probe:
-    """Times the trainer's steps from now on (before it opens its loader, which takes the phase
-    hook for h2d); each step's breakdown is logged once complete, after the step."""
-    probe = Probe(every, trainer.rt.cuda, trainer.log0)
-    trainer.phase = probe.phase
-    forward_backward, update = trainer.forward_backward, trainer.update
-    one_step = trainer.train_one_step
+def timed_trainer(tg, every: int) -> type:
+    """train_gpt's Trainer with its hooks filled: the training steps timed (not the warm-up's),
+    each step's breakdown logged once its marks have completed, the summary at the end."""
 
-    def timed_forward_backward():  # a step: from its first micro-batch to its update's end
-        probe.begin_step(trainer.step + 1)
-        return forward_backward()
+    class TimedTrainer(tg.Trainer):
+        probe = None  # from the start of training (before the loader, which takes phase for h2d)
 
-    def timed_update() -> None:
-        update()
-        probe.end_step(trainer.step + 1)
+        def train(self, evaluate) -> None:
+            self.probe = Probe(every, self.rt.cuda, self.log0)
+            super().train(evaluate)
+            self.probe.log_finished(wait=True)
+            self.probe.log_summary(self.training_time_ms)
 
-    def step_and_log() -> None:
-        one_step()
-        probe.log_finished()
+        def phase(self, name: str, stream=None):
+            if self.probe is None:
+                return super().phase(name, stream)
+            return self.probe.phase(name, stream)
 
-    trainer.forward_backward, trainer.update = timed_forward_backward, timed_update
-    trainer.train_one_step = step_and_log
-    return probe
+        def step_started(self, step: int) -> None:  # a step: from its first micro-batch
+            if self.probe is not None:
+                self.probe.begin_step(step)
 
+        def step_updated(self, step: int) -> None:  # to its update's end
+            if self.probe is not None:
+                self.probe.end_step(step)
+                self.probe.log_finished()
 
-def time_training(every: int) -> None:
-    """Wraps Trainer.train: its steps timed (not the warm-up's), the summary at its end."""
-    import train_gpt as tg
-
-    train = tg.Trainer.train
-
-    def timed_train(trainer, evaluate):
-        probe = time_steps(trainer, every)
-        train(trainer, evaluate)
-        probe.log_finished(wait=True)
-        probe.log_summary(trainer.training_time_ms)
-
-    tg.Trainer.train = timed_train
+    return TimedTrainer
 
 
 def main() -> None:
@@ -149,11 +139,10 @@ def main() -> None:
     if args.every < 1:
         parser.error(f"--every {args.every}: expected at least 1")
     sys.path.insert(0, str(REPO))  # torch and the script only now: --help stays quick
-    time_training(args.every)
     import train_gpt
 
     sys.argv = [train_gpt.__file__]  # train_gpt.py takes no arguments
-    train_gpt.cli()
+    train_gpt.cli(timed_trainer(train_gpt, args.every))
 
 
 if __name__ == "__main__":

@@ -57,32 +57,33 @@ def start_profiler(path: Path, steps: int, cuda: bool):
     return profiler
 
 
-def trace_training(out: Path, steps: int) -> None:
-    """Wraps Trainer.train: the profiler steps with each training step, stops with training."""
+def traced_trainer(tg, out: Path, steps: int) -> type:
+    """train_gpt's Trainer with its hooks filled: the profiler starts with training, steps with
+    each training step and stops with training; each phase of a step (data_wait, h2d, forward,
+    backward, optimizer) is a labelled range."""
     import torch
 
-    import train_gpt as tg
+    class TracedTrainer(tg.Trainer):
+        profiler = None
 
-    train = tg.Trainer.train
+        def train(self, evaluate) -> None:
+            path = out / f"rank{self.rt.rank}.json"
+            self.profiler = start_profiler(path, steps, self.rt.cuda)
+            try:
+                super().train(evaluate)
+            finally:
+                self.profiler.stop()
 
-    def traced_train(trainer, evaluate):
-        # each phase of a step (data_wait, h2d, forward, backward, optimizer): a labelled range
-        trainer.phase = lambda name, stream=None: torch.profiler.record_function(name)
-        path = out / f"rank{trainer.rt.rank}.json"
-        profiler = start_profiler(path, steps, trainer.rt.cuda)
-        one_step = trainer.train_one_step
+        def phase(self, name: str, stream=None):
+            if self.profiler is None:
+                return super().phase(name, stream)
+            return torch.profiler.record_function(name)
 
-        def step_and_record() -> None:
-            one_step()
-            profiler.step()
+        def step_updated(self, step: int) -> None:
+            if self.profiler is not None:
+                self.profiler.step()
 
-        trainer.train_one_step = step_and_record
-        try:
-            train(trainer, evaluate)
-        finally:
-            profiler.stop()
-
-    tg.Trainer.train = traced_train
+    return TracedTrainer
 
 
 def main() -> None:
@@ -100,11 +101,10 @@ def main() -> None:
     except OSError as e:
         parser.error(f"--out {args.out}: cannot create it ({e})")
     sys.path.insert(0, str(REPO))  # torch and the script only now: --help stays quick
-    trace_training(args.out, args.steps)
     import train_gpt
 
     sys.argv = [train_gpt.__file__]  # train_gpt.py takes no arguments
-    train_gpt.cli()
+    train_gpt.cli(traced_trainer(train_gpt, args.out, args.steps))
 
 
 if __name__ == "__main__":
