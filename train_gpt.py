@@ -2643,13 +2643,20 @@ def layer_order(cfg: Hyperparameters, looping: bool) -> tuple[list[int], list[in
     return layers[: len(layers) // 2], layers[len(layers) // 2 :]
 
 
+def softcap(logits: Tensor, cap) -> Tensor:
+    """cap * tanh(logits / cap), in at least fp32 (bf16 logits come out fp32)."""
+    logits = cap * torch.tanh(logits / cap)
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
 class GPT(nn.Module):
     """The baseline's transformer: a tied embedding, NUM_LAYERS blocks in an encoder half and a
     decoder half (each encoder output returns as a weighted skip into its decoder block), and
     soft-capped logits. The records' pieces are switched on by the settings: looped layers,
     parallel lanes, gated skips and attention, a SmearGate, XSA, partial RoPE. `forward` returns
-    the mean training loss, or per-token losses (`reduction="none"`) for the evaluations, TTT's
-    adapters (`lora`) and #2135's n-gram tilt (`hint`) included."""
+    training's mean loss; `token_losses` the per-token losses every evaluation scores, TTT's
+    adapters (`lora`) and #2135's n-gram tilt (`hint`) included. No layer behaves differently in
+    eval mode."""
 
     def __init__(self, cfg: Hyperparameters, attention: Attention | None = None):
         super().__init__()
@@ -2717,19 +2724,36 @@ class GPT(nn.Module):
             gate = gate * (input_ids[:, 1:, None] != BOS_ID)
         return torch.cat((x[:, :1], x[:, 1:] + lam * gate * x[:, :-1]), dim=1)
 
-    def forward(
-        self,
-        input_ids,
-        target_ids,
-        reduction="mean",
-        cu_seqlens=None,
-        max_seqlen=0,
-        lora=None,
-        hint=None,
-    ):
-        """With cu_seqlens (one packed row), attention and RoPE positions stay within each segment.
-        lora: EVAL_TTT's adapters (a row per slot, a set per pass). hint: nll and tilted nll."""
-        # The segments' tables and positions are built once per forward, for every layer.
+    def forward(self, input_ids, target_ids, cu_seqlens=None, max_seqlen=0) -> Tensor:
+        """Training's loss: the mean cross-entropy over every target, logits capped by one scalar.
+        With cu_seqlens (one packed row), attention and RoPE positions stay within each segment."""
+        logits = self.logits(input_ids, cu_seqlens, max_seqlen)
+        if self.cfg.fused_ce_enabled:
+            logits = logits.float()  # the record's fused cross-entropy softcaps in fp32
+        return F.cross_entropy(softcap(logits, self.logit_softcap), target_ids.reshape(-1))
+
+    def token_losses(
+        self, input_ids, target_ids, cu_seqlens=None, max_seqlen=0, lora=None, hint=None
+    ) -> Tensor:
+        """What every evaluation scores: each target's loss, in fp32 (flattened). lora: EVAL_TTT's
+        adapters (a row per slot, a set per pass). hint: each target's n-gram hint; a model built
+        with NGRAM_TILT_ENABLED then returns the losses and their tilted copy, stacked."""
+        logits = self.logits(input_ids, cu_seqlens, max_seqlen, lora)
+        # Scoring may use ASYM_LOGIT_RESCALE's pair of caps, one for z > 0 and one for z < 0 (z = 0
+        # maps to 0 in either layout); training's symmetric loss never trains them.
+        cap = self.logit_softcap
+        if self.cfg.asym_logit_rescale:
+            positive = logits > 0 if self.cfg.asym_logit_layout == "pr2014" else logits >= 0
+            cap = torch.where(positive, self.softcap_pos, self.softcap_neg).to(logits.dtype)
+        logits = softcap(logits, cap)
+        nll = F.cross_entropy(logits, target_ids.reshape(-1), reduction="none")
+        if not self.cfg.ngram_tilt_enabled or hint is None:  # the tilt is a setting's, not a call's
+            return nll
+        return torch.stack((nll, ngram_tilt(nll, logits, target_ids, hint, self.cfg.token_boost)))
+
+    def logits(self, input_ids, cu_seqlens, max_seqlen, lora=None) -> Tensor:
+        """The logits before the cap, a row per token; the segments' tables and positions are built
+        once here, for every layer."""
         n = input_ids.size(1)
         docs = None
         positions = None
@@ -2768,20 +2792,7 @@ class GPT(nn.Module):
         logits = F.linear(x, self.tok_emb.weight) if self.lm_head is None else self.lm_head(x)
         if lora is not None:
             logits = logits + lora.at(None)("head", h).reshape(logits.shape)
-        # Training (reduction "mean") softcaps by one scalar; scoring may use ASYM_LOGIT_RESCALE's
-        # pair, one for z > 0 and one for z < 0 (z = 0 maps to 0 in either layout).
-        cap = self.logit_softcap
-        if self.cfg.asym_logit_rescale and reduction != "mean":
-            positive = logits > 0 if self.cfg.asym_logit_layout == "pr2014" else logits >= 0
-            cap = torch.where(positive, self.softcap_pos, self.softcap_neg).to(logits.dtype)
-        if self.cfg.fused_ce_enabled and reduction == "mean":
-            logits = logits.float()  # the record's fused cross-entropy softcaps in fp32
-        logits = cap * torch.tanh(logits / cap)
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16: fp32
-        nll = F.cross_entropy(logits, target_ids.reshape(-1), reduction=reduction)
-        if hint is None:
-            return nll
-        return torch.stack((nll, ngram_tilt(nll, logits, target_ids, hint, self.cfg.token_boost)))
+        return logits
 
     def skip(self, j: int, x: Tensor, s: Tensor) -> Tensor:
         """Slot j's U-Net skip s: x + w_j s, or (SKIP_GATES_ENABLED) lerp(w_j s, x, sigmoid g_j)."""
@@ -2801,6 +2812,26 @@ def build_model(cfg: Hyperparameters, device: torch.device, attention=None) -> G
         if param.ndim < 2 or is_control_tensor(name):
             param.data = param.data.float()
     return model if device.type == "cuda" else model.float()
+
+
+class CompiledGPT(nn.Module):
+    """A GPT with both its entry points under torch.compile: calling it is training's loss (`loss`,
+    the compiled module, which DDP wraps), `token_losses` is the evaluations'. A compiled module
+    compiles its `forward` only, so the evaluations' method is compiled on its own; each keeps its
+    own graphs. The evaluations take a GPT or one of these alike."""
+
+    def __init__(self, base: GPT, **options):
+        super().__init__()
+        self.base = base
+        self.loss = torch.compile(base, **options)
+        self.token_losses = torch.compile(base.token_losses, **options)
+
+    def forward(self, *args, **kwargs) -> Tensor:
+        return self.loss(*args, **kwargs)
+
+
+def uncompiled(model: GPT | CompiledGPT) -> GPT:
+    return model.base if isinstance(model, CompiledGPT) else model
 
 
 # PARAMETER_BANKS: the record's final_model.pt holds each kind of matrix as one bank, layer i's at
@@ -3061,7 +3092,7 @@ def eval_val(cfg, rt, model, val) -> tuple[float, float]:
     with torch.no_grad(), contextlib.closing(val.batches(cfg, rt.device)) as batches:
         for x, y, *docs in batches:
             with rt.autocast():
-                loss = model(x, y, "none", **document_kwargs((x, y, *docs), cfg.window))
+                loss = model.token_losses(x, y, **document_kwargs((x, y, *docs), cfg.window))
             loss_sum += loss.to(torch.float64).sum()
     model.train()
     return score(rt, loss_sum, val.target_tokens, val.target_bytes)
@@ -3082,7 +3113,7 @@ def eval_sliding(cfg, rt, model, windows: SlidingWindows) -> tuple[float, float]
             window.copy_(tokens.as_strided((B, L + 1), (S, 1), offset))
             torch.clamp(window[:, :-1], min=0, out=x)  # past the split: any id, never scored
             with rt.autocast():
-                nll = model(x, window[:, 1:], "none").view(B, L)
+                nll = model.token_losses(x, window[:, 1:]).view(B, L)
             loss_sum += nll[:rows, context:].sum(dtype=torch.float64)  # rows past `rows`: padding
             if i == 0 and windows.owns_first:  # the split's first window scores all its targets
                 loss_sum += nll[0, :context].sum(dtype=torch.float64)
@@ -3364,7 +3395,7 @@ def warm_up_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> None:
     a chunk step (forward, the adapters' backward) per TTTPlan.warmup_shapes class, one phase
     step. The classes are the whole plan's, so every rank compiles the same graphs (score_ttt
     then has the ranks meet: no rank's clock starts while another still compiles)."""
-    base, t0 = getattr(model, "_orig_mod", model), time.perf_counter()
+    base, t0 = uncompiled(model), time.perf_counter()
     if base is model:  # not compiled (the CPU): nothing to warm up, the shapes would only cost time
         log0("ttt_warmup: skipped (no torch.compile on the CPU)")
         return
@@ -3390,7 +3421,7 @@ def dynamic_sizes(*tensors, dims=(0, 1)):
 def compile_ttt_graphs(cfg, rt, model, plan: TTTPlan) -> None:
     """warm_up_ttt's forward and backward passes on zeros: every graph the timed loop will run,
     compiled now, so none compiles inside the evaluation's clock."""
-    base = model._orig_mod
+    base = uncompiled(model)
     plan.lora = lora = LoRA(base, cfg.ttt_batch_size, cfg.ttt_lora_rank, cfg.ttt_lora_alpha)
     model.eval()
     base.requires_grad_(False)
@@ -3400,7 +3431,7 @@ def compile_ttt_graphs(cfg, rt, model, plan: TTTPlan) -> None:
         hint = torch.zeros_like(x) if cfg.ngram_tilt_enabled else None
         with rt.autocast():
             dynamic_sizes(x, y, hint)
-            nll = model(x, y, "none", lora=lora, hint=hint)
+            nll = model.token_losses(x, y, lora=lora, hint=hint)
         torch.autograd.grad(nll.sum(), (lora.A_all, lora.B_all))
     base.requires_grad_(True)
     if plan.phases:  # one row of EVAL_SEQ_LEN, one segment
@@ -3409,7 +3440,7 @@ def compile_ttt_graphs(cfg, rt, model, plan: TTTPlan) -> None:
         y = torch.zeros_like(x)
         dynamic_sizes(x, y, dims=(1,))
         with rt.autocast():
-            model(x, y, "mean", **document_kwargs((x, y, cu), cfg.window)).backward()
+            model(x, y, **document_kwargs((x, y, cu), cfg.window)).backward()
         base.zero_grad(set_to_none=True)
     model.train()
     rt.synchronize()
@@ -3435,7 +3466,7 @@ def eval_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable, draws=None) -> tuple
 def ttt_batches(cfg, rt, model, plan: TTTPlan, log0: Callable, draws) -> tuple[float, float]:
     """eval_ttt's timed loop over this rank's batches of the plan: each chunk scored, then trained
     on; the phases between batches, every rank meeting at a barrier before each."""
-    base = getattr(model, "_orig_mod", model)  # compiled: its GPT
+    base = uncompiled(model)
     lora = plan.lora or LoRA(base, cfg.ttt_batch_size, cfg.ttt_lora_rank, cfg.ttt_lora_alpha)
     opt, params = lora.optimizer(cfg), (lora.A_all, lora.B_all)
     columns = torch.arange(cfg.ttt_eval_seq_len, device=rt.device)
@@ -3477,7 +3508,7 @@ def ttt_batches(cfg, rt, model, plan: TTTPlan, log0: Callable, draws) -> tuple[f
             x, y = plan.split[idx], plan.split[idx + 1]
             dynamic_sizes(x, y, hint)
             with rt.autocast():  # gradients on even where none trains: one graph for all
-                nll = model(x, y, "none", lora=lora, hint=hint)
+                nll = model.token_losses(x, y, lora=lora, hint=hint)
             nll = nll.view(-1, *idx.shape) * keep  # [the nll, its tilted copy] with hints
             loss_sum += nll[-1].detach().sum(dtype=torch.float64)  # scored before any update
             if trains:  # AdamW over every slot (zero gradients: decay), as the record's
@@ -3512,7 +3543,7 @@ def train_phase(cfg, rt, model, params: list, steps: list) -> None:
         if x.numel():
             dynamic_sizes(x, y, dims=(1,))  # (the table's length: document_kwargs)
             with rt.autocast():
-                model(x, y, "mean", **document_kwargs((x, y, cu), cfg.window)).backward()
+                model(x, y, **document_kwargs((x, y, cu), cfg.window)).backward()
         for p in params:  # a rank without a slice adds zeros
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -3623,7 +3654,7 @@ class Network(NamedTuple):
     """The model in its three forms and its optimizers, built once by `build_network`."""
 
     base: GPT  # the parameters, saved and quantized
-    compiled: nn.Module  # what evaluates (torch.compile on CUDA)
+    compiled: GPT | CompiledGPT  # what evaluates (compiled on CUDA)
     model: nn.Module  # what trains: the compiled model, in DDP when distributed
     optimizers: list[torch.optim.Optimizer]
     muon: Muon
@@ -3647,14 +3678,14 @@ def build_network(cfg: Hyperparameters, rt: Runtime) -> Network:
     attention = select_attention(cfg.attention_backend, rt.device, cfg.preset)
     base = build_model(cfg, rt.device, attention)
     allow_many_graphs()
-    compiled = torch.compile(base, dynamic=False, fullgraph=True) if rt.cuda else base
-    model = compiled
+    compiled = CompiledGPT(base, dynamic=False, fullgraph=True) if rt.cuda else base
+    model = compiled.loss if rt.cuda else base  # a module: DDP wraps it
     if rt.distributed:
         ddp_args = inspect.signature(DDP).parameters
         no_sync = "forward_sync_buffers"  # named broadcast_buffers in older releases
         no_sync = no_sync if no_sync in ddp_args else "broadcast_buffers"
         device_ids = [rt.local_rank] if rt.cuda else None
-        model = DDP(compiled, device_ids=device_ids, **{no_sync: False})
+        model = DDP(model, device_ids=device_ids, **{no_sync: False})
     optimizers, muon = build_optimizers(cfg, base)
     return Network(base, compiled, model, optimizers, muon, attention.name)
 

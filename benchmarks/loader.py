@@ -590,13 +590,13 @@ def bench_train_order(args, data: Path, device: torch.device, checks: list) -> d
 
 
 class SleepForward(torch.nn.Module):
-    """Stand-in forward: a fixed time per batch, zero per-token losses of the right shape."""
+    """Stand-in token_losses: a fixed time per batch, zero per-token losses of the right shape."""
 
     def __init__(self, ms: float):
         super().__init__()
         self.ms = ms
 
-    def forward(self, x, y, reduction="mean", cu_seqlens=None, max_seqlen=0):
+    def token_losses(self, x, y, cu_seqlens=None, max_seqlen=0):
         time.sleep(self.ms / 1000.0)
         return torch.zeros(y.numel(), device=y.device)
 
@@ -634,7 +634,7 @@ def build_gpt(cfg: tg.Hyperparameters, device: torch.device):
             getattr(torch.backends.cuda, f"enable_{name}_sdp")(on)
     attention = tg.select_attention(cfg.attention_backend, device)
     base = tg.build_model(cfg, device, attention)
-    model = torch.compile(base, dynamic=False, fullgraph=True) if device.type == "cuda" else base
+    model = tg.CompiledGPT(base, dynamic=False, fullgraph=True) if device.type == "cuda" else base
     return base, model, attention.name
 
 
@@ -753,16 +753,17 @@ class UpstreamVal:
 
 
 class TimedForward(torch.nn.Module):
-    """The model, with the host times at which each call enters and leaves it: the main thread's
-    input overhead for batch k is the time from call k-1's exit to call k's entry."""
+    """The model's token_losses, with the host times at which each call enters and leaves it:
+    the main thread's input overhead for batch k is the time from call k-1's exit to call k's
+    entry."""
 
     def __init__(self, model: torch.nn.Module):
         super().__init__()
         self.inner, self.calls = model, []
 
-    def forward(self, *args, **kwargs):
+    def token_losses(self, *args, **kwargs):
         t = time.perf_counter()
-        out = self.inner(*args, **kwargs)
+        out = self.inner.token_losses(*args, **kwargs)
         self.calls.append((t, time.perf_counter()))
         return out
 

@@ -153,7 +153,7 @@ def test_every_kernel_path_compiles_its_steps_whole_to_sdpas_numbers(kind):
     with installed(kind) as lib:
         model = random_model(cfg, backend(kind, lib))
         torch._dynamo.reset()
-        compiled = torch.compile(model, backend="aot_eager", dynamic=False, fullgraph=True)
+        compiled = tg.CompiledGPT(model, backend="aot_eager", dynamic=False, fullgraph=True)
         for batch, kwargs in ((dense, {}), ((x, y), dict(cu_seqlens=cu, max_seqlen=32))):
             loss = compiled(*batch, **kwargs)
             loss.backward()
@@ -169,9 +169,9 @@ def test_every_kernel_path_compiles_its_steps_whole_to_sdpas_numbers(kind):
         for rows, width in ((3, 20), (2, 11)):  # a chunk step, then a smaller one
             chunk = (x[0, : rows * width].view(rows, width), y[0, : rows * width].view(rows, width))
             tg.dynamic_sizes(*chunk)
-            nll = compiled(*chunk, "none", lora=lora)
+            nll = compiled.token_losses(*chunk, lora=lora)
             grads = torch.autograd.grad(nll.sum(), (lora.A_all, lora.B_all))
-            want = eager(*chunk, "none", lora=lora)
+            want = eager.token_losses(*chunk, lora=lora)
             assert (nll - want).abs().max() < 0.05 and all(g.abs().sum() > 0 for g in grads)
             counts.append(graphs())
         model.requires_grad_(True)
@@ -181,7 +181,7 @@ def test_every_kernel_path_compiles_its_steps_whole_to_sdpas_numbers(kind):
             table = cu.clamp(max=n)[: 64 if n == 64 else 5]  # the ranks' tables differ too
             tg.dynamic_sizes(phase_x, phase_y, dims=(1,))
             tg.dynamic_sizes(table, dims=(0,))
-            compiled(phase_x, phase_y, "mean", cu_seqlens=table, max_seqlen=32).backward()
+            compiled(phase_x, phase_y, cu_seqlens=table, max_seqlen=32).backward()
             counts.append(graphs())
         model.zero_grad(set_to_none=True)
     torch._dynamo.reset()
@@ -241,7 +241,7 @@ def test_a_presets_graphs_all_compile_in_its_warm_ups_and_none_after(tmp_path, p
     tg.allow_many_graphs()  # as build_network does
     with installed("fa3") as lib:
         model = random_model(cfg, backend("fa3", lib))
-        compiled = torch.compile(model, backend="eager", dynamic=False, fullgraph=True)
+        compiled = tg.CompiledGPT(model, backend="eager", dynamic=False, fullgraph=True)
         before = graphs()
         for seq_len, looping in shapes:  # the Trainer's warm-up: each (length, looping)
             model.looping = looping
@@ -328,15 +328,15 @@ def test_a_warm_up_whose_sizes_coincide_still_serves_every_other_size(tmp_path):
     model = random_model(cfg)
     plan = types.SimpleNamespace(warmup_shapes=[(4, 4)], phases=[], lora=None)
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend="eager", dynamic=False, fullgraph=True)
+    compiled = tg.CompiledGPT(model, backend="eager", dynamic=False, fullgraph=True)
     tg.warm_up_ttt(cfg, tg.Runtime(0, 0, 1, 8, CPU, False), compiled, plan, lambda line: None)
     warmed, lora = graphs(), plan.lora
     model.requires_grad_(False)
     for rows, width in ((3, 7), (4, 9), (2, 2)):
         x, y = torch.randint(0, 64, (rows, width)), torch.zeros(rows, width, dtype=torch.int64)
         tg.dynamic_sizes(x, y)
-        nll = compiled(x, y, "none", lora=lora)
-        assert torch.equal(nll, model(x, y, "none", lora=lora))
+        nll = compiled.token_losses(x, y, lora=lora)
+        assert torch.equal(nll, model.token_losses(x, y, lora=lora))
         torch.autograd.grad(nll.sum(), (lora.A_all, lora.B_all))
     model.requires_grad_(True)
     torch._dynamo.reset()

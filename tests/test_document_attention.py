@@ -75,10 +75,10 @@ def packed_row(lengths=SEGMENTS, seed: int = 1):
 def test_packed_segments_get_exactly_the_losses_of_each_segment_alone():
     model = tiny_model()
     x, y, cu, segments = packed_row()
-    packed = model(x, y, "none", cu_seqlens=cu, max_seqlen=SEQ_LEN)
-    alone = torch.cat([model(x[:, a:b], y[:, a:b], "none") for a, b in segments])
+    packed = model.token_losses(x, y, cu_seqlens=cu, max_seqlen=SEQ_LEN)
+    alone = torch.cat([model.token_losses(x[:, a:b], y[:, a:b]) for a, b in segments])
     assert (packed - alone).abs().max() < 1e-5
-    dense = model(x, y, "none")  # causal over the whole row: later segments see earlier ones
+    dense = model.token_losses(x, y)  # causal over the whole row: later segments see earlier ones
     first = SEGMENTS[0]
     assert torch.allclose(dense[:first], alone[:first], atol=1e-5)
     assert (dense[first:] - alone[first:]).abs().max() > 1e-3
@@ -92,7 +92,7 @@ def test_packed_segments_get_exactly_the_gradients_of_each_segment_alone():
     model.zero_grad()
     n = x.size(1)
     for a, b in segments:  # the same mean, one segment at a time
-        (model(x[:, a:b], y[:, a:b], "none").sum() / n).backward()
+        (model.token_losses(x[:, a:b], y[:, a:b]).sum() / n).backward()
     for name, p in model.named_parameters():
         assert torch.allclose(packed[name], p.grad, atol=1e-6), name
 
@@ -102,9 +102,9 @@ def test_a_segment_does_not_depend_on_where_it_sits_in_the_row():
     x, y, cu, segments = packed_row([7, 20, 9])
     a, b = segments[1]
     moved_x, moved_y = torch.cat([x[:, a:b], x[:, :a]], 1), torch.cat([y[:, a:b], y[:, :a]], 1)
-    here = model(x, y, "none", cu_seqlens=cu, max_seqlen=SEQ_LEN)[a:b]
+    here = model.token_losses(x, y, cu_seqlens=cu, max_seqlen=SEQ_LEN)[a:b]
     cu_moved = padded_cu([0, b - a], b)
-    there = model(moved_x, moved_y, "none", cu_seqlens=cu_moved, max_seqlen=SEQ_LEN)[: b - a]
+    there = model.token_losses(moved_x, moved_y, cu_seqlens=cu_moved, max_seqlen=SEQ_LEN)[: b - a]
     assert (here - there).abs().max() < 1e-5
 
 
@@ -138,8 +138,8 @@ def test_rope_counts_a_packed_documents_positions_from_its_start_rounded_as_the_
     for rope in (m for m in model.modules() if isinstance(m, tg.Rotary)):
         rope.inv_freq = rope.inv_freq.bfloat16()  # only the positions' rounding of the GPU
     x, y, cu, _ = packed_row([100, 300])
-    in_a_row = model(x, y, "none", cu_seqlens=cu, max_seqlen=300)[100:]
-    alone = model(x[:, 100:], y[:, 100:], "none")  # plain: as an evaluation scores it
+    in_a_row = model.token_losses(x, y, cu_seqlens=cu, max_seqlen=300)[100:]
+    alone = model.token_losses(x[:, 100:], y[:, 100:])  # plain: as an evaluation scores it
     assert (in_a_row - alone).abs().max() < 1e-5
 
 
@@ -194,10 +194,12 @@ def test_flex_attention_path_equals_the_per_segment_path():
     sdpa, flex = tiny_model(), tiny_model(FLEX)
     x, y, cu, _ = packed_row()
     with torch.no_grad():  # flex_attention has no backward on the CPU
-        got = flex(x, y, "none", cu_seqlens=cu, max_seqlen=SEQ_LEN)
-        want = sdpa(x, y, "none", cu_seqlens=cu, max_seqlen=SEQ_LEN)
+        got = flex.token_losses(x, y, cu_seqlens=cu, max_seqlen=SEQ_LEN)
+        want = sdpa.token_losses(x, y, cu_seqlens=cu, max_seqlen=SEQ_LEN)
         assert (got - want).abs().max() < 1e-5
-        assert torch.equal(flex(x, y, "none"), sdpa(x, y, "none"))  # no documents: plain SDPA
+        assert torch.equal(
+            flex.token_losses(x, y), sdpa.token_losses(x, y)
+        )  # no documents: plain SDPA
 
 
 @pytest.mark.slow  # 39 CPU-s: the quick loop (scripts/test.sh quick) leaves it out
@@ -211,15 +213,15 @@ def test_compiled_flex_model_makes_one_graph_for_every_segment_count():
     segment_starts = [list(range(0, n, 3)), [0, 5], list(range(0, n, 2))]  # 128, 64, 192 entries
     with torch.no_grad():  # computed first: eager flex_attention may compile helpers of its own
         want = [
-            model(x, y, "none", cu_seqlens=padded_cu(b, n), max_seqlen=SEQ_LEN)
+            model.token_losses(x, y, cu_seqlens=padded_cu(b, n), max_seqlen=SEQ_LEN)
             for b in segment_starts
         ]
-    compiled = torch.compile(model, dynamic=False, fullgraph=True)
+    compiled = tg.CompiledGPT(model, dynamic=False, fullgraph=True)
 
     def run(bounds):
         batch = (x, y, padded_cu(bounds, n), max(np.diff([*bounds, n])))
         with torch.no_grad():
-            return compiled(x, y, "none", **tg.document_kwargs(batch, SEQ_LEN))
+            return compiled.token_losses(x, y, **tg.document_kwargs(batch, SEQ_LEN))
 
     run([0, 10, 100])
     run([0, 20])  # the RoPE table is cached by the first call: one recompile, as the baseline's
@@ -299,7 +301,7 @@ def test_eval_with_document_masks_equals_each_document_alone(tmp_path):
     starts = [*np.flatnonzero(val.tokens[:-1] == tg.BOS_ID).tolist(), val.tokens.size - 1]
     with torch.no_grad():
         alone = sum(
-            model(tokens[None, a:b], tokens[None, a + 1 : b + 1], "none").double().sum()
+            model.token_losses(tokens[None, a:b], tokens[None, a + 1 : b + 1]).double().sum()
             for a, b in itertools.pairwise(starts)
         )
     rt = tg.Runtime(0, 0, 1, 1, CPU, distributed=False)

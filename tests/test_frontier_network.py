@@ -208,7 +208,7 @@ def test_ttt_adapters_attach_to_every_layer_pass():
     used = []
     at = lora.at
     lora.at = lambda slot: used.append(slot) or at(slot)
-    model(x, y, "none", lora=lora)
+    model.token_losses(x, y, lora=lora)
     assert used == [*range(slots), None]
 
 
@@ -389,9 +389,9 @@ def test_one_graph_before_the_loops_switch_on_and_one_after():
 
 @pytest.mark.parametrize("fused", [False, True])
 def test_the_training_loss_softcaps_fp32_logits_with_fused_ce_and_bf16_without(fused):
-    """In bf16 (as autocast on the GPU): FUSED_CE_ENABLED=1's training loss ("mean", also a TTT
-    phase's) is the fp32 softcap of the bf16 logits; scoring ("none") and the baseline keep the
-    softcap on the bf16 logits."""
+    """In bf16 (as autocast on the GPU): FUSED_CE_ENABLED=1's training loss (forward, also a TTT
+    phase's) is the fp32 softcap of the bf16 logits; scoring (token_losses) and the baseline keep
+    the softcap on the bf16 logits."""
     cfg = tg.Hyperparameters(vocab_size=64, num_layers=2, model_dim=32, num_heads=4,
                              num_kv_heads=2, fused_ce_enabled=fused)  # fmt: skip
     model = tg.build_model(cfg, CPU).bfloat16()
@@ -401,7 +401,7 @@ def test_the_training_loss_softcaps_fp32_logits_with_fused_ce_and_bf16_without(f
     y = torch.randint(0, 64, (2, 40), generator=torch.Generator().manual_seed(2))
     normed = []
     model.final_norm.register_forward_hook(lambda m, i, out: normed.append(out))
-    loss, scores = model(x, y).detach(), model(x, y, "none").detach()
+    loss, scores = model(x, y).detach(), model.token_losses(x, y).detach()
     z = torch.nn.functional.linear(normed[0].reshape(-1, 32), model.tok_emb.weight).detach()
     capped = {
         dtype: (30 * torch.tanh(z.to(dtype) / 30)).float() for dtype in (z.dtype, torch.float32)

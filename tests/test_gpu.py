@@ -201,7 +201,7 @@ def test_compiled_document_attention_gives_each_segment_its_own_loss(which):
     model = tg.build_model(cfg, torch.device("cuda"), backends[which])
     for p in model.parameters():  # zero-initialised projections would hide attention
         torch.nn.init.normal_(p, std=0.02)
-    compiled = torch.compile(model, dynamic=False, fullgraph=True)
+    compiled = tg.CompiledGPT(model, dynamic=False, fullgraph=True)
     n, g = 4096, torch.Generator(device="cuda").manual_seed(1)
     x, y = (torch.randint(0, 1024, (1, n), device="cuda", generator=g) for _ in range(2))
 
@@ -209,7 +209,7 @@ def test_compiled_document_attention_gives_each_segment_its_own_loss(which):
         cu = bounds + [n] * (tg.pad_to_64(len(bounds) + 1) - len(bounds))
         batch = (x, y, torch.tensor(cu, dtype=torch.int32, device="cuda"), 0)
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            return compiled(x, y, "none", **tg.document_kwargs(batch, seq_len)).float()
+            return compiled.token_losses(x, y, **tg.document_kwargs(batch, seq_len)).float()
 
     # compile, then the cached RoPE table's recompile (pieces stay <= max_seqlen, 1024)
     for bounds in ([0, 1000, 2000, 3000, 4000], [0, 5, 900, 1900, 2900, 3900]):
@@ -221,8 +221,8 @@ def test_compiled_document_attention_gives_each_segment_its_own_loss(which):
     assert counters["stats"]["unique_graphs"] == graphs, "a recompile for a new segment count"
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
         pieces = itertools.pairwise([*bounds, n])
-        alone = torch.cat([model(x[:, a:b], y[:, a:b], "none").float() for a, b in pieces])
-        dense = model(x, y, "none").float()
+        alone = torch.cat([model.token_losses(x[:, a:b], y[:, a:b]).float() for a, b in pieces])
+        dense = model.token_losses(x, y).float()
     assert (packed - alone).abs().max() < 0.05
     assert (dense[1000:] - alone[1000:]).abs().max() > 0.1
     assert all(p.grad is not None and p.grad.isfinite().all() for p in model.parameters())
@@ -273,7 +273,7 @@ def test_sliding_evaluation_never_waits_on_the_gpu_and_compiles_one_graph(tmp_pa
     model = tg.build_model(cfg, rt.device)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.02)
-    compiled = torch.compile(model, dynamic=False, fullgraph=True)
+    compiled = tg.CompiledGPT(model, dynamic=False, fullgraph=True)
     want = tg.eval_sliding(cfg, rt, model, windows)
     got = tg.eval_sliding(cfg, rt, compiled, windows)  # compiles
     graphs = counters["stats"]["unique_graphs"]
@@ -321,9 +321,9 @@ def test_ttt_chunk_steps_never_wait_on_the_gpu_and_compile_a_fixed_set_of_graphs
     quiet = lambda msg: None  # noqa: E731
     eager = tg.eval_ttt(cfg, rt, copy.deepcopy(model), tg.TTTPlan(cfg, rt, val), quiet)
     torch._dynamo.reset()
-    compiled = torch.compile(
+    compiled = tg.CompiledGPT(
         copy.deepcopy(model), dynamic=False, fullgraph=True
-    )  # as Network.compiled
+    )  # as build_network
     plan = tg.TTTPlan(cfg, rt, val)
     tg.warm_up_ttt(cfg, rt, compiled, plan, quiet)  # every shape class, the phases' too
     graphs = counters["stats"]["unique_graphs"]

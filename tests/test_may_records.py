@@ -252,8 +252,10 @@ def test_every_graph_compiles_before_the_clock(tmp_path):
     attention = tg.Attention("dense", dense_documents, lambda cu, max_seqlen, n: (cu, max_seqlen))
     base = tg.build_model(trainer.cfg, CPU, attention)
     torch._dynamo.reset()
-    compiled = torch.compile(base, backend="eager", dynamic=False, fullgraph=True)
-    trainer.net = tg.Network(base, compiled, compiled, *tg.build_optimizers(trainer.cfg, base), "")
+    compiled = tg.CompiledGPT(base, backend="eager", dynamic=False, fullgraph=True)
+    trainer.net = tg.Network(
+        base, compiled, compiled.loss, *tg.build_optimizers(trainer.cfg, base), ""
+    )
     with trainer:
         trainer.warm_up_and_restore()
         primed = counters["stats"]["unique_graphs"]
@@ -316,7 +318,7 @@ def test_scoring_softcaps_each_sign_by_its_scalar_and_training_keeps_30(layout):
     y = torch.randint(0, 64, (2, 24), generator=torch.Generator().manual_seed(2))
     normed = []
     model.final_norm.register_forward_hook(lambda m, i, out: normed.append(out.detach()))
-    scores = model(x, y, "none")
+    scores = model.token_losses(x, y)
     z = torch.nn.functional.linear(normed[0].reshape(-1, 32), model.tok_emb.weight).detach()
     assert (z > 0).any() and (z < 0).any()
     capped = torch.where(z > 0, 20 * torch.tanh(z / 20), 45 * torch.tanh(z / 45))

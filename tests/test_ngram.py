@@ -14,6 +14,7 @@ time reference tests/reference/upstream_ngram.py:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 
 import numpy as np
@@ -139,13 +140,23 @@ def test_the_tilt_is_plus_boost_on_the_hints_logit_renormalised():
     assert (got[right] < nll[right]).all() and (got[wrong] > nll[wrong]).all()
 
 
-def test_the_forward_with_hints_returns_the_nll_and_its_tilted_copy(model):
+def as_built(model: tg.GPT, cfg: tg.Hyperparameters) -> tg.GPT:
+    """A copy of the model as a run with cfg builds it: the tilt is the model's setting."""
+    model = copy.deepcopy(model)
+    model.cfg = cfg
+    return model
+
+
+def test_a_tilting_model_returns_the_nll_and_its_tilted_copy_where_given_hints(model):
     x, y = torch.from_numpy(SPLIT[None, :40]), torch.from_numpy(SPLIT[None, 1:41])
     hint = torch.where(torch.arange(40) % 3 == 0, y, -1)
-    nll, tilted = model(x, y, "none", hint=hint)
-    torch.testing.assert_close(nll, model(x, y, "none"), rtol=0, atol=0)
+    tilting = as_built(model, dataclasses.replace(model.cfg, ngram_tilt_enabled=True))
+    nll, tilted = tilting.token_losses(x, y, hint=hint)
+    torch.testing.assert_close(nll, model.token_losses(x, y), rtol=0, atol=0)
     torch.testing.assert_close(tilted, tg.ngram_tilt(nll, model_logits(model, x), y, hint, 2.625))
     assert not torch.equal(tilted, nll)
+    assert torch.equal(tilting.token_losses(x, y), nll)  # no hints (the plain evaluations): nll
+    assert torch.equal(model.token_losses(x, y, hint=hint), nll)  # not tilting: hints unread
 
 
 def model_logits(model, x):
@@ -164,7 +175,7 @@ TILT = dict(ngram_tilt_enabled=True, ngram_hint_precompute_outside=False)
 def ours_tilted(model, folder, split, **kw) -> tuple:
     cfg, plan = plan_for(folder, split, **(TILT | kw))
     lines = []
-    got = tg.eval_ttt(cfg, runtime(), copy.deepcopy(model), plan, lines.append)
+    got = tg.eval_ttt(cfg, runtime(), as_built(model, cfg), plan, lines.append)
     return got, plan, lines
 
 
@@ -191,7 +202,7 @@ def test_hints_computed_before_the_timer_give_the_same_score(tmp_path, model):
     lines = []
     plan.hints = tg.ngram_tilt_hints(cfg, torch.device("cpu"), plan, lines.append)
     assert lines[1].startswith("ngram_tilt:precompute_outside_timer_done elapsed=")
-    got = tg.eval_ttt(cfg, runtime(), copy.deepcopy(model), plan, lines.append)
+    got = tg.eval_ttt(cfg, runtime(), as_built(model, cfg), plan, lines.append)
     assert not [line for line in lines[2:] if line.startswith("ngram_tilt")]  # not again
     assert got == ours_tilted(model, tmp_path, REPEATED, **SMALL)[0]
 
@@ -202,7 +213,7 @@ def test_after_the_warm_up_the_tilted_evaluation_compiles_nothing(tmp_path, mode
 
     kw = SMALL | TILT | dict(ttt_batch_size=4, phased_ttt_prefix_docs=0)
     cfg, plan = plan_for(tmp_path, REPEATED, **kw)
-    compiled = torch.compile(copy.deepcopy(model), backend="eager", dynamic=False, fullgraph=True)
+    compiled = tg.CompiledGPT(as_built(model, cfg), backend="eager", dynamic=False, fullgraph=True)
     torch._dynamo.reset()
     try:
         tg.warm_up_ttt(cfg, runtime(), compiled, plan, lambda m: None)

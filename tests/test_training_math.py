@@ -80,7 +80,7 @@ def test_per_token_losses_average_to_the_mean_loss():
     torch.manual_seed(0)
     model = tg.build_model(tiny_cfg(), torch.device("cpu"))
     x, y = torch.randint(0, 128, (2, 16)), torch.randint(0, 128, (2, 16))
-    per_token = model(x, y, reduction="none")
+    per_token = model.token_losses(x, y)
     assert per_token.shape == (32,)
     assert per_token.mean().item() == pytest.approx(model(x, y).item(), rel=1e-6)
 

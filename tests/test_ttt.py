@@ -218,7 +218,7 @@ def test_a_compiled_chunk_step_computes_the_adapters_gradients_only(tmp_path, mo
     backend = aot_autograd(fw_compiler=forward, bw_compiler=backward)
     cfg, plan = plan_for(tmp_path, SPLIT, **(SMALL | dict(phased_ttt_prefix_docs=0)))
     copied = copy.deepcopy(model)
-    compiled = torch.compile(copied, backend=backend, dynamic=False, fullgraph=True)
+    compiled = tg.CompiledGPT(copied, backend=backend, dynamic=False, fullgraph=True)
     torch._dynamo.reset()
     try:
         tg.eval_ttt(cfg, runtime(), compiled, plan, lambda m: None)
@@ -240,7 +240,7 @@ def test_after_the_warm_up_the_timed_evaluation_compiles_nothing(tmp_path, model
     kw = SMALL | dict(ttt_batch_size=4, phased_ttt_prefix_docs=0)
     cfg, plan = plan_for(tmp_path, SPLIT, **kw)
     lines, copied = [], copy.deepcopy(model)
-    compiled = torch.compile(copied, backend="eager", dynamic=False, fullgraph=True)
+    compiled = tg.CompiledGPT(copied, backend="eager", dynamic=False, fullgraph=True)
     torch._dynamo.reset()
     try:
         tg.warm_up_ttt(cfg, runtime(), compiled, plan, lines.append)

@@ -84,7 +84,7 @@ def test_the_forward_is_the_models_own(model):
     y = torch.from_numpy(SPLIT[None, 1:41])
     logits = ut.lora_logits(model, x, None)[0]
     mine = torch.nn.functional.cross_entropy(logits, y[0], reduction="none")
-    torch.testing.assert_close(mine, model(x, y, "none"), rtol=0, atol=1e-6)
+    torch.testing.assert_close(mine, model.token_losses(x, y), rtol=0, atol=1e-6)
 
 
 def test_the_adapters_sit_where_the_facts_say(model):
@@ -347,7 +347,7 @@ def test_ttt_off_is_the_models_own_per_document_score(model):
                 w = max(0, e - 24)
                 x = torch.from_numpy(SPLIT[None, start + w : start + e])
                 y = torch.from_numpy(SPLIT[None, start + w + 1 : start + e + 1])
-                total += float(model(x, y, "none")[a - w :].double().sum())
+                total += float(model.token_losses(x, y)[a - w :].double().sum())
     assert val_loss == pytest.approx(total / tokens, rel=1e-9)
 
 

@@ -883,7 +883,7 @@ def project_ttt(tg, cfg, rt, model, plan, n: int, lines: list) -> tuple[float, f
     scale = ttt_cost(work) / max(ttt_cost(work[:n]), 1)
     chunks = seconds * scale if n else 0.0
     phase_s = 0.0
-    base = getattr(model, "_orig_mod", model)
+    base = tg.uncompiled(model)
     for _, steps in plan.phases[:1]:  # one phase's first step, timed, times every phase's steps
         if steps:
             one = timed(

@@ -52,7 +52,7 @@ def records_sliding_sums(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """One rank's float64 (nll sum, scored tokens, bytes) over its windows. `tokens`: the split
     as a pageable int CPU tensor; `luts`: (base_bytes, has_leading_space, is_boundary) on
-    `device`; `model(x, y, "none")` gives per-token nll."""
+    `device`; `model.token_losses(x, y)` gives per-token nll."""
     base_bytes, has_leading_space, is_boundary = luts
     total, context = tokens.numel() - 1, seq_len - stride
     starts = records_window_starts(total, seq_len, stride)
@@ -73,7 +73,7 @@ def records_sliding_sums(
                 x[j, : end - ws], y[j, : end - ws] = chunk[:-1], chunk[1:]
                 lengths.append(end - ws)
             with autocast() if autocast else torch.no_grad():
-                nll = model(x, y, "none").view(len(batch), seq_len)
+                nll = model.token_losses(x, y).view(len(batch), seq_len)
             for j, (ws, length) in enumerate(zip(batch, lengths, strict=True)):
                 first = 0 if ws == 0 else context  # [W3]
                 loss += nll[j, first:length].to(torch.float64).sum()

@@ -392,7 +392,7 @@ def global_phase(model, tokens, docs, chosen, cfg: TTTConfig, device, all_reduce
             group["lr"] = lr
         opt.zero_grad(set_to_none=True)
         x, y = x.to(device), y.to(device)  # pageable copies, as upstream
-        loss = model(x, y, "mean", cu_seqlens=cu.to(device), max_seqlen=longest)
+        loss = model(x, y, cu_seqlens=cu.to(device), max_seqlen=longest)
         loss.backward()
         if reduce:
             for p in params:  # one all-reduce per parameter, as upstream
