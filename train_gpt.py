@@ -3580,7 +3580,8 @@ def log_timeline(rt: Runtime, start: float, barriers: list, log0: Callable) -> N
 # -----------------------------
 
 
-# The record's multipliers of the hashed n-gram keys, one per context position.
+# The record's multipliers of the hashed n-gram keys, one per context position. Left unformatted:
+# eight to a line, as the record writes them, reads better than ruff's one per line.
 # fmt: off
 NGRAM_KEYS = (
     36313, 27191, 51647, 81929, 131071, 196613, 262147, 393241,

@@ -678,7 +678,12 @@ def test_a_row_is_not_folded_when_its_class_or_table_may_not_hold_what_it_says(o
 
 
 @pytest.mark.parametrize(
-    "rebinding", ["def helper():\n    write_a = 1\n", "def write_a(x):\n    return 0\n"]
+    "rebinding",
+    [
+        "def helper():\n    write_a = 1\n",
+        "def helper(write_a=None):\n    return write_a\n",
+        "def write_a(x):\n    return 0\n",
+    ],
 )
 def test_a_field_naming_a_function_something_binds_again_stays_a_read(rebinding):
     tree = ast.parse(textwrap.dedent(ROWS) + READ_A + rebinding)

@@ -104,6 +104,15 @@ def bound_names(stmt) -> list[str]:
     return []
 
 
+def binding_counts(tree: ast.Module) -> collections.Counter:
+    """How many module-level statements bind each name (bound_names): a name bound once is the
+    one definition its reads can mean."""
+    counts = collections.Counter()
+    for stmt in tree.body:
+        counts.update(bound_names(stmt))
+    return counts
+
+
 # -----------------------------
 # 4. FOLDING
 # -----------------------------
@@ -1223,24 +1232,18 @@ def _frozen_fields(cls: ast.ClassDef) -> list[tuple[str, ast.expr | None]] | Non
 
 def _scope_bound(tree: ast.Module) -> set[str]:
     """Every name some function, lambda, comprehension or class body binds (conservatively: any
-    store, parameter, nested definition or import inside one)."""
+    store, parameter, nested definition or import inside one; _bound_in's and the plain stores)."""
     names = set()
     for scope in walk(tree):
         if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             continue
-        for n in walk(scope):
-            if n is scope:
-                continue  # its own name is bound where it is defined
-            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
-                names.add(n.id)
-            elif isinstance(n, ast.arg):
-                names.add(n.arg)
-            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.add(n.name)
-            elif isinstance(n, (ast.Import, ast.ImportFrom)):
-                names.update((a.asname or a.name).split(".")[0] for a in n.names)
-            elif isinstance(n, (ast.Global, ast.Nonlocal)):
-                names.update(n.names)
+        for child in ast.iter_child_nodes(scope):  # (its own name is bound where it is defined)
+            names |= _bound_in(child)
+            names |= {
+                n.id
+                for n in walk(child)
+                if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+            }
     return names
 
 
@@ -1252,11 +1255,8 @@ class _Rows:
     value wherever it is written."""
 
     def __init__(self, tree: ast.Module, literal_dicts: dict):
-        bound: dict[str, int] = {}
-        for stmt in tree.body:
-            for name in bound_names(stmt):
-                bound[name] = bound.get(name, 0) + 1
-        self.once = {name for name, count in bound.items() if count == 1} - _scope_bound(tree)
+        once = {name for name, count in binding_counts(tree).items() if count == 1}
+        self.once = once - _scope_bound(tree)
         self.classes = {
             s.name: fields
             for s in tree.body
@@ -1442,10 +1442,7 @@ def _constructions(tree: ast.Module, cls: ast.ClassDef, param: str) -> list | No
     if any(not _forwards(s, param) for s in subs):
         return None
     builders = {cls.name, *(s.name for s in subs)}
-    bound: dict[str, int] = {}
-    for stmt in tree.body:
-        for name in bound_names(stmt):
-            bound[name] = bound.get(name, 0) + 1
+    bound = binding_counts(tree)
     strings = {n.value for n in walk(tree) if is_const(n) and isinstance(n.value, str)}
     if any(bound.get(b) != 1 or b in strings or b in _scope_bound(tree) for b in builders):
         return None

@@ -95,6 +95,7 @@ from .fold import (
     Fold,
     FoldBodies,
     InlineConstantCalls,
+    binding_counts,
     bound_names,
     constant_arguments,
     constant_attributes,
@@ -393,10 +394,7 @@ def built_dicts(tree: ast.Module, module) -> dict:
     `dict(...)` of them, `|` and names of such tables bound once before it (`_built_of_literals`).
     A table built from anything else (`dict(os.environ)`: the packing machine's environment,
     secrets included) stays the code that builds it."""
-    bound: dict[str, int] = {}
-    for stmt in tree.body:
-        for name in bound_names(stmt):
-            bound[name] = bound.get(name, 0) + 1
+    bound = binding_counts(tree)
     out, known = {}, set()
     if "dict" in bound:  # (dict(...) is not the builtin)
         return out
@@ -961,10 +959,7 @@ def _prune_import(stmt, uses: Uses) -> bool:
 
 def _literal_dicts(tree: ast.Module) -> dict:
     """Module names bound once to a dict literal and never stored into: foldable lookups."""
-    bound = {}
-    for stmt in tree.body:
-        for name in bound_names(stmt):
-            bound[name] = bound.get(name, 0) + 1
+    bound = binding_counts(tree)
     out = {}
     for stmt in tree.body:
         if (
