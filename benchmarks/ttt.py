@@ -146,6 +146,7 @@ def timed_gpt(tg, model, clock: Clock):
 
     class Timed(tg.CompiledGPT):
         def __init__(self):
+            tg.nn.Module.__init__(self)  # (not CompiledGPT's: it would compile)
             self.base, self.loss, self.token_losses = model, timed(model), timed(model.token_losses)
 
     return Timed()
