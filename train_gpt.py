@@ -52,7 +52,7 @@ import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, get_type_hints
 
 try:
     import numpy as np
@@ -1048,10 +1048,30 @@ class Hyperparameters:
     # the TTT adapters' sites (TTT_Q_LORA, ...); a dropped one draws no A: the later A shift
     lora_sites = property(lambda self: [s for s in LORA_SITES if getattr(self, f"ttt_{s}_lora")])
 
-    @property
-    def ttt_chunks(self) -> list:
+    # The two plans below are parsed once, when validate first reads them, into tuples: what a
+    # run reads (a TTT batch its chunk size, a training step its context) is a lookup, and the
+    # specialiser folds each to the literal it is for a record's settings. The settings
+    # themselves stay the variables' text: the dump, a checkpoint and a log carry them as written.
+    @functools.cached_property
+    def seq_stages(self) -> tuple[tuple[float, int], ...]:
+        """TRAIN_SEQ_SCHEDULE's stages (p, L) by p, the last at p = 1: L while progress <= p;
+        one stage of TRAIN_SEQ_LEN without a plan; () if malformed (validate says so)."""
+        T = self.train_seq_len
+        if not self.train_seq_schedule:
+            return ((1.0, T),)
+        with contextlib.suppress(ValueError):  # (an item not L@p of two numbers: no stages)
+            items = (item.split("@") for item in self.train_seq_schedule.split(","))
+            stages = sorted((float(p), int(length)) for length, p in items)
+            ps, lengths = zip(*stages, strict=True)
+            if 0 < min(ps) <= max(ps) <= 1 and min(lengths) >= 1 and max(lengths) == T:
+                last = [(1.0, stages[-1][1])] if stages[-1][0] < 1 else []  # it runs to the end
+                return (*stages, *last)
+        return ()
+
+    @functools.cached_property
+    def ttt_chunks(self) -> tuple[tuple[float, int], ...]:
         """(longest document, chunk size) by length, TTT_SHORT_*'s first: a TTT batch chunks as
-        the first its longest document (BOS to BOS, inclusive) fits; (0, 0) if malformed."""
+        the first its longest document (BOS to BOS, inclusive) fits; ((0, 0),) if malformed."""
         short = f"{self.ttt_short_doc_len}:{self.ttt_short_chunk_size}"
         short = (self.ttt_short_score_first_steps or short).split(",")
         with contextlib.suppress(ValueError):  # (not two numbers: no pairs)
@@ -1059,8 +1079,8 @@ class Hyperparameters:
             steps = sorted((int(doc), int(chunk)) for doc, chunk in pairs)
             if not self.ttt_short_score_first_enabled:
                 steps = []
-            return [*steps, (math.inf, self.ttt_chunk_size)]
-        return [(0, 0)]
+            return (*steps, (math.inf, self.ttt_chunk_size))
+        return ((0, 0),)
 
     @classmethod
     def from_env(cls, env=os.environ, world_size: int = 1) -> Hyperparameters:
@@ -1070,7 +1090,11 @@ class Hyperparameters:
         masked = TTT_MASKED_ADAPTERS.get(env.get("TTT_MASK", ""), ())
         env = {f"TTT_{site}_LORA": "0" for site in masked} | env
         names = {f.name.upper(): f for f in FIELDS}
-        values = {f.name: parse_value(n, env[n], f.type) for n, f in names.items() if n in env}
+        values = {
+            f.name: parse_value(n, env[n], FIELD_TYPES[f.name])
+            for n, f in names.items()
+            if n in env
+        }
         if "NUM_LAYERS" in chosen.keys() - preset.keys():  # the preset's layer numbers follow it
             for name in LAYER_NUMBERS & preset.keys():
                 scaled = values[name.lower()] * values["num_layers"] / int(chosen["NUM_LAYERS"])
@@ -1152,9 +1176,14 @@ class Hyperparameters:
                 "TRAIN_LOADER=docpack with it (its stages cut documents at their lengths)",
             ),
             (
-                # (seq_stages raises for a malformed plan; with another loader the row above)
+                not self.seq_stages,
+                "TRAIN_SEQ_SCHEDULE",
+                f"L@p items (L > 0, 0 < p <= 1), longest L TRAIN_SEQ_LEN={T}",
+            ),
+            (
+                # (with another loader, or a malformed plan, the rows above say so)
                 self.train_loader == "docpack"
-                and any(span % length for _, length in seq_stages(self)),
+                and any(span % length for _, length in self.seq_stages),
                 "TRAIN_SEQ_SCHEDULE",
                 f"lengths that divide a rank's micro-batch of {span} tokens (TRAIN_BATCH_TOKENS / "
                 f"{n} ranks x micro-steps)",
@@ -1265,6 +1294,8 @@ class Hyperparameters:
 
 
 FIELDS = dataclasses.fields(Hyperparameters)
+# Each field's type, as the class (a field's annotation is its text here: postponed annotations)
+FIELD_TYPES = get_type_hints(Hyperparameters)
 
 
 DEFAULTS = {f.name: f.default for f in FIELDS}
@@ -1308,26 +1339,26 @@ def shown_choice(choice: str) -> str:
 
 
 PARSERS = {  # a field's type: how its variable is read, what it expects
-    "int": (int, "an integer"),
-    "float": (float, "a finite number"),
-    "str": (str, ""),
-    "bool": ({"0": False, "1": True}.__getitem__, "0 or 1"),
+    int: (int, "an integer"),
+    float: (float, "a finite number"),
+    str: (str, ""),
+    bool: ({"0": False, "1": True}.__getitem__, "0 or 1"),
 }
 
 
-def parse_value(name: str, raw: str, kind: str):
+def parse_value(name: str, raw: str, kind: type):
     parse, expected = PARSERS[kind]
     try:
-        value = parse(raw if kind == "str" else raw.strip())
+        value = parse(raw if kind is str else raw.strip())
     except (ValueError, KeyError):
         value = None
-    if value is None or (kind == "float" and not math.isfinite(value)):
+    if value is None or (kind is float and not math.isfinite(value)):
         raise ConfigError(f"{name}={raw!r}: expected {expected}")
     return value
 
 
 def env_int(name: str, default: int) -> int:
-    return parse_value(name, os.environ.get(name, str(default)), "int")
+    return parse_value(name, os.environ.get(name, str(default)), int)
 
 
 def grad_accum_steps_for(world_size: int) -> int:
@@ -1654,23 +1685,6 @@ def lr_multiplier(
     warmdown_ms = warmdown_iters * (elapsed_ms / max(step, 1))
     remaining_ms = max(max_wallclock_ms - elapsed_ms, 0.0)
     return remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
-
-
-def seq_stages(cfg: Hyperparameters) -> list[tuple[float, int]]:
-    """TRAIN_SEQ_SCHEDULE's stages (p, L) by p, the last at p = 1: L while progress <= p."""
-    plan, want = cfg.train_seq_schedule, "L@p items (L > 0, 0 < p <= 1), longest L TRAIN_SEQ_LEN"
-    if not plan:
-        return [(1.0, cfg.train_seq_len)]
-    try:
-        stages = sorted((float(p), int(n)) for n, p in (i.split("@") for i in plan.split(",")))
-    except ValueError:
-        stages = [(0.0, 0)]
-    ps, lengths = zip(*stages, strict=True)
-    if not 0 < min(ps) <= max(ps) <= 1 or min(lengths) < 1 or max(lengths) != cfg.train_seq_len:
-        raise ConfigError(f"TRAIN_SEQ_SCHEDULE={plan!r}: expected {want}={cfg.train_seq_len}")
-    if stages[-1][0] < 1:  # the longest length runs to the end
-        stages.append((1.0, stages[-1][1]))
-    return stages
 
 
 # -----------------------------
@@ -3773,7 +3787,7 @@ class Trainer(ClosedOnExit):
         self.cap_group = dist.new_group(backend="gloo") if gloo else None
         self.agreed = torch.zeros(1, dtype=torch.float64)  # made once: no allocation per step
         self.agreed_ms = 0.0  # training time at the last step's end (under a cap: the slowest's)
-        self.stages = seq_stages(cfg)  # TRAIN_SEQ_SCHEDULE: the length follows agreed_ms too
+        self.stages = cfg.seq_stages  # TRAIN_SEQ_SCHEDULE: the length follows agreed_ms too
         self.seq_len, self.rewarm_from = self.stages[0][1], None  # the active length, its start
         self.step_ends = (torch.cuda.Event(), torch.cuda.Event()) if rt.cuda else None
         self.loader, self.step = None, 0

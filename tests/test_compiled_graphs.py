@@ -235,7 +235,7 @@ def test_a_presets_graphs_all_compile_in_its_warm_ups_and_none_after(tmp_path, p
     val = tg.ValidationSet(cfg, rt, luts())
     windows, plan = tg.SlidingWindows(cfg, rt, val), tg.TTTPlan(cfg, rt, val)
     assert any(steps for _, steps in plan.phases)  # a phase trains: its graph is traced too
-    trainer = types.SimpleNamespace(cfg=cfg, stages=tg.seq_stages(cfg))
+    trainer = types.SimpleNamespace(cfg=cfg, stages=cfg.seq_stages)
     shapes = tg.Trainer.compile_shapes(trainer)
     torch._dynamo.reset()
     tg.allow_many_graphs()  # as build_network does

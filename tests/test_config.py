@@ -266,9 +266,8 @@ def test_help_under_a_preset_shows_its_values(preset, monkeypatch):
         if name in tg.FIXED_VARIABLES:  # read at the run's value only: not a setting
             continue
         field = next(f for f in tg.FIELDS if f.name == name.lower())
-        assert tg.parse_value(name, shown[name], field.type) == tg.parse_value(
-            name, value, field.type
-        ), name
+        kind = tg.FIELD_TYPES[field.name]
+        assert tg.parse_value(name, shown[name], kind) == tg.parse_value(name, value, kind), name
 
 
 def test_a_presets_context_schedule_scaled_to_train_seq_len_is_logged_as_such():
@@ -288,13 +287,13 @@ def test_a_presets_context_schedule_scaled_to_train_seq_len_is_logged_as_such():
 
 def test_every_setting_declares_a_group_a_help_line_and_a_type_the_parser_reads():
     """The declarations are the one place: a field without its group or help, of a type no parser
-    reads (the annotation names it, `from __future__ import annotations`), or with a bound that is
-    not one validate checks, fails here rather than in a run."""
+    reads (its annotation resolved to the class: FIELD_TYPES), or with a bound that is not one
+    validate checks, fails here rather than in a run."""
     bounds = {"low", "high", "above", "below", "choices"}
     for f in tg.FIELDS:
         assert f.metadata["group"] in tg.SETTING_GROUPS, f.name
         assert f.metadata["help"].strip(), f.name
-        assert f.type in tg.PARSERS, f.name
+        assert tg.FIELD_TYPES[f.name] in tg.PARSERS, f.name
         assert set(f.metadata) == bounds | {"group", "help"}, f.name
 
 

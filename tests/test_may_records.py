@@ -87,7 +87,7 @@ def test_each_preset_is_its_runs_variables(column, row):
     fields = {f.name.upper() for f in tg.dataclasses.fields(cfg)}
     for name, value in preset.items():  # each is read (a field) or fixed at its value
         if name in fields:
-            want = tg.parse_value(name, value, type(getattr(cfg, name.lower())).__name__)
+            want = tg.parse_value(name, value, type(getattr(cfg, name.lower())))
             assert getattr(cfg, name.lower()) == want, (row, name)
         else:
             assert value in tg.FIXED_VARIABLES[name][0], (row, name)
@@ -125,8 +125,10 @@ def cfg_with(**env):
 
 def test_the_plan_is_sorted_and_ends_at_one():
     cfg = cfg_with(TRAIN_SEQ_LEN="3072", TRAIN_SEQ_SCHEDULE="3072@0.9,1024@0.1,2048@0.7")
-    assert tg.seq_stages(cfg) == [(0.1, 1024), (0.7, 2048), (0.9, 3072), (1.0, 3072)]
-    assert tg.seq_stages(cfg_with(TRAIN_SEQ_LEN="2048")) == [(1.0, 2048)]
+    assert cfg.seq_stages == ((0.1, 1024), (0.7, 2048), (0.9, 3072), (1.0, 3072))
+    assert cfg_with(TRAIN_SEQ_LEN="2048").seq_stages == ((1.0, 2048),)
+    # parsed once, by validate: what a training step and a TTT batch read is the same tuple
+    assert cfg.seq_stages is cfg.seq_stages and cfg.ttt_chunks is cfg.ttt_chunks
 
 
 @pytest.mark.parametrize("plan, why", [
@@ -181,7 +183,7 @@ def test_the_stage_follows_progress_and_a_switch_rewarms_every_group(tmp_path):
         base = 0.04 * tg.lr_multiplier(step, 0.0, 20, 0, None, 0.5, 0.1)
         since = step - (13 if step >= 13 else 7 if step >= 7 else -99)
         assert lr == pytest.approx(base * min((since + 1) / 4, 1.0)), step
-    stages = [(n, p) for p, n in tg.seq_stages(trainer.cfg)]  # the reference's (len, p)
+    stages = [(n, p) for p, n in trainer.cfg.seq_stages]  # the reference's (len, p)
     assert stages == ref.parse_seq_schedule("8@0.3,16@0.6,32@1", 32, row_tokens=32)
     lr_muls = [tg.lr_multiplier(k, 0.0, 20, 0, None, 0.5, 0.1) for k in range(20)]
     run = ref.growth_run(stages, [k / 20 for k in range(20)], lr_muls, 4)
@@ -263,7 +265,7 @@ def test_every_graph_compiles_before_the_clock(tmp_path):
     assert primed >= 4 and counters["stats"]["unique_graphs"] == primed
     assert "compile_shape_warmup:start 8xplain,16xplain,16xloop,32xloop" in lines
     assert trainer.compile_shapes() == [(8, False), (16, False), (16, True), (32, True)]
-    stages = [(n, p) for p, n in tg.seq_stages(trainer.cfg)]
+    stages = [(n, p) for p, n in trainer.cfg.seq_stages]
     assert trainer.compile_shapes() == ref.compile_warmup_items(stages, 0.5)
 
 
@@ -477,7 +479,7 @@ def test_each_preset_matches_the_references_table_of_the_runs():
             if value is None or not hasattr(cfg, name.lower()):
                 continue
             ours = cfg.window if name == "EVAL_SEQ_LEN" else getattr(cfg, name.lower())
-            assert ours == tg.parse_value(name, value, type(ours).__name__), (row, name)
+            assert ours == tg.parse_value(name, value, type(ours)), (row, name)
             checked += 1
     assert checked >= 40
 

@@ -36,7 +36,9 @@ def test_the_quick_start_size_takes_the_preset_without_a_conflict(preset):
     cfg = tg.Hyperparameters.from_env(QUICKSTART | {"PRESET": preset, "RUN_ID": "r"}, 2)
     for name, value in QUICKSTART.items():  # the quick start's sizes win
         field = next(f for f in tg.FIELDS if f.name == name.lower())
-        assert getattr(cfg, name.lower()) == tg.parse_value(name, value, field.type), name
+        assert getattr(cfg, name.lower()) == tg.parse_value(
+            name, value, tg.FIELD_TYPES[field.name]
+        ), name
     assert cfg.max_wallclock_seconds == 0  # the schedule by ITERATIONS, as a capped record's
     fractions = [tg.training_fraction(s, 0.0, cfg.iterations, None) for s in range(cfg.iterations)]
     if cfg.num_loops:  # the loop switch within the run

@@ -29,6 +29,7 @@ TOY = """
 from __future__ import annotations
 import dataclasses, os, json, zlib
 from pathlib import Path
+from typing import get_type_hints
 
 FIXED_FILE = Path(__file__).with_name("fixed.json")
 FIXED_VARIABLES = json.loads(FIXED_FILE.read_text()) if FIXED_FILE.is_file() else {}
@@ -38,7 +39,7 @@ class ConfigError(ValueError):
 
 def parse_value(name, raw, kind):
     try:
-        return {"int": int, "str": str, "bool": lambda r: {"0": False, "1": True}[r]}[kind](raw)
+        return {int: int, str: str, bool: lambda r: {"0": False, "1": True}[r]}[kind](raw)
     except (KeyError, ValueError):
         raise ConfigError(f"{name}={raw!r}: expected {kind}") from None
 
@@ -55,7 +56,8 @@ class Hyperparameters:
 
     @classmethod
     def from_env(cls, env=os.environ, world_size=1):
-        values = {f.name: parse_value(f.name.upper(), env[f.name.upper()], f.type)
+        types = get_type_hints(cls)
+        values = {f.name: parse_value(f.name.upper(), env[f.name.upper()], types[f.name])
                   for f in dataclasses.fields(cls) if f.name.upper() in env}
         cfg = cls(**values)
         cfg.validate(world_size)
@@ -368,6 +370,15 @@ def test_a_test_folds_by_its_truth_when_what_it_drops_only_reads():
     assert folded("if go() and False:\n    a()") == "if go() and False:\n    a()"  # go() runs
     assert folded("if x or True:\n    a()") == "a()"
     assert folded("y = x and 2").strip() == "y = x and 2"  # a value, not a test: kept
+    # (a literal tuple's emptiness: a folded plan `not ((1.0, 2048),)` in a validation row)
+    assert folded("y = not ((1.0, 2048),)\nz = not ()").split() == [
+        "y",
+        "=",
+        "False",
+        "z",
+        "=",
+        "True",
+    ]
 
 
 def test_code_after_a_with_that_returns_or_an_if_whose_branches_end_is_dropped():
@@ -877,6 +888,29 @@ def test_a_property_reading_the_machine_is_computed_by_the_run(tmp_path, monkeyp
     assert "cfg.width" not in source  # (a property of the fields alone still folds)
     readable, ours = readable_and_specialised(tmp_path, toy, {"TOY_REGION": "the-pod-s"})
     assert ours == readable and readable.split()[-1] == "the-pod-s"
+
+
+def test_a_cached_property_of_the_fields_alone_folds_as_a_property_does(tmp_path):
+    """The settings' parsed plans (Hyperparameters.seq_stages) are cached properties: one the
+    specialiser did not evaluate stayed as its parser in every record's script."""
+    plan = (
+        '    plan: str = "2@0.5,4@1"\n'
+        "    @functools.cached_property\n"
+        "    def stages(self):\n"
+        '        return tuple(int(item.split("@")[0]) for item in self.plan.split(","))\n'
+    )
+    toy = toy_plus(
+        tmp_path,
+        "def stages():\n    cfg = Hyperparameters.from_env()\n    return cfg.stages\n",
+        "stages()",
+        TOY.replace("    width = property(", plan + "    width = property(").replace(
+            "import dataclasses,", "import dataclasses, functools,"
+        ),
+    )
+    source = specialised(toy)
+    assert "(2, 4)" in source and "split" not in source and "cfg.stages" not in source
+    readable, ours = readable_and_specialised(tmp_path, toy, {})
+    assert ours == readable and readable.splitlines()[-1] == "(2, 4)"
 
 
 def test_a_method_a_library_base_calls_is_kept(tmp_path):

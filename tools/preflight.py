@@ -665,7 +665,7 @@ def check_allreduce(cl: Checklist, rt, params: int, repeats: int = 5) -> None:
 def phase_shares(tg, cfg) -> dict[tuple[int, bool], float]:
     """(seq_len, looping) -> the share of the training time it runs: TRAIN_SEQ_SCHEDULE's
     stages (the first whose p >= progress) and the loops from ENABLE_LOOPING_AT on."""
-    stages = tg.seq_stages(cfg)
+    stages = cfg.seq_stages
     loop_at = cfg.enable_looping_at if cfg.num_loops else math.inf
     bounds = sorted({0.0, *(p for p, _ in stages), *([loop_at] * (0 < loop_at < 1))})
     shares: dict[tuple[int, bool], float] = {}

@@ -238,8 +238,9 @@ class Fold(ast.NodeTransformer):
 
     def visit_UnaryOp(self, node):
         self.generic_visit(node)
-        if is_const(node.operand):
-            return self._result(node, lambda: _UNOPS[type(node.op)](node.operand.value))
+        known, value = const_value(node.operand)  # (a literal tuple too: `not ()` is True)
+        if known:
+            return self._result(node, lambda: _UNOPS[type(node.op)](value))
         return node
 
     def visit_BinOp(self, node):

@@ -11,8 +11,9 @@ environment. A record runs one configuration, so its counted code need not carry
    and evaluation-only runs included, is the record's run and nothing else.
 2. Config reads. `cfg.x`, `self.cfg.x`, `model.cfg.x`, ... (any `cfg` name or `.cfg` attribute) and
    `self.x` inside the settings class become constants for frozen fields, and so do the class's
-   properties whose value does not depend on the free fields (`cfg.window`) and whose getter only
-   computes (`pure_properties`: no file, environment or clock is read here for the run). That every
+   properties (cached ones too: PROPERTY_DECORATORS) whose value does not depend on the free
+   fields (`cfg.window`, `cfg.seq_stages`) and whose getter only computes (`pure_properties`: no
+   file, environment or clock is read here for the run). That every
    `cfg` is the run's settings is checked, not assumed (`check_settings_names`: no other instance
    is built, every `cfg` bound or passed is one); where it may not hold the specialiser stops and
    names the line. Module constants computed from files beside the script at import become
@@ -27,7 +28,8 @@ environment. A record runs one configuration, so its counted code need not carry
    become the plain `dataclasses.field` their declaration (SETTING_FUNCTION) returns, with their
    bounds and without their notes (group, help: --help's), so the declaration function goes;
    `from_env` is
-   replaced by one that parses the environment as the readable one does, refuses a frozen
+   replaced by one that parses the environment as the readable one does (`parse_value` by each
+   field's type, `get_type_hints`: names the readable script defines and imports), refuses a frozen
    variable set to another value in one line (`NAME=value: this script is specialised to
    NAME=frozen; the readable train_gpt.py takes others`), keeps the fixed-variable refusals
    (FIXED_VARIABLES, as a literal of the accepted values: `NAME='x': not read here (fixed at
@@ -82,6 +84,7 @@ import builtins
 import contextlib
 import copy
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import shutil
@@ -180,7 +183,6 @@ class Settings:
     cls_name: str
     values: dict  # field -> the run's value (every field)
     defaults: dict  # field -> the readable default (dataclasses.MISSING for a factory)
-    types: dict  # field -> its annotation as written
     properties: dict  # property -> value, for those that only depend on frozen fields
     file_constants: dict  # module constant -> literal value (read from files at import)
     file_calls: dict  # module function reading files beside the script -> the function
@@ -218,7 +220,7 @@ def settings_for(module, values: dict, free=FREE) -> Settings:
     tree = ast.parse(Path(module.__file__).read_text())  # (read once for the three below)
     pure = pure_properties(tree, cls.__name__, module)
     for name, attr in vars(cls).items():
-        if isinstance(attr, property) and name in pure:
+        if isinstance(attr, (property, functools.cached_property)) and name in pure:
             with contextlib.suppress(Exception):
                 value = getattr(cfg, name)
                 if literal(value) and value == getattr(other, name):
@@ -227,7 +229,6 @@ def settings_for(module, values: dict, free=FREE) -> Settings:
         cls.__name__,
         values,
         {f.name: f.default for f in fields},
-        {f.name: f.type for f in fields},
         properties,
         file_constants(module, tree),
         file_calls(module, tree),
@@ -248,6 +249,9 @@ def inherited_members(module) -> dict[str, frozenset]:
     return out
 
 
+# The decorators of a settings-class method that make it a property (evaluated once per run:
+# the plans Hyperparameters parses once are cached properties)
+PROPERTY_DECORATORS = frozenset({"property", "functools.cached_property"})
 # What a property may call and still be evaluated here (settings_for): functions of their
 # arguments alone, the same on every machine
 PURE_CALLS = frozenset(
@@ -270,9 +274,9 @@ def pure_properties(tree: ast.Module, cls_name: str, module) -> set[str]:
     out = set()
     for stmt in cls.body if cls is not None else ():
         getter = None
-        if isinstance(stmt, ast.FunctionDef) and "property" in map(
-            ast.unparse, stmt.decorator_list
-        ):
+        if isinstance(stmt, ast.FunctionDef) and PROPERTY_DECORATORS & {
+            ast.unparse(d) for d in stmt.decorator_list
+        }:
             getter = stmt
         elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
             value = stmt.value
@@ -291,6 +295,8 @@ def _pure_getter(getter, module) -> bool:
             local.add(node.id)
     calls = [n for n in walk(getter) if isinstance(n, ast.Call)]
     allowed = set()  # the function parts of the calls above: not reads of their own
+    for decorator in getattr(getter, "decorator_list", ()):  # (PROPERTY_DECORATORS: no reads)
+        allowed.update(id(n) for n in walk(decorator))
     for call in calls:
         name = ast.unparse(call.func)
         on_self = name == "getattr" and call.args and ast.unparse(call.args[0]) == "self"
@@ -755,7 +761,8 @@ FROM_ENV = """
 @classmethod
 def from_env(cls, env=os.environ, world_size=1):
     fields = {{f.name.upper(): f for f in dataclasses.fields(cls)}}
-    values = {{n: parse_value(n, env[n], f.type) for n, f in fields.items() if n in env}}
+    types = get_type_hints(cls)
+    values = {{n: parse_value(n, env[n], types[f.name]) for n, f in fields.items() if n in env}}
     frozen = {{n: f.default for n, f in fields.items() if n.lower() not in {free!r}}}
     frozen |= {{n.upper(): v for n, v in {changed!r}.items()}}
     refused = [{refusal} for n, v in frozen.items() if n in values and values[n] != v]
