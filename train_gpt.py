@@ -3409,8 +3409,8 @@ def warm_up_ttt(cfg, rt, model, plan: TTTPlan, log0: Callable) -> None:
     a chunk step (forward, the adapters' backward) per TTTPlan.warmup_shapes class, one phase
     step. The classes are the whole plan's, so every rank compiles the same graphs (score_ttt
     then has the ranks meet: no rank's clock starts while another still compiles)."""
-    base, t0 = uncompiled(model), time.perf_counter()
-    if base is model:  # not compiled (the CPU): nothing to warm up, the shapes would only cost time
+    t0 = time.perf_counter()
+    if not isinstance(model, CompiledGPT):  # (the CPU): nothing to warm up, shapes only cost time
         log0("ttt_warmup: skipped (no torch.compile on the CPU)")
         return
     counters = torch._dynamo.utils.counters
@@ -3693,8 +3693,10 @@ def build_network(cfg: Hyperparameters, rt: Runtime) -> Network:
     attention = select_attention(cfg.attention_backend, rt.device, cfg.preset)
     base = build_model(cfg, rt.device, attention)
     allow_many_graphs()
-    compiled = CompiledGPT(base, dynamic=False, fullgraph=True) if rt.cuda else base
-    model = compiled.loss if rt.cuda else base  # a module: DDP wraps it
+    compiled = model = base
+    if rt.cuda:
+        compiled = CompiledGPT(base, dynamic=False, fullgraph=True)
+        model = compiled.loss  # the compiled training loss, a module: DDP wraps it
     if rt.distributed:
         ddp_args = inspect.signature(DDP).parameters
         no_sync = "forward_sync_buffers"  # named broadcast_buffers in older releases
