@@ -5102,7 +5102,9 @@ def configure() -> tuple[Hyperparameters, Runtime]:
         torch.backends.cuda.enable_flash_sdp(True)
         torch.backends.cuda.enable_mem_efficient_sdp(False)
         torch.backends.cuda.enable_math_sdp(False)
-        select_attention(cfg.attention_backend, device, cfg.preset)  # a preset: FA3, or stop
+    # The attention this machine can run for the settings (a preset on a GPU: FA3), refused here
+    # rather than after the data is read (build_network selects it again)
+    select_attention(cfg.attention_backend, device, cfg.preset)
     if distributed:
         cuda = device.type == "cuda"
         wait = datetime.timedelta(hours=1) if cfg.eval_ttt else None  # EVAL_TTT: a phase's

@@ -375,3 +375,17 @@ def test_a_preset_without_flash_attention_3_stops_in_one_line(
     assert message.startswith(f"PRESET={env['PRESET']}: its records ran FlashAttention-3, ")
     assert refused in message and "\n" not in message
     assert "bash scripts/setup.sh" in message and "ATTENTION_BACKEND=sdpa" in message
+
+
+def test_a_kernel_the_cpu_cannot_run_is_refused_at_start_up(monkeypatch):
+    """ATTENTION_BACKEND=fa3 on a machine without CUDA stopped only once the data was read and
+    the model built (build_network's selection): configure refuses it, with the settings."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ATTENTION_BACKEND", "fa3")
+    with pytest.raises(tg.ConfigError, match=r"^ATTENTION_BACKEND=fa3: not available on the CPU"):
+        tg.configure()
+    monkeypatch.setenv("ATTENTION_BACKEND", "sdpa")
+    cfg, rt = tg.configure()  # (one process: no process group to tear down)
+    assert rt.device.type == "cpu" and cfg.attention_backend == "sdpa"

@@ -1231,13 +1231,15 @@ def _frozen_fields(cls: ast.ClassDef) -> list[tuple[str, ast.expr | None]] | Non
     return fields
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
 def _scope_bound(tree: ast.Module) -> set[str]:
-    """Every name some function, lambda, comprehension or class body binds (conservatively: any
-    store, parameter, nested definition or import inside one; _bound_in's and the plain stores)."""
+    """Every name some function, lambda or class body binds (conservatively: any store,
+    parameter, nested definition or import inside one; _bound_in's and the plain stores). The
+    scopes nested in another lie under its children, so the outermost ones are read, once each."""
     names = set()
-    for scope in walk(tree):
-        if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
+    for scope in _outermost(tree, _SCOPES):
         for child in ast.iter_child_nodes(scope):  # (its own name is bound where it is defined)
             names |= _bound_in(child)
             names |= {
@@ -1246,6 +1248,15 @@ def _scope_bound(tree: ast.Module) -> set[str]:
                 if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
             }
     return names
+
+
+def _outermost(node: ast.AST, kinds: tuple):
+    """The nodes of these kinds under `node` that no other such node holds."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, kinds):
+            yield child
+        else:
+            yield from _outermost(child, kinds)
 
 
 class _Rows:
@@ -1430,7 +1441,24 @@ def _forwards(sub: ast.ClassDef, param: str) -> bool:
     return len(splats) == 1 and ast.unparse(splats[0].value) == a.kwarg.arg
 
 
-def _constructions(tree: ast.Module, cls: ast.ClassDef, param: str) -> list | None:
+class _Module:
+    """What _constructions asks of the whole module, read once per unused_defaults pass. Its
+    drops only take defaults away, so these stay what they were or more than the module now
+    holds: a construction they miss is refused, never wrongly taken as every one."""
+
+    def __init__(self, tree: ast.Module):
+        self.once = {name for name, count in binding_counts(tree).items() if count == 1}
+        self.strings = {n.value for n in walk(tree) if is_const(n) and isinstance(n.value, str)}
+        self.scope_bound = _scope_bound(tree)
+        made_by_type = [
+            n for n in walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Call)
+        ]
+        self.unseen_builds = any(  # `self.__class__(...)` or `type(self)(...)` builds one unseen
+            isinstance(n, ast.Attribute) and n.attr == "__class__" for n in walk(tree)
+        ) or any(ast.unparse(n.func.func) == "type" for n in made_by_type)
+
+
+def _constructions(tree: ast.Module, cls: ast.ClassDef, param: str, module: _Module) -> list | None:
     """Every call that builds `cls`: of it, or of a module subclass that forwards `param`
     (_forwards); None when the class or such a subclass is used otherwise (a value, a base of
     another class, a name bound twice or written in a string), so that a call may be unseen."""
@@ -1443,17 +1471,10 @@ def _constructions(tree: ast.Module, cls: ast.ClassDef, param: str) -> list | No
     if any(not _forwards(s, param) for s in subs):
         return None
     builders = {cls.name, *(s.name for s in subs)}
-    bound = binding_counts(tree)
-    strings = {n.value for n in walk(tree) if is_const(n) and isinstance(n.value, str)}
-    if any(bound.get(b) != 1 or b in strings or b in _scope_bound(tree) for b in builders):
+    if module.unseen_builds or any(
+        b not in module.once or b in module.strings or b in module.scope_bound for b in builders
+    ):
         return None
-    if any(isinstance(n, ast.Attribute) and n.attr == "__class__" for n in walk(tree)):
-        return None  # (`self.__class__(...)` builds one unseen)
-    made_by_type = [
-        n for n in walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Call)
-    ]
-    if any(ast.unparse(n.func.func) == "type" for n in made_by_type):
-        return None  # (nor may `type(self)(...)`)
     calls, used = [], set()
     for n in walk(tree):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in builders:
@@ -1473,6 +1494,7 @@ def unused_defaults(tree: ast.Module) -> None:
     alone kept). A construction is a call of the class or of a subclass that hands the keyword
     on (_constructions); an explicit keyword beside a ** splat still wins, as Python refuses a
     splat that passes it again."""
+    module = None  # (read when the first keyword-only default is)
     for cls in [s for s in tree.body if isinstance(s, ast.ClassDef)]:
         init = _init_of(cls)
         if init is None:
@@ -1481,6 +1503,7 @@ def unused_defaults(tree: ast.Module) -> None:
         for i, (param, default) in enumerate(zip(a.kwonlyargs, a.kw_defaults, strict=True)):
             if default is None:
                 continue
-            calls = _constructions(tree, cls, param.arg)
+            module = module or _Module(tree)
+            calls = _constructions(tree, cls, param.arg, module)
             if calls and all(any(k.arg == param.arg for k in c.keywords) for c in calls):
                 a.kw_defaults[i] = None
