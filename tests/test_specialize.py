@@ -872,16 +872,32 @@ def test_a_table_of_literals_and_other_such_tables_still_folds(tmp_path):
     assert "TABLES" not in source and "print('4')" in source
 
 
-def test_a_property_reading_the_machine_is_computed_by_the_run(tmp_path, monkeypatch):
+# A decorator other than property's is code the run runs: here it reads the machine
+ON_THE_MACHINE = """
+def on_the_machine(getter):
+    return lambda self: os.environ.get("TOY_REGION", "none")
+
+@dataclasses.dataclass(frozen=True)"""
+
+
+@pytest.mark.parametrize(
+    "region",
+    [
+        '    region = property(lambda self: os.environ.get("TOY_REGION", "none"))\n',
+        '    @property\n    @on_the_machine\n    def region(self):\n        return "fields"\n',
+    ],
+    ids=["reads_it", "decorated"],
+)
+def test_a_property_reading_the_machine_is_computed_by_the_run(tmp_path, monkeypatch, region):
     """A property of the settings was evaluated where the script was specialised: one reading the
     environment (or a file, the clock) gave the packing machine's value to every run."""
     monkeypatch.setenv("TOY_REGION", "the-packer-s")
-    region = '    region = property(lambda self: os.environ.get("TOY_REGION", "none"))\n'
+    source = TOY.replace("    width = property(", region + "    width = property(")
     toy = toy_plus(
         tmp_path,
         "def region():\n    cfg = Hyperparameters.from_env()\n    return cfg.region\n",
         "region()",
-        TOY.replace("    width = property(", region + "    width = property("),
+        source.replace("\n@dataclasses.dataclass(frozen=True)", ON_THE_MACHINE, 1),
     )
     source = specialised(toy)
     assert "the-packer-s" not in source and "cfg.region" in source

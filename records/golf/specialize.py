@@ -295,8 +295,9 @@ def _pure_getter(getter, module) -> bool:
             local.add(node.id)
     calls = [n for n in walk(getter) if isinstance(n, ast.Call)]
     allowed = set()  # the function parts of the calls above: not reads of their own
-    for decorator in getattr(getter, "decorator_list", ()):  # (PROPERTY_DECORATORS: no reads)
-        allowed.update(id(n) for n in walk(decorator))
+    for decorator in getattr(getter, "decorator_list", ()):  # (another is code that runs)
+        if ast.unparse(decorator) in PROPERTY_DECORATORS:
+            allowed.update(id(n) for n in walk(decorator))
     for call in calls:
         name = ast.unparse(call.func)
         on_self = name == "getattr" and call.args and ast.unparse(call.args[0]) == "self"
