@@ -1234,6 +1234,13 @@ def _frozen_fields(cls: ast.ClassDef) -> list[tuple[str, ast.expr | None]] | Non
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
+def bound_once(tree: ast.Module) -> set[str]:
+    """The names the module binds once and no function, lambda or class body binds: a read of
+    one anywhere is that binding (_Rows' tables and classes, _constructions' builders)."""
+    once = {name for name, count in binding_counts(tree).items() if count == 1}
+    return once - _scope_bound(tree)
+
+
 def _scope_bound(tree: ast.Module) -> set[str]:
     """Every name some function, lambda or class body binds (conservatively: any store,
     parameter, nested definition or import inside one; _bound_in's and the plain stores). The
@@ -1267,8 +1274,7 @@ class _Rows:
     value wherever it is written."""
 
     def __init__(self, tree: ast.Module, literal_dicts: dict):
-        once = {name for name, count in binding_counts(tree).items() if count == 1}
-        self.once = once - _scope_bound(tree)
+        self.once = bound_once(tree)
         self.classes = {
             s.name: fields
             for s in tree.body
@@ -1447,9 +1453,8 @@ class _Module:
     holds: a construction they miss is refused, never wrongly taken as every one."""
 
     def __init__(self, tree: ast.Module):
-        self.once = {name for name, count in binding_counts(tree).items() if count == 1}
+        self.once = bound_once(tree)
         self.strings = {n.value for n in walk(tree) if is_const(n) and isinstance(n.value, str)}
-        self.scope_bound = _scope_bound(tree)
         made_by_type = [
             n for n in walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Call)
         ]
@@ -1471,9 +1476,7 @@ def _constructions(tree: ast.Module, cls: ast.ClassDef, param: str, module: _Mod
     if any(not _forwards(s, param) for s in subs):
         return None
     builders = {cls.name, *(s.name for s in subs)}
-    if module.unseen_builds or any(
-        b not in module.once or b in module.strings or b in module.scope_bound for b in builders
-    ):
+    if module.unseen_builds or any(b not in module.once or b in module.strings for b in builders):
         return None
     calls, used = [], set()
     for n in walk(tree):
