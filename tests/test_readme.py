@@ -225,9 +225,11 @@ def commands(doc: Document) -> list[tuple[list[str], bool]]:
 
 
 def module_constant(name: str) -> bool:
+    """A name of train_gpt.py's, or of the specialiser's tables (the docs name both)."""
     import train_gpt
+    from records.golf import specialize
 
-    return hasattr(train_gpt, name)
+    return hasattr(train_gpt, name) or hasattr(specialize, name)
 
 
 def variable_problems(doc: Document) -> list[str]:

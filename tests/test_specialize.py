@@ -858,6 +858,38 @@ def test_a_table_built_from_the_environment_is_not_the_packing_machine_s(tmp_pat
     assert ours == readable and readable.split()[-1] == "the-pod-s"
 
 
+def test_a_constant_of_the_settings_declarations_is_the_readable_script_s_value(tmp_path):
+    """The specialised class declares its frozen fields without their metadata (bounds, group),
+    so a constant computed from it (train_gpt.py's RESUME_SETTINGS) is written as its value:
+    computed there it raised KeyError."""
+    toy = toy_plus(
+        tmp_path,
+        """
+        FIELDS = dataclasses.fields(Hyperparameters)
+        BOUNDED = tuple(f.name for f in FIELDS if f.metadata.get("low", 0) > 0)
+        """,
+        "BOUNDED",
+    )
+    source = specialised(toy)
+    assert "BOUNDED = ('layers',)" in source or 'BOUNDED = ("layers",)' in source
+    readable, ours = readable_and_specialised(tmp_path, toy, {})
+    assert ours == readable and readable.split()[-1] == "('layers',)"
+
+
+def test_a_constant_of_the_declarations_and_the_machine_stays_code(tmp_path, monkeypatch):
+    """One that also reads the environment is not the packing machine's value."""
+    monkeypatch.setenv("TOY_ALL", "1")
+    toy = toy_plus(
+        tmp_path,
+        """
+        FIELDS = dataclasses.fields(Hyperparameters)
+        SHOWN = tuple(f.name for f in FIELDS if f.metadata or os.environ.get("TOY_ALL"))
+        """,
+        "SHOWN",
+    )
+    assert "os.environ.get('TOY_ALL')" in specialised(toy)
+
+
 def test_a_table_of_literals_and_other_such_tables_still_folds(tmp_path):
     toy = toy_plus(
         tmp_path,
@@ -1236,15 +1268,53 @@ def test_each_name_the_specialiser_looks_for_is_in_train_gpt():
                if isinstance(f, ast.FunctionDef)}  # fmt: skip
     assert {sp.HELP_FUNCTION, sp.CODE_BYTES_FUNCTION, sp.SETTABLE_FUNCTION} <= functions
     assert sp.DEFAULTS_TABLE in assigned and sp.SETTINGS_CLASS_METHOD in methods
+    (settings,) = [
+        n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Hyperparameters"
+    ]
+    fields = {n.target.id for n in settings.body if isinstance(n, ast.AnnAssign)}
+    assert {n for names in sp.POD_SETTINGS.values() for n in names} <= fields
 
 
 @pytest.mark.slow
 def test_pr1855s_specialised_script_counts_at_most_its_records_own(pr1855_run_script):
-    """The issue's limit, on the preset closest to it (the others are 5 kB under theirs): a
-    change of the readable script that costs #1855's record bytes fails here, not in a record.
-    The count is the one the script states, and its packed form is that size."""
+    """The issue's limit, on the preset closest to it: a change of the readable script that
+    costs #1855's record bytes fails here, not in a record. The count is the one the script
+    states, and its packed form is that size."""
     text = pr1855_run_script.read_text()
     assert len(sp.counted(text)) == sp.stated_count(text) <= sp.RECORDS_OWN["pr1855"]
+
+
+@pytest.mark.slow
+def test_the_other_presets_scripts_with_the_pod_settings_count_at_most_their_records_own(
+    pr2135_script, tmp_path
+):
+    """#2014's script takes every pod setting and #2135's the checkpoints (POD_BUILT_IN): their
+    code stays under their records' own (#2014's by under 1 kB)."""
+    pr2014 = sp.specialize_script(REPO / "train_gpt.py", {"PRESET": "pr2014"})
+    for preset, text in (("pr2014", pr2014), ("pr2135", pr2135_script.read_text())):
+        assert len(sp.counted(text)) <= sp.RECORDS_OWN[preset], preset
+
+
+def test_a_presets_script_takes_the_pod_settings_where_its_records_count_leaves_room():
+    checkpoints = {"checkpoint_every", "checkpoint_dir", "resume_from"}
+    pod = checkpoints | {"eval_only_path"}
+    assert {n for names in sp.POD_SETTINGS.values() for n in names} == pod
+    assert set(sp.free_settings("")) == set(sp.free_settings("pr2014")) == set(sp.FREE) | pod
+    assert set(sp.free_settings("pr2135")) == set(sp.FREE) | checkpoints
+    assert sp.free_settings("pr1855") == sp.FREE
+
+
+def test_a_script_says_which_pod_settings_it_builds_in():
+    module = sp.load_module(REPO / "train_gpt.py")
+    settings = sp.settings_for(module, sp.resolve_values(module, {"PRESET": "pr2135"}))
+    assert sp.pod_built_in_note(settings) == (
+        "Built in, as their code would count more than its record's own 37,155 B: "
+        "evaluation-only re-scoring (EVAL_ONLY_PATH). A run that needs them runs the readable "
+        "script."
+    )
+    assert "checkpoint_every" in settings.free and "eval_only_path" not in settings.free
+    baseline = sp.settings_for(module, sp.resolve_values(module, {}))
+    assert sp.pod_built_in_note(baseline) == "" and "eval_only_path" in baseline.free
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_ENV, TINY_PRESET, run_train, specialised_script
+from conftest import TINY_ENV, TINY_PRESET, Run, run_train, specialised_script
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -125,3 +125,53 @@ def test_a_preset_under_the_record_s_settings_runs_as_the_readable(tmp_path, tin
     assert_same_run(ours, readable)
     assert "MAX_WALLCLOCK_SECONDS=100000" in readable.stdout  # (the settings line)
     assert any("pergroup" in line for line in ours.stdout.splitlines() if "Serialized" in line)
+
+
+def scored(run) -> list[str]:
+    """The lines of a run that carry a score (every evaluation's), timings masked."""
+    return [line for line in masked(run.stdout) if "val_bpb:" in line]
+
+
+@pytest.fixture(scope="module")
+def pod_runs(tmp_path_factory, tiny_dataset, specialised_preset_run):
+    """pr2014's specialised script (it takes the pod's settings: sp.POD_BUILT_IN builds in none
+    for it) on 2 ranks: its run above; a run of it with CHECKPOINT_EVERY=2; that run resumed
+    from step 2; its artifact re-scored with EVAL_ONLY_PATH."""
+    script, plain, env = specialised_preset_run("pr2014")
+    built_in = {k: v for k, v in env.items() if k != "PRESET"}
+
+    def run(name: str, **pod) -> Run:
+        workdir = tmp_path_factory.mktemp(f"pod_{name}")
+        ran = run_train(
+            workdir, tiny_dataset, timeout=600, script=script, RUN_ID="r", **built_in, **pod
+        )
+        assert ran.returncode == 0, ran.why()
+        return ran
+
+    checkpointed = run("checkpointed", CHECKPOINT_EVERY="2")
+    return {
+        "plain": plain,
+        "checkpointed": checkpointed,
+        "resumed": run("resumed", RESUME_FROM=checkpointed.workdir / "checkpoints/step_000002"),
+        "rescored": run("rescored", EVAL_ONLY_PATH=checkpointed.workdir / "final_model.int6.ptz"),
+    }
+
+
+def test_a_specialised_script_checkpoints_resumes_and_rescores_as_the_readable_does(pod_runs):
+    """The pod's settings left free work in the specialised script: checkpoints change no
+    number, a resumed run ends on the uninterrupted run's numbers, and a re-score of its artifact
+    prints the same scores without training."""
+    plain, checkpointed = pod_runs["plain"], pod_runs["checkpointed"]
+    assert checkpointed.lines("checkpoint:") == ["checkpoint:checkpoints/step_000002 step:2"]
+    assert scored(checkpointed) == scored(plain)
+    resumed = pod_runs["resumed"]
+    assert len(resumed.lines("resumed_from:")) == 1
+    assert [x.split()[0] for x in resumed.lines("step:") if "train_loss" in x] == ["step:3/3"]
+    assert scored(resumed) == scored(plain)
+    rescored = pod_runs["rescored"]
+    assert not [x for x in rescored.lines("step:") if "train_loss" in x]
+    of_the_artifact = [  # (the trained weights before quantization are not in it)
+        x for x in scored(plain) if not x.startswith(("step:", "diagnostic pre-quantization"))
+    ]
+    assert scored(rescored) == of_the_artifact, rescored.why()
+    assert any(x.startswith("quantized_ttt_phased_exact ") for x in of_the_artifact)

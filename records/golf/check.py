@@ -46,7 +46,7 @@ from .rules import (
     severity,
 )
 from .runs import Runs, record_runs, seed_results
-from .specialize import counted, counts_its_code, is_specialised_script
+from .specialize import FREE, POD_SETTINGS, counted, counts_its_code, is_specialised_script
 
 
 @dataclass
@@ -399,10 +399,15 @@ def check_seeds(ctx: Context) -> Checks:
         yield bad("seeds", what, f"run {MIN_SEEDS} seeds")
 
 
+# What a `settings:` line may set differently in the seeds of one configuration: the settings a
+# specialised script leaves free (the seed, where the data is, checkpoints, re-scoring)
+RUN_ONLY = tuple(f"{name.upper()}=" for names in (FREE, *POD_SETTINGS.values()) for name in names)
+
+
 def check_same_settings(ctx: Context) -> Checks:
     """The challenge compares seeds of one configuration: what else a `settings:` line sets must
-    be the same in every log (RUN_ID is not on the line)."""
-    compared = {lg: {w for w in lg.settings if not w.startswith("SEED=")}
+    be the same in every log (RUN_ID is not on the line; RUN_ONLY's may differ)."""
+    compared = {lg: {w for w in lg.settings if not w.startswith(RUN_ONLY)}
                 for lg in ctx.logs if lg.settings is not None}  # fmt: skip
     if len(compared) < 2:
         return
@@ -413,7 +418,10 @@ def check_same_settings(ctx: Context) -> Checks:
         what = f"the seeds ran different settings: {'; '.join(differ)}"
         yield bad("same_settings", what, "run every seed with the same settings but SEED")
     else:
-        yield good("same_settings", f"{len(compared)} logs ran the same settings (SEED aside)")
+        yield good(
+            "same_settings",
+            f"{len(compared)} logs ran the same settings (SEED and the pod's aside)",
+        )
 
 
 # -----------------------------

@@ -208,7 +208,7 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
 
 
 def cmd_specialize(args) -> int:
-    from .specialize import RECORDS_OWN, stated_count, write_run_script
+    from .specialize import RECORDS_OWN, free_settings, stated_count, write_run_script
 
     settings = _parse_env(args.set) | ({"PRESET": args.preset} if args.preset else {})
     out = Path(args.out or f"specialised/{args.preset or 'baseline'}/train_gpt.py")
@@ -223,6 +223,8 @@ def cmd_specialize(args) -> int:
     own = RECORDS_OWN.get(args.preset or "")
     if count and own:
         print(f"{args.preset}'s record counts {own:,}: {count / own:.1%} of it")
+    free = ", ".join(name.upper() for name in free_settings(args.preset or ""))
+    print(f"it takes {free}; every other setting is built in")
     n = args.nproc_per_node
     print(f"check it on the pod: python tools/preflight.py --script {out} --nproc-per-node {n}")
     print(f"then run each seed: SEED=1337 torchrun --standalone --nproc_per_node={n} {out}")
@@ -334,10 +336,13 @@ def _add_specialize(sub) -> None:
         "values, the ranks), readable (names as written, docstrings kept, comments where the code "
         "is as written, formatted by ruff when "
         "it is installed), its docstring saying what it was made from and the command that "
-        "rebuilds it. Every setting is built in but SEED, RUN_ID, DATA_PATH and TOKENIZER_PATH; "
-        "its code counts as its packed form (`pack` writes it), which its logs' `Code size "
-        "(compressed)` line says. Run the preflight and every seed with OUT; `new` then ships it "
-        "as the logs embed it. Exit 0 when written, 2 on bad input or settings SCRIPT refuses.",
+        "rebuilds it. Every setting is built in but SEED, RUN_ID, DATA_PATH, TOKENIZER_PATH and, "
+        "where the record's counted code leaves room, the checkpoints' (CHECKPOINT_EVERY, "
+        "CHECKPOINT_DIR, RESUME_FROM) and EVAL_ONLY_PATH (pr1855 builds in both, pr2135 "
+        "EVAL_ONLY_PATH); its code counts as its packed form (`pack` writes it), which its "
+        "logs' `Code size (compressed)` line says. Run the preflight and every seed with OUT; "
+        "`new` then ships it as the logs embed it. Exit 0 when written, 2 on bad input or "
+        "settings SCRIPT refuses.",
     )
     p.add_argument("script", nargs="?", default="train_gpt.py", help="default %(default)s")
     p.add_argument("--preset", metavar="NAME", help="PRESET=NAME's settings")

@@ -117,8 +117,9 @@ _TABLE = (
     Rule(
         "same_settings",
         True,
-        "the seeds ran one configuration: their logs' `settings:` lines differ in SEED at most "
-        "(a log without one is not compared)",
+        "the seeds ran one configuration: their logs' `settings:` lines differ at most in SEED "
+        "and the pod's settings (DATA_PATH, TOKENIZER_PATH, checkpoints, EVAL_ONLY_PATH; a log "
+        "without one is not compared)",
     ),
     Rule(
         "score",

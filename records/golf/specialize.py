@@ -7,8 +7,10 @@ environment. A record runs one configuration, so its counted code need not carry
 1. Settings. The run's values come from the script itself: `Hyperparameters.from_env(env)` (a
    preset: `{"PRESET": name}`) or a log's `hyperparameters:{json}` dump. Every field is frozen at
    its value except FREE: DATA_PATH and TOKENIZER_PATH (where another machine keeps the data),
-   RUN_ID (the log's name) and SEED (a record's runs differ in it). Everything else, checkpoints
-   and evaluation-only runs included, is the record's run and nothing else.
+   RUN_ID (the log's name) and SEED (a record's runs differ in it), and the pod's settings
+   (POD_SETTINGS: checkpoints and resuming, evaluation-only re-scoring) but those whose code
+   would put the preset's counted code over its record's own (POD_BUILT_IN: #1855 builds in
+   both, #2135 evaluation-only re-scoring). Everything else is the record's run and nothing else.
 2. Config reads. `cfg.x`, `self.cfg.x`, `model.cfg.x`, ... (any `cfg` name or `.cfg` attribute) and
    `self.x` inside the settings class become constants for frozen fields, and so do the class's
    properties (cached ones too: PROPERTY_DECORATORS) whose value does not depend on the free
@@ -121,6 +123,22 @@ from .shorten import shortened
 
 # What a reproduction of a run may set to other values: where the data is, the log's name, the seed.
 FREE = ("data_path", "tokenizer_path", "run_id", "seed")
+# What a run on a pod may need and a record does not fix, by what it is for: free too, unless
+# its code would put the preset's counted code over its record's own (POD_BUILT_IN)
+POD_SETTINGS = {
+    "checkpoints and resuming": ("checkpoint_every", "checkpoint_dir", "resume_from"),
+    "evaluation-only re-scoring": ("eval_only_path",),
+}
+# The records' own counted code (their logs' `Code size (compressed)`), for the table.
+RECORDS_OWN = {"pr1855": 31_999, "pr2014": 38_134, "pr2135": 37_155}
+# preset -> the pod settings built in (at the run's values: off) because their code does not fit
+# under RECORDS_OWN: measured in benchmarks/RESULTS.md ("The pod's settings"). #1855 keeps its
+# 73 B margin only without both; #2135 fits either, not both, and frees checkpoints, which a
+# pod that dies needs (the readable script re-scores an artifact to the same numbers).
+POD_BUILT_IN = {
+    "pr1855": ("checkpoints and resuming", "evaluation-only re-scoring"),
+    "pr2135": ("evaluation-only re-scoring",),
+}
 SETTINGS_CLASS_METHOD = "from_env"
 # The function that declares a setting: `name: type = setting(default, group=, help=, bounds...)`
 # (or default_factory= for the default) is dataclasses.field(default=..., metadata={bounds...})
@@ -144,8 +162,6 @@ DEFAULTS_TABLE = "DEFAULTS"
 # contextlib.closing's close, a thread target's run); a method overriding one of a base class
 # not ours (nn.Module's forward, an optimizer's step) is kept by Settings.inherited
 PROTOCOL_METHODS = frozenset({"close", "run", "forward", "step", "state_dict", "load_state_dict"})
-# The records' own counted code (their logs' `Code size (compressed)`), for the table.
-RECORDS_OWN = {"pr1855": 31_999, "pr2014": 38_134, "pr2135": 37_155}
 
 
 # -----------------------------
@@ -206,13 +222,25 @@ def resolve_values(module, env: dict, world_size: int = 8) -> dict:
     return dataclasses.asdict(cfg)
 
 
-def settings_for(module, values: dict, free=FREE) -> Settings:
-    """The Settings of a run of `module` whose fields have `values` (missing ones: defaults)."""
+def free_settings(preset: str) -> tuple[str, ...]:
+    """The fields a script specialised to `preset` leaves free: FREE and the pod's settings but
+    those POD_BUILT_IN builds in for it."""
+    built_in = POD_BUILT_IN.get(preset, ())
+    pod = [name for what, names in POD_SETTINGS.items() if what not in built_in for name in names]
+    return (*FREE, *pod)
+
+
+def settings_for(module, values: dict, free=None) -> Settings:
+    """The Settings of a run of `module` whose fields have `values` (missing ones: defaults);
+    `free`: the fields left free (default: free_settings of the run's preset)."""
     cls = settings_class(module)
     fields = dataclasses.fields(cls)
     unknown = set(values) - {f.name for f in fields}
     if unknown:
         raise SubmissionError(f"cannot specialise: no such setting(s) {', '.join(sorted(unknown))}")
+    if free is None:
+        names = {f.name for f in fields}
+        free = [n for n in free_settings(values.get("preset") or "") if n in names]
     cfg = cls(**values)
     values = dataclasses.asdict(cfg)
     other = dataclasses.replace(cfg, **_other_free_values(cfg, free))
@@ -390,7 +418,7 @@ def file_constants(module, tree: ast.Module) -> dict:
             for name in set(bound_names(stmt)) & derived:
                 if literal(value := getattr(module, name, None)):
                     out[name] = value
-    return out | built_dicts(tree, module)
+    return out | built_dicts(tree, module) | declaration_constants(tree, module)
 
 
 def built_dicts(tree: ast.Module, module) -> dict:
@@ -416,6 +444,70 @@ def built_dicts(tree: ast.Module, module) -> dict:
         if isinstance(value, dict) and value and literal(value) and _settings_table(value):
             out[names[0]] = value
     return out
+
+
+def declaration_constants(tree: ast.Module, module) -> dict:
+    """Module constants computed from the settings' declarations, as literals. They read a
+    field's `.metadata` (its group, help and bounds: `RESUME_SETTINGS`, the fields a resume
+    keeps by their groups), which the specialised settings class does not declare, so in the
+    specialised script the same expression would fail.
+
+    Sound where every machine computes the same value: the expression calls nothing but
+    PURE_CALLS, `dataclasses.fields` and PURE_METHODS, and reads, beyond its own comprehension
+    variables, only the settings class's fields (`dataclasses.fields` of it, bound once) and
+    tables of declarations (`_declaration_table`: literals and the module's NamedTuples of
+    them, bound once). Anything else stays code."""
+    bound = binding_counts(tree)
+    cls = settings_class(module)
+    tuples = {
+        s.name for s in tree.body if isinstance(s, ast.ClassDef)
+        and any(ast.unparse(b) in ("NamedTuple", "typing.NamedTuple") for b in s.bases)
+    }  # fmt: skip
+    statements = {bound_names(s)[0]: s for s in tree.body
+                  if isinstance(s, ast.Assign) and len(bound_names(s)) == 1}  # fmt: skip
+
+    def declared(name: str) -> bool:
+        if bound.get(name) != 1 or name not in statements:
+            return False
+        if getattr(module, name, None) == dataclasses.fields(cls):
+            return True
+        return _declaration_table(statements[name].value, tuples)
+
+    out = {}
+    for name, stmt in statements.items():
+        nodes = list(walk(stmt.value))
+        if bound.get(name) != 1 or not any(
+            isinstance(n, ast.Attribute) and n.attr == "metadata" for n in nodes
+        ):
+            continue
+        calls = {
+            ast.unparse(n.func)
+            for n in nodes
+            if isinstance(n, ast.Call)
+            and not (isinstance(n.func, ast.Attribute) and n.func.attr in PURE_METHODS)
+        }
+        own = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        reads = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        reads -= own | PURE_CALLS | {"dataclasses"}  # (a method's object is among the reads)
+        pure = calls <= PURE_CALLS | {"dataclasses.fields"} and all(map(declared, reads))
+        if pure and literal(value := getattr(module, name, None)):
+            out[name] = value
+    return out
+
+
+def _declaration_table(node, tuples: set) -> bool:
+    """Literals, and calls of the module's NamedTuple classes (`tuples`) on literals only."""
+    for n in walk(node):
+        if isinstance(n, ast.Call):
+            if not (isinstance(n.func, ast.Name) and n.func.id in tuples):
+                return False
+        elif isinstance(n, ast.Name):
+            if n.id not in tuples:
+                return False
+        elif not isinstance(n, (ast.Constant, ast.Dict, ast.Tuple, ast.List, ast.keyword,
+                                ast.Load)):  # fmt: skip
+            return False
+    return True
 
 
 def _built_of_literals(node, known: set) -> bool:
@@ -1247,6 +1339,7 @@ def _docstring(settings: Settings, origin: Origin, count: int | None) -> str:
         "in the training repository, which rebuilds this file byte for byte (with the same Python,",
         "python-minifier, brotli and ruff). Every setting is built in but " + free + ":",
         "another value of one is refused, and the readable script takes it.",
+        *textwrap.wrap(pod_built_in_note(settings), width=96, break_on_hyphens=False),
         *textwrap.wrap(
             "Settings that differ from the readable script's defaults: "
             + (" ".join(changed) or "none")
@@ -1266,6 +1359,27 @@ def _docstring(settings: Settings, origin: Origin, count: int | None) -> str:
         ]
     lines.append("The logs of its runs embed this file, and a record folder ships it as it is.")
     return "\n".join(lines) + "\n"
+
+
+def pod_built_in_note(settings: Settings) -> str:
+    """What a specialised script says of the pod settings (POD_SETTINGS) it builds in ("" for
+    none)."""
+    built_in = {
+        what: names
+        for what, names in POD_SETTINGS.items()
+        if all(n in settings.values and n not in settings.free for n in names)
+    }
+    if not built_in:
+        return ""
+    what = "; ".join(
+        f"{w} ({', '.join(n.upper() for n in names)})" for w, names in built_in.items()
+    )
+    own = RECORDS_OWN.get(settings.values.get("preset") or "")
+    record = f"its record's own {own:,} B" if own else "its record's own"
+    return (
+        f"Built in, as their code would count more than {record}: {what}. A run that "
+        "needs them runs the readable script."
+    )
 
 
 def formatted(text: str) -> str:
