@@ -24,13 +24,28 @@ STR_METHODS = {"startswith", "endswith", "upper", "lower", "strip", "replace", "
 # -----------------------------
 
 
+# Fields that hold no node a pass looks at: names, numbers and flags, and the contexts and
+# operators (a Name's Load, a BinOp's Add), which the passes read through their parent's field
+# (`node.ctx`, `node.op`). walk skips them: a third of a tree's nodes are contexts.
+LEAF_FIELDS = frozenset(
+    {"ctx", "op", "ops", "id", "arg", "attr", "kind", "level", "module", "is_async",
+     "conversion", "simple", "type_comment"}
+)  # fmt: skip
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}  # node class -> its fields but LEAF_FIELDS
+
+
 def walk(node):
-    """ast.walk's nodes in ast.walk's order (breadth first), without its generator per node: the
-    passes walk the tree a few hundred times."""
+    """ast.walk's nodes in ast.walk's order (breadth first) but the contexts and operators
+    (LEAF_FIELDS), without its generator per node: the passes walk the tree a few hundred
+    times."""
     todo = collections.deque([node])
     while todo:
         node = todo.popleft()
-        for field in node._fields:
+        fields = _CHILD_FIELDS.get(type(node))
+        if fields is None:
+            fields = tuple(f for f in node._fields if f not in LEAF_FIELDS)
+            _CHILD_FIELDS[type(node)] = fields
+        for field in fields:
             value = getattr(node, field, None)
             if isinstance(value, ast.AST):
                 todo.append(value)
