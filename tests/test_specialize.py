@@ -1286,7 +1286,7 @@ def test_pr1855s_specialised_script_counts_at_most_its_records_own(pr1855_run_sc
 
 @pytest.mark.slow
 def test_the_other_presets_scripts_with_the_pod_settings_count_at_most_their_records_own(
-    pr2135_script, tmp_path
+    pr2135_script,
 ):
     """#2014's script takes every pod setting and #2135's the checkpoints (POD_BUILT_IN): their
     code stays under their records' own (#2014's by under 1 kB)."""

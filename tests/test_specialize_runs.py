@@ -157,7 +157,7 @@ def pod_runs(tmp_path_factory, tiny_dataset, specialised_preset_run):
     }
 
 
-def test_a_specialised_script_checkpoints_resumes_and_rescores_as_the_readable_does(pod_runs):
+def test_a_specialised_script_checkpoints_resumes_and_rescores_to_its_own_runs_numbers(pod_runs):
     """The pod's settings left free work in the specialised script: checkpoints change no
     number, a resumed run ends on the uninterrupted run's numbers, and a re-score of its artifact
     prints the same scores without training."""

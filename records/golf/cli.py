@@ -329,6 +329,14 @@ def _add_new(sub) -> None:
 
 
 def _add_specialize(sub) -> None:
+    from .specialize import POD_BUILT_IN, POD_SETTINGS
+
+    pod = "; ".join(
+        f"{what}: {', '.join(n.upper() for n in names)}" for what, names in POD_SETTINGS.items()
+    )
+    built_in = "; ".join(
+        f"{preset} builds in {' and '.join(groups)}" for preset, groups in POD_BUILT_IN.items()
+    )
     p = sub.add_parser(
         "specialize",
         help="write the script a record's runs run, specialised to their settings",
@@ -337,9 +345,8 @@ def _add_specialize(sub) -> None:
         "is as written, formatted by ruff when "
         "it is installed), its docstring saying what it was made from and the command that "
         "rebuilds it. Every setting is built in but SEED, RUN_ID, DATA_PATH, TOKENIZER_PATH and, "
-        "where the record's counted code leaves room, the checkpoints' (CHECKPOINT_EVERY, "
-        "CHECKPOINT_DIR, RESUME_FROM) and EVAL_ONLY_PATH (pr1855 builds in both, pr2135 "
-        "EVAL_ONLY_PATH); its code counts as its packed form (`pack` writes it), which its "
+        f"where the record's counted code leaves room for their code, the pod's ({pod}; "
+        f"{built_in}); its code counts as its packed form (`pack` writes it), which its "
         "logs' `Code size (compressed)` line says. Run the preflight and every seed with OUT; "
         "`new` then ships it as the logs embed it. Exit 0 when written, 2 on bad input or "
         "settings SCRIPT refuses.",
