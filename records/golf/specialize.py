@@ -1336,10 +1336,14 @@ def _docstring(settings: Settings, origin: Origin, count: int | None) -> str:
         f"Made from {origin.script} by",
         f"    {origin.command}",
         f"({origin.script}'s sha256: {origin.sha256})",
-        "in the training repository, which rebuilds this file byte for byte (with the same Python,",
-        "python-minifier, brotli and ruff). Every setting is built in but " + free + ":",
-        "another value of one is refused, and the readable script takes it.",
-        *textwrap.wrap(pod_built_in_note(settings), width=96, break_on_hyphens=False),
+        *textwrap.wrap(
+            "in the training repository, which rebuilds this file byte for byte (with the same "
+            f"Python, python-minifier, brotli and ruff). Every setting is built in but {free}: "
+            "another value of one is refused, and the readable script takes it. "
+            + pod_built_in_note(settings),
+            width=96,
+            break_on_hyphens=False,
+        ),
         *textwrap.wrap(
             "Settings that differ from the readable script's defaults: "
             + (" ".join(changed) or "none")
