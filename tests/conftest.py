@@ -133,6 +133,23 @@ def children(parent: int) -> dict[int, int | None]:
     return found
 
 
+@contextlib.contextmanager
+def gloo_rank(folder, rank: int, world_size: int):
+    """One rank of a test's mp.spawn over gloo. Its group goes in the script's order (`main`):
+    every rank done (a barrier), then the group, as the peers' gloo threads may otherwise see
+    one rank tear down first; after an error at once, as the others may never reach the barrier."""
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=world_size
+    )
+    try:
+        yield
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
 def kill_job(torchrun_pid: int) -> None:
     """SIGKILL a torchrun job: its workers (torchrun starts each in a session of its own, out of
     reach of a signal to torchrun's process group), then torchrun (its group, when it leads one)."""

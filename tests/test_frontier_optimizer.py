@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from test_checkpoint import continuation, final_line, train_steps
 
 import train_gpt as tg
-from conftest import OpCounter, run_train
+from conftest import OpCounter, gloo_rank, run_train
 from data.shard_io import write_shard
 
 # Muon's step 4 in docs/frontier.md#the-records-optimizer-and-schedule: what MUON_POLAR_EXPRESS runs
@@ -180,15 +179,10 @@ def test_each_rank_owns_a_contiguous_share_of_each_bank(world_size):
 
 
 def _banked_rank(rank: int, folder: str, world_size: int) -> None:
-    dist.init_process_group(
-        "gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=world_size
-    )
-    try:
+    with gloo_rank(folder, rank, world_size):
         params, grads = matrices(SHAPES), matrices(SHAPES, seed=100)
         got, _ = muon_step(params, grads, steps=2, banks=True, momentum_dtype=torch.bfloat16)
         torch.save(got, Path(folder) / f"rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
 
 
 def test_ranks_share_their_bank_updates_to_the_single_process_result(tmp_path):

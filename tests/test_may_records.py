@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from test_frontier_optimizer import TINY, FakeClock, make_trainer
 from test_trainer import write_shards
 
 import train_gpt as tg
-from conftest import run_train
+from conftest import gloo_rank, run_train
 from tests.reference import upstream_frontier as ref
 from tests.reference import upstream_runs
 
@@ -270,10 +269,8 @@ def test_every_graph_compiles_before_the_clock(tmp_path):
 
 
 def _rank_main(rank: int, folder: str, ms_per_rank: list[float]) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank,
-                            world_size=2)  # fmt: skip
-    torch.set_num_threads(1)
-    try:
+    with gloo_rank(folder, rank, 2):
+        torch.set_num_threads(1)
         env = dict(TINY, **SCHEDULE, DATA_PATH=folder, MAX_WALLCLOCK_SECONDS="1.0")
         cfg = tg.Hyperparameters.from_env(env, 2)
         rt = tg.Runtime(rank, 0, 2, 4, CPU, True)
@@ -283,8 +280,6 @@ def _rank_main(rank: int, folder: str, ms_per_rank: list[float]) -> None:
             clock.trainer = trainer
             trainer.train(evaluate=lambda: (0.0, 0.0))
         Path(folder, f"rank{rank}.json").write_text(json.dumps(lines))
-    finally:
-        dist.destroy_process_group()
 
 
 def test_every_rank_switches_at_the_same_step(tmp_path):

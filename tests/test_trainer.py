@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import train_gpt as tg
+from conftest import gloo_rank
 
 TINY = {
     "NUM_LAYERS": "2", "MODEL_DIM": "32", "NUM_HEADS": "2", "NUM_KV_HEADS": "1",
@@ -132,16 +132,11 @@ def test_a_batch_of_the_gpu_runs_size_on_a_cpu_says_so_with_the_quick_start():
 
 
 def _rank_main(rank: int, folder: str, ms_per_rank: list[float]) -> None:
-    dist.init_process_group(
-        "gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=len(ms_per_rank)
-    )
-    try:
+    with gloo_rank(folder, rank, len(ms_per_rank)):
         step, lines = run_with_fake_clock(
             Path(folder), rank, len(ms_per_rank), ms_per_rank[rank], 0.45
         )
         Path(folder, f"rank{rank}.json").write_text(json.dumps({"step": step, "lines": lines}))
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.slow  # 12 CPU-s: the quick loop (scripts/test.sh quick) leaves it out
