@@ -5,6 +5,7 @@ records' own counted code (their logs' `Code size (compressed)`): benchmarks/RES
   python benchmarks/specialized_size.py                   # the table (about a minute)
   python benchmarks/specialized_size.py --regions pr1855  # what costs the most in one preset's
   python benchmarks/specialized_size.py --passes          # what each pass buys (about 20 min)
+  python benchmarks/specialized_size.py --pods            # the pod's settings' cost (about 10 min)
 
 Byte counts, the same on every machine with the same python-minifier, brotli and Python's
 ast.unparse (no timing).
@@ -95,6 +96,34 @@ def pass_table(script: Path, say) -> str:
     return "\n".join(lines)
 
 
+def pod_table(script: Path, say) -> str:
+    """Each preset's counted code with the pod's settings (the specialiser's POD_SETTINGS) built
+    in, each group free, and all free, beside its record's own; in bold what its script takes
+    (POD_BUILT_IN)."""
+    module = sp.load_module(script)
+    source = script.read_bytes()
+    groups = list(sp.POD_SETTINGS)
+    choices = [(), *((group,) for group in groups), tuple(groups)]
+    head = " | ".join(["all built in", *(f"{g} free" for g in groups), "all free"])
+    lines = [f"| run | {head} (B) | record's own (B) |", "|---|" + "---:|" * (len(choices) + 1)]
+    for preset in PASS_PRESETS:
+        values = sp.resolve_values(module, {"PRESET": preset})
+        taken = set(sp.free_settings(preset))
+        cells = []
+        for i, chosen in enumerate(choices):
+            say(f"PRESET={preset} [{i + 1}/{len(choices)}] free: {', '.join(chosen) or 'none'}")
+            free = (*sp.FREE, *(name for group in chosen for name in sp.POD_SETTINGS[group]))
+            text = sp.run_script_text(script.name, source, module, values, free=free)
+            size = f"{len(counted(text)):,}"
+            cells.append(f"**{size}**" if set(free) == taken else size)
+        lines.append(f"| `PRESET={preset}` | {' | '.join(cells)} | {sp.RECORDS_OWN[preset]:,} |")
+    return "\n".join(lines)
+
+
+def progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--script", default=str(REPO / "train_gpt.py"), help="default: ours")
@@ -110,16 +139,27 @@ def main(argv=None) -> int:
         help="each folding and renaming pass: its lines and the counted bytes each preset "
         "gains without it",
     )
+    p.add_argument(
+        "--pods",
+        action="store_true",
+        help="each preset's counted code with the pod's settings built in or free",
+    )
     args = p.parse_args(argv)
     script = Path(args.script)
+    if args.pods:
+        print(pod_table(script, progress))
+        return 0
     if args.passes:
-        print(pass_table(script, say=lambda s: print(s, file=sys.stderr, flush=True)))
+        print(pass_table(script, progress))
         return 0
     if args.regions is None:
-        print(table(script, say=lambda s: print(s, file=sys.stderr, flush=True)))
+        print(table(script, progress))
         return 0
     source = specialize_script(script, {"PRESET": args.regions} if args.regions else {})
-    print(f"PRESET={args.regions}: {len(counted(source)):,} counted bytes; removing one saves:")
+    print(
+        f"PRESET={args.regions}: its source packs to {len(counted(source)):,} B (the written "
+        "script's count is within brotli's noise of it, about 100 B); removing one saves:"
+    )
     for saved, what in regions(source):
         print(f"{saved:7,} B  {what}")
     return 0

@@ -1275,6 +1275,20 @@ def test_each_name_the_specialiser_looks_for_is_in_train_gpt():
     assert {n for names in sp.POD_SETTINGS.values() for n in names} <= fields
 
 
+@pytest.mark.parametrize("answer", [100, 101, 163, 164, 199])
+def test_the_count_is_the_smallest_at_least_its_own_packing_whatever_the_batches(answer):
+    """Packings move with the count's digits: the first count in order that fits is the one,
+    even where a later count of its batch (packed at the same time) fits too."""
+
+    def packed_size(count: int) -> int:
+        return count if count in (answer, answer + 1, 250) else count + 5
+
+    assert sp.smallest_count(packed_size, 100, tries=200) == answer
+    assert sp.smallest_count(packed_size, answer + 2, tries=200) == 250
+    with pytest.raises(SubmissionError, match=r"no code-bytes count in 100\.\.149"):
+        sp.smallest_count(lambda count: count + 1, 100, tries=50)
+
+
 @pytest.mark.slow
 def test_pr1855s_specialised_script_counts_at_most_its_records_own(pr1855_run_script):
     """The issue's limit, on the preset closest to it: a change of the readable script that
