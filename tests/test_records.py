@@ -1425,6 +1425,31 @@ def test_seeds_of_different_settings_fail_and_seeds_of_the_same_pass(tmp_path):
     ) in lines
 
 
+def test_seeds_on_other_data_fail_wherever_their_data_path_pointed(tmp_path):
+    """Each pod mounts the data where it likes (DATA_PATH is free): the data itself, as each
+    log's `data_fingerprint:` line states it, is one."""
+    folder = copy_record(BASELINE, tmp_path)
+    logs = sorted(folder.glob("train_seed*.log"))
+    line = "data_fingerprint:be7d5f170061c3b8 tokenizer:19413f058480 val_shards:400fcba4ce7a"
+    for i, log in enumerate(logs):
+        replace_in(
+            log, "\nstep:0/", f"\nsettings: SEED={i} DATA_PATH=/pod{i}/data\n{line}\nstep:0/"
+        )
+    ok, lines = check(folder)
+    assert ok and f"PASS same_data: {len(logs)} logs ran on the same data ({line[17:]})" in lines
+    replace_in(logs[0], "val_shards:400fcba4ce7a", "val_shards:000000000000")
+    ok, lines = check(folder)
+    assert not ok
+    (failed,) = [x for x in lines if x.startswith("FAIL same_data:")]
+    assert failed.startswith("FAIL same_data: the seeds ran on different data: ")
+    assert f"{logs[0].name}: {line[17:].replace('400fcba4ce7a', '000000000000')}; " in failed
+    assert all(f"{log.name}: {line[17:]}" in failed for log in logs[1:])
+    for log in logs[1:]:  # one log with a fingerprint: nothing to compare it with
+        replace_in(log, f"{line}\n", "")
+    ok, lines = check(folder)
+    assert ok and not any("same_data" in x for x in lines)
+
+
 def test_new_says_a_gptq_runs_code_counts_as_the_records_count_it(tmp_path):
     from records.golf.cli import code_counting
 

@@ -424,6 +424,26 @@ def check_same_settings(ctx: Context) -> Checks:
         )
 
 
+def check_same_data(ctx: Context) -> Checks:
+    """DATA_PATH may differ between pods: the data may not. Every `data_fingerprint:` line (our
+    train_gpt.py's: the tokenizer, validation shards and training shard names and sizes) of the
+    seeds must be the same."""
+    said = {lg: lg.data_fingerprint for lg in ctx.logs if lg.data_fingerprint is not None}
+    if len(said) < 2:
+        return
+    if len(set(said.values())) > 1:
+        differ = sorted(f"{lg.name}: {line}" for lg, line in said.items())
+        what = f"the seeds ran on different data: {'; '.join(differ)}"
+        fix = (
+            "run every seed on the same shards and tokenizer (data/download_fineweb.py's, verified)"
+        )
+        yield bad("same_data", what, fix)
+    else:
+        yield good(
+            "same_data", f"{len(said)} logs ran on the same data ({next(iter(said.values()))})"
+        )
+
+
 # -----------------------------
 # THE CLAIMED SCORE
 # -----------------------------
@@ -781,6 +801,7 @@ CHECKS = (
     check_val_split,
     check_seeds,
     check_same_settings,
+    check_same_data,
     check_score,
     check_val_loss,
     check_stds,

@@ -173,6 +173,7 @@ class TrainLog:
     train_points: list[tuple[int, float | None, float]] = field(default_factory=list)
     val_points: list[tuple[int, float | None, float]] = field(default_factory=list)
     data_overlap: str | None = None  # `data_overlap: 0 of N ...` (train_gpt.py's, after `: `)
+    data_fingerprint: str | None = None  # `data_fingerprint:<hex> tokenizer:...` (after the `:`)
 
     @property
     def name(self) -> str:
@@ -460,6 +461,8 @@ def _parse_header(log: TrainLog, line: str) -> bool:
         log.val_slice = f"{m.group(2)} of {m.group(3)} tokens"
     elif line.startswith("data_overlap: "):  # data/check_overlap.py's result, as the run read it
         log.data_overlap = line.removeprefix("data_overlap: ")
+    elif line.startswith("data_fingerprint:"):  # the run's data, wherever DATA_PATH was
+        log.data_fingerprint = line.removeprefix("data_fingerprint:")
     else:
         return False
     return True

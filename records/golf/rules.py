@@ -122,6 +122,13 @@ _TABLE = (
         "without one is not compared)",
     ),
     Rule(
+        "same_data",
+        True,
+        "the seeds ran on one dataset: their logs' `data_fingerprint:` lines (the tokenizer, the "
+        "validation shards' bytes, the training shards' names and sizes) are the same, wherever "
+        "DATA_PATH pointed (a log without one is not compared)",
+    ),
+    Rule(
         "score",
         True,
         f"the claimed val_bpb ({JSON_NAME} under any of {', '.join(SCORE_KEYS)}; else the "
