@@ -1064,6 +1064,12 @@ def test_a_bool_is_shown_as_the_environment_writes_it(toy, tmp_path):
     assert "FANCY=0: this script is specialised to FANCY=1;" in run(script, {"FANCY": "0"}).stderr
 
 
+def test_an_empty_frozen_text_is_shown_as_empty(toy, tmp_path):
+    script = write(tmp_path, specialised(toy, mode=""))
+    refused = run(script, {"MODE": "fancy"}).stderr
+    assert "MODE=fancy: this script is specialised to MODE=''; the readable" in refused
+
+
 def test_unknown_settings_are_refused(toy):
     with pytest.raises(SubmissionError, match="no_such_setting"):
         sp.settings_for(sp.load_module(toy), {"no_such_setting": 1})

@@ -33,9 +33,10 @@ environment. A record runs one configuration, so its counted code need not carry
    replaced by one that parses the environment as the readable one does (`parse_value` by each
    field's type, `get_type_hints`: names the readable script defines and imports), refuses a frozen
    variable set to another value in one line (`NAME=value: this script is specialised to
-   NAME=frozen; the readable train_gpt.py takes others`), keeps the fixed-variable refusals
-   (FIXED_VARIABLES, as a literal of the accepted values: `NAME='x': not read here (fixed at
-   '0'); unset it`, without the readable script's reason), and builds the frozen configuration.
+   NAME=frozen; the readable train_gpt.py takes others`, an empty text frozen shown as ''),
+   keeps the fixed-variable refusals (FIXED_VARIABLES, as a literal of the accepted values:
+   `NAME='x': not read here (fixed at '0'); unset it`, without the readable script's reason),
+   and builds the frozen configuration.
 4. Folding (records/golf/fold.py), to a fixpoint: constant expressions (not/and/or,
    comparisons, `in` on literal tuples, ternaries, arithmetic, f-strings and their format
    specs, a few pure builtins and str methods, `all`/`any`/`sum` of comprehensions over
@@ -869,8 +870,8 @@ def from_env(cls, env=os.environ, world_size=1):
     return cfg
 """
 REFUSAL_EXPR = (
-    'f"{n}={env[n]}: this script is specialised to {n}={int(v) if type(v) is bool else v}; '
-    'the readable train_gpt.py takes others"'
+    'f"{n}={env[n]}: this script is specialised to '
+    '{n}={int(v) if type(v) is bool else v or repr(v)}; the readable train_gpt.py takes others"'
 )
 
 
