@@ -153,7 +153,7 @@ def main(argv=None) -> int:
         print(pass_table(script, progress))
         return 0
     if args.regions is None:
-        print(table(script, progress))
+        print(table(script, say=progress))
         return 0
     source = specialize_script(script, {"PRESET": args.regions} if args.regions else {})
     print(
