@@ -1450,6 +1450,32 @@ def test_seeds_on_other_data_fail_wherever_their_data_path_pointed(tmp_path):
     assert ok and not any("same_data" in x for x in lines)
 
 
+def test_a_run_resumed_on_another_pod_is_one_run_with_the_log_it_went_on_from(tmp_path):
+    """A pod died after step 200's checkpoint: that log has no final evaluation, and the run's
+    score is the resumed log's. The two are one run; the resumed one alone is not the whole
+    training."""
+    folder = copy_record(BASELINE, tmp_path)
+    resumed = folder / "train_seed1337.log"
+    text = resumed.read_text()
+    cut = text.index("step:13600/20000")
+    died = folder / "train_seed1337_died.log"
+    died.write_text(text[:cut] + "checkpoint:/pod1/checkpoints/step_000200 step:200\n")
+    resume = "resumed_from:checkpoints/step_000200 step:200 train_time:8702ms\n"
+    replace_in(resumed, "step:13600/20000", resume + "step:13600/20000")
+    ok, lines = check(folder)
+    assert ok, lines
+    went_on = f"PASS log_files: {resumed.name} resumes the run of {died.name} (seed 1337) from "
+    assert went_on + "step_000200" in lines
+    assert not any(died.name in x and "not counted" in x for x in lines)
+    died.unlink()
+    ok, lines = check(folder)
+    assert ok  # (advice)
+    assert (
+        f"WARN log_files: {resumed.name} resumed from step_000200, which no log of seed 1337 "
+        "here wrote; fix: add the log that wrote it: its 200 steps are this run's training too"
+    ) in lines
+
+
 def test_new_says_a_gptq_runs_code_counts_as_the_records_count_it(tmp_path):
     from records.golf.cli import code_counting
 

@@ -341,6 +341,15 @@ def check_logs(ctx: Context) -> Checks:
         yield bad("log_files", what, f"move {dropped.name} out of the record folder")
     for lg, run in runs.rescores:
         yield good("log_files", f"{lg.name} re-scores the run of {run.name} (seed {run.seed})")
+    for lg, before in runs.resumes:
+        folder, step = lg.resumed_from
+        if before is not None:
+            what = f"{lg.name} resumes the run of {before.name} (seed {lg.seed}) from {folder}"
+            yield good("log_files", what)
+        else:
+            what = f"{lg.name} resumed from {folder}, which no log of seed {lg.seed} here wrote"
+            fix = f"add the log that wrote it: its {step} steps are this run's training too"
+            yield bad("log_files", what, fix)
     for lg, why in runs.side:
         what = f"{lg.name} is not behind the claim ({why}): set aside, not held to the caps"
         yield bad("log_files", what, "move it out of the record folder")

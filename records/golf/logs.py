@@ -50,6 +50,10 @@ _STOP = re.compile(
 )
 _PART_OF_VAL = re.compile(r"MAX_VAL_TOKENS=(\d+) evaluates (\d+) of the split's (\d+) tokens")
 _SEED = re.compile(r"^seed\s*[:=]\s*(\d+)$", re.IGNORECASE)
+# train_gpt.py's checkpoints: `checkpoint:<CHECKPOINT_DIR>/step_000500 step:500` where a run
+# writes one, `resumed_from:<that folder> step:500 train_time:...ms` where a run goes on from it
+_CHECKPOINT = re.compile(r"^checkpoint:(.+) step:(\d+)$")
+_RESUMED = re.compile(r"^resumed_from:(.+) step:(\d+) train_time:")
 _WORLD = re.compile(r"(?<![\w])world_size:\s*(\d+)")
 _PACKED = re.compile(
     r"^(?:Packed code size|Code size[^:]*\bpack\w*)[^:\d]*:\s*(\d+)\s*bytes"  # `... if packed: M`
@@ -174,6 +178,9 @@ class TrainLog:
     val_points: list[tuple[int, float | None, float]] = field(default_factory=list)
     data_overlap: str | None = None  # `data_overlap: 0 of N ...` (train_gpt.py's, after `: `)
     data_fingerprint: str | None = None  # `data_fingerprint:<hex> tokenizer:...` (after the `:`)
+    # (folder name, step) of each checkpoint it wrote, and of the one it resumed from
+    checkpoints: list[tuple[str, int]] = field(default_factory=list)
+    resumed_from: tuple[str, int] | None = None
 
     @property
     def name(self) -> str:
@@ -463,6 +470,10 @@ def _parse_header(log: TrainLog, line: str) -> bool:
         log.data_overlap = line.removeprefix("data_overlap: ")
     elif line.startswith("data_fingerprint:"):  # the run's data, wherever DATA_PATH was
         log.data_fingerprint = line.removeprefix("data_fingerprint:")
+    elif m := _CHECKPOINT.match(line):
+        log.checkpoints.append((Path(m.group(1)).name, int(m.group(2))))
+    elif m := _RESUMED.match(line):
+        log.resumed_from = Path(m.group(1)).name, int(m.group(2))
     else:
         return False
     return True

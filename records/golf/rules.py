@@ -164,7 +164,8 @@ _TABLE = (
         "log_files",
         False,
         "every log file is readable and scored, one log per run (a re-scoring of a run is the "
-        "same run); no side experiment beside the runs the claim rests on",
+        "same run; a log a resumed run went on from is that run, and a resumed run's log comes "
+        "with it); no side experiment beside the runs the claim rests on",
     ),
     Rule(
         "json_keys",

@@ -65,6 +65,8 @@ class Runs:
     unlisted: list[TrainLog] = field(default_factory=list)  # seeds the JSON does not list
     missing_seeds: list[int] = field(default_factory=list)  # listed seeds without a log
     side: list[tuple[TrainLog, str]] = field(default_factory=list)  # (run, why) not behind it
+    # (log, the log whose checkpoint it resumed from, or None where no log of its seed wrote it)
+    resumes: list[tuple[TrainLog, TrainLog | None]] = field(default_factory=list)
     backing: ev.Backing | None = None  # how the logs back the claim; None: no claim, or unbacked
 
     @property
@@ -94,6 +96,9 @@ def select_runs(logs: list[TrainLog], sub: dict, claim: float | None = None) -> 
     How the chosen logs back the claim is kept (`backing`): its evaluation scores each run.
     """
     runs = Runs(logs=[], unscored=[lg for lg in logs if lg.scored is None])
+    runs.resumes = _resumes(logs)
+    continued = {id(before) for _, before in runs.resumes if before is not None}
+    runs.unscored = [lg for lg in runs.unscored if id(lg) not in continued]
     scored = [lg for lg in logs if lg.scored is not None]
     runs.reseeded = _assign_json_seeds(scored, seed_results(sub))
     scored.sort(key=lambda lg: (lg.seed is None, lg.seed or 0, not _trains(lg), lg.name))
@@ -140,6 +145,19 @@ def _one_run_per_named_seed(runs: Runs, results: dict) -> None:
         runs.replaced.append((dropped, named[0]))
         runs.logs = [x for x in runs.logs if x is not dropped]
         runs.conflicts.remove((lg, other))
+
+
+def _resumes(logs: list[TrainLog]) -> list[tuple[TrainLog, TrainLog | None]]:
+    """Each log that resumed from a checkpoint, with the log of its seed that wrote it: a run
+    whose pod died goes on in another log, and the first has no final evaluation because the
+    second has it."""
+    out = []
+    for lg in logs:
+        if lg.resumed_from is not None:
+            wrote = [k for k in logs if k is not lg and k.seed == lg.seed
+                     and lg.resumed_from in k.checkpoints]  # fmt: skip
+            out.append((lg, wrote[0] if wrote else None))
+    return out
 
 
 def _trains(lg: TrainLog) -> bool:
