@@ -1450,18 +1450,42 @@ def test_seeds_on_other_data_fail_wherever_their_data_path_pointed(tmp_path):
     assert ok and not any("same_data" in x for x in lines)
 
 
+def split_at_a_checkpoint(log: Path, died_name: str) -> tuple[Path, Path]:
+    """`log` as a run whose pod died after its step 200 checkpoint (a log `died_name` of steps
+    up to 200, no final evaluation) and that went on from it (`log`, resumed)."""
+    text = log.read_text()
+    cut = text.index("step:13600/20000")
+    died = log.with_name(died_name)
+    died.write_text(text[:cut] + "checkpoint:/pod1/checkpoints/step_000200 step:200\n")
+    resume = "resumed_from:checkpoints/step_000200 step:200 train_time:8702ms\n"
+    replace_in(log, "step:13600/20000", resume + "step:13600/20000")
+    return log, died
+
+
+def test_new_ships_both_parts_of_a_resumed_run_and_refuses_a_part_alone(tmp_path):
+    logs = tmp_path / "logs"
+    shutil.copytree(BASELINE, logs)
+    resumed, died = split_at_a_checkpoint(logs / "train_seed1337.log", "died.log")
+    given = [died, *sorted(logs.glob("train_seed*.log"))]
+    args = dict(name="Resumed", author="A", github_id="a", date="2026-05-04")
+    dest = create_record(given, **args, script=logs / "train_gpt.py", records_dir=tmp_path)
+    assert (dest / "train_seed1337_part1.log").read_bytes() == died.read_bytes()
+    assert (dest / "train_seed1337.log").read_bytes() == resumed.read_bytes()
+    readme = (dest / "README.md").read_text()
+    assert "`train_seed1337.log` (resumed from `train_seed1337_part1.log`)" in readme
+    assert json.loads((dest / "submission.json").read_text())["seeds"] == [42, 1337, 2024]
+    ok, lines = check(dest)
+    assert ok and any("resumes the run of train_seed1337_part1.log" in x for x in lines)
+    with pytest.raises(SubmissionError, match=r"died\.log has no val_bpb .* wrote checkpoints"):
+        collect_runs([died, logs / "train_seed42.log"])
+
+
 def test_a_run_resumed_on_another_pod_is_one_run_with_the_log_it_went_on_from(tmp_path):
     """A pod died after step 200's checkpoint: that log has no final evaluation, and the run's
     score is the resumed log's. The two are one run; the resumed one alone is not the whole
     training."""
     folder = copy_record(BASELINE, tmp_path)
-    resumed = folder / "train_seed1337.log"
-    text = resumed.read_text()
-    cut = text.index("step:13600/20000")
-    died = folder / "train_seed1337_died.log"
-    died.write_text(text[:cut] + "checkpoint:/pod1/checkpoints/step_000200 step:200\n")
-    resume = "resumed_from:checkpoints/step_000200 step:200 train_time:8702ms\n"
-    replace_in(resumed, "step:13600/20000", resume + "step:13600/20000")
+    resumed, died = split_at_a_checkpoint(folder / "train_seed1337.log", "train_seed1337_died.log")
     ok, lines = check(folder)
     assert ok, lines
     went_on = f"PASS log_files: {resumed.name} resumes the run of {died.name} (seed 1337) from "

@@ -326,6 +326,17 @@ def time_at(step: int, known: list[tuple[int, float]]) -> float:
     return before[1] + share * (after[1] - before[1])
 
 
+def checkpoint_writer(lg: TrainLog, logs: list[TrainLog]) -> TrainLog | None:
+    """The log among `logs` of `lg`'s seed that wrote the checkpoint `lg` resumed from: the run's
+    earlier part, on a pod that died after it; None if none did or `lg` did not resume."""
+    if lg.resumed_from is None:
+        return None
+    wrote = (
+        k for k in logs if k is not lg and k.seed == lg.seed and lg.resumed_from in k.checkpoints
+    )
+    return next(wrote, None)
+
+
 def seed_from_name(name: str) -> int | None:
     """`train_seed42.log`, `log_seed-7.txt`, `seed1337.log`, `run_s42.log` -> the seed."""
     m = re.search(r"seed[_\-\s=]?(\d+)", name, re.IGNORECASE)

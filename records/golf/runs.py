@@ -16,7 +16,7 @@ from itertools import islice, product
 
 from . import evidence as ev
 from .folders import Record, claimed_score
-from .logs import Evaluation, TrainLog
+from .logs import Evaluation, TrainLog, checkpoint_writer
 from .numbers import agrees, is_number
 
 _SELECTIONS = 256  # at most this many ways to pick one log per run when looking for the claim
@@ -151,13 +151,7 @@ def _resumes(logs: list[TrainLog]) -> list[tuple[TrainLog, TrainLog | None]]:
     """Each log that resumed from a checkpoint, with the log of its seed that wrote it: a run
     whose pod died goes on in another log, and the first has no final evaluation because the
     second has it."""
-    out = []
-    for lg in logs:
-        if lg.resumed_from is not None:
-            wrote = [k for k in logs if k is not lg and k.seed == lg.seed
-                     and lg.resumed_from in k.checkpoints]  # fmt: skip
-            out.append((lg, wrote[0] if wrote else None))
-    return out
+    return [(lg, checkpoint_writer(lg, logs)) for lg in logs if lg.resumed_from is not None]
 
 
 def _trains(lg: TrainLog) -> bool:

@@ -23,7 +23,7 @@ from pathlib import Path
 from .errors import SubmissionError
 from .evidence import compliance_of, shipped_artifact
 from .folders import write_bytes_atomic
-from .logs import TrainLog, read_log
+from .logs import TrainLog, checkpoint_writer, read_log
 from .rules import (
     ARTIFACT_LIMIT_BYTES,
     EVAL_LIMIT_MS,
@@ -47,29 +47,43 @@ def slugify(name: str) -> str:
     return slug
 
 
-def _read_scored(path: Path) -> TrainLog:
+def _read(path: Path) -> TrainLog:
     try:
-        log = read_log(path)
+        return read_log(path)
     except OSError as exc:
         raise SubmissionError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if log.scored is None:
-        if log.not_finite:
-            why = f"its {', '.join(dict.fromkeys(log.not_finite))} is not finite: the run diverged"
-        elif log.step_evals:
-            why = "only step validations, scored before quantization: did the run finish?"
-        else:
-            why = "is it a train log of a finished run?"
-        raise SubmissionError(f"{path} has no val_bpb result of a final evaluation ({why})")
-    return log
+
+
+def _unscored(log: TrainLog) -> SubmissionError:
+    if log.not_finite:
+        why = f"its {', '.join(dict.fromkeys(log.not_finite))} is not finite: the run diverged"
+    elif log.checkpoints:  # (a pod that died: its run goes on in another log)
+        why = "it wrote checkpoints: give the log of the run that resumed from one too"
+    elif log.step_evals:
+        why = "only step validations, scored before quantization: did the run finish?"
+    else:
+        why = "is it a train log of a finished run?"
+    return SubmissionError(f"{log.path} has no val_bpb result of a final evaluation ({why})")
 
 
 def collect_runs(paths: list[str | Path], seeds: list[int] | None = None) -> list[TrainLog]:
     """Parse the logs given to `new`, each with a seed and a score; sorted by seed."""
+    return collect_logs(paths, seeds)[0]
+
+
+def collect_logs(
+    paths: list[str | Path], seeds: list[int] | None = None
+) -> tuple[list[TrainLog], dict[int, list[TrainLog]]]:
+    """The logs given to `new`: each run's scored log, sorted by seed, and per seed the logs of
+    the earlier parts of its run, oldest first (a pod that died after a checkpoint, the run
+    resumed from it in the next log). Any other log without a score is refused."""
     if seeds is not None and len(seeds) != len(paths):
         raise SubmissionError(f"--seeds has {len(seeds)} values for {len(paths)} logs")
     logs = []
     for i, p in enumerate(map(Path, paths)):
-        lg = _read_scored(p)
+        lg = _read(p)
+        if lg.scored is None and not lg.checkpoints:  # (no earlier part of a resumed run)
+            raise _unscored(lg)
         if seeds is not None:
             if lg.seed_line is not None and lg.seed_line != seeds[i]:
                 raise SubmissionError(f"{p} says seed:{lg.seed_line} but --seeds gives {seeds[i]}")
@@ -79,12 +93,27 @@ def collect_runs(paths: list[str | Path], seeds: list[int] | None = None) -> lis
                 f"{p}: no `seed:N` line and no seed in the file name; pass --seeds"
             )
         logs.append(lg)
-    seen: dict[int, str] = {}
+    runs = [lg for lg in logs if lg.scored is not None]
+    parts = {lg.seed: _earlier_parts(lg, logs) for lg in runs}
+    in_a_run = {id(k) for chain in parts.values() for k in chain}
     for lg in logs:
+        if lg.scored is None and id(lg) not in in_a_run:
+            raise _unscored(lg)
+    seen: dict[int, str] = {}
+    for lg in runs:
         if lg.seed in seen:
             raise SubmissionError(f"{lg.path} and {seen[lg.seed]} are both seed {lg.seed}")
         seen[lg.seed] = str(lg.path)
-    return sorted(logs, key=lambda lg: lg.seed)
+    return sorted(runs, key=lambda lg: lg.seed), parts
+
+
+def _earlier_parts(run: TrainLog, logs: list[TrainLog]) -> list[TrainLog]:
+    chain: list[TrainLog] = []
+    before = checkpoint_writer(run, logs)
+    while before is not None and before is not run and all(before is not k for k in chain):
+        chain.insert(0, before)
+        before = checkpoint_writer(before, logs)
+    return chain
 
 
 def _embedded_script(logs: list[TrainLog]) -> bytes | None:
@@ -232,7 +261,7 @@ def _cell(v) -> str:
     return "?" if v is None else f"{v:,}" if isinstance(v, int) else f"{v}"
 
 
-def _readme_results(sub: dict, logs: list[TrainLog]) -> list[str]:
+def _readme_results(sub: dict, logs: list[TrainLog], parts: dict) -> list[str]:
     lines = [
         "## Results",
         "",
@@ -249,7 +278,9 @@ def _readme_results(sub: dict, logs: list[TrainLog]) -> list[str]:
             + " |"
         )
     labels = ", ".join(f"`{lab}`" for lab in sorted({lg.scored.label for lg in logs}))
-    logs_list = ", ".join(f"`train_seed{lg.seed}.log`" for lg in logs)
+    logs_list = ", ".join(
+        f"`train_seed{lg.seed}.log`{_resumed_from(lg.seed, parts)}" for lg in logs
+    )
     lines += [
         f"| **mean** | **{sub['val_bpb']:.8f}** | **{sub['val_loss']:.8f}** | | | | | |",
         "",
@@ -257,6 +288,12 @@ def _readme_results(sub: dict, logs: list[TrainLog]) -> list[str]:
         "",
     ]
     return lines
+
+
+def _resumed_from(seed: int, parts: dict) -> str:
+    """ " (resumed from `train_seed1337_part1.log`)" for a run resumed from a checkpoint."""
+    names = [f"`{part_name(seed, k)}`" for k in range(1, len(parts.get(seed, ())) + 1)]
+    return f" (resumed from {', '.join(names)})" if names else ""
 
 
 def _readme_compliance(sub: dict) -> list[str]:
@@ -311,10 +348,15 @@ def _readme_reproduce(logs: list[TrainLog]) -> list[str]:
     return lines
 
 
-def render_readme(sub: dict, logs: list[TrainLog]) -> str:
-    """README.md with a results table for a new record folder."""
-    parts = _readme_head(sub, logs) + _readme_results(sub, logs)
-    return "\n".join(parts + _readme_compliance(sub) + _readme_reproduce(logs))
+def part_name(seed: int, k: int) -> str:
+    """The file of the k-th earlier part of a seed's run (`train_seed{SEED}_part{k}.log`)."""
+    return f"train_seed{seed}_part{k}.log"
+
+
+def render_readme(sub: dict, logs: list[TrainLog], parts: dict | None = None) -> str:
+    """README.md with a results table for a new record folder; `parts`: collect_logs'."""
+    text = _readme_head(sub, logs) + _readme_results(sub, logs, parts or {})
+    return "\n".join(text + _readme_compliance(sub) + _readme_reproduce(logs))
 
 
 # -----------------------------
@@ -393,8 +435,8 @@ def create_record(
 ) -> Path:
     """Scaffold a record folder from train logs; returns its path (see `new --help`)."""
     date = _check_inputs(track, date)
-    logs = collect_runs(log_paths, seeds)
-    code = resolve_script(logs, script)
+    logs, parts = collect_logs(log_paths, seeds)
+    code = resolve_script([*logs, *(k for chain in parts.values() for k in chain)], script)
     sub = build_submission(
         logs,
         code,
@@ -408,9 +450,11 @@ def create_record(
         pytorch_version=pytorch_version,
     )
     files = {SCRIPT_NAME: code}
-    files["README.md"] = render_readme(sub, logs).encode("utf-8")
+    files["README.md"] = render_readme(sub, logs, parts).encode("utf-8")
     files["submission.json"] = (json.dumps(sub, indent=2) + "\n").encode("utf-8")
     files.update({f"train_seed{lg.seed}.log": lg.path.read_bytes() for lg in logs})
+    for seed, chain in parts.items():
+        files.update({part_name(seed, k): lg.path.read_bytes() for k, lg in enumerate(chain, 1)})
     dest = _destination(out, records_dir, track, date, name)
     write_folder_atomic(dest, files, force=force)
     return dest
