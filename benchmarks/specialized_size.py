@@ -2,10 +2,10 @@
 settings (records/golf/specialize.py), for the baseline and each leaderboard preset, beside the
 records' own counted code (their logs' `Code size (compressed)`): benchmarks/RESULTS.md's table.
 
-  python benchmarks/specialized_size.py                   # the table (about a minute)
+  python benchmarks/specialized_size.py                   # the table (about 3.5 min)
   python benchmarks/specialized_size.py --regions pr1855  # what costs the most in one preset's
   python benchmarks/specialized_size.py --passes          # what each pass buys (about 20 min)
-  python benchmarks/specialized_size.py --pods            # the pod's settings' cost (about 10 min)
+  python benchmarks/specialized_size.py --pods            # the pod's settings' cost (about 12 min)
 
 Byte counts, the same on every machine with the same python-minifier, brotli and Python's
 ast.unparse (no timing).

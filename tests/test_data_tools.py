@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -338,6 +339,22 @@ def test_builder_fingerprint_is_the_trainers(tiny):
         "val_shards",
         "train_names_sizes",
     ]
+
+
+def test_the_fingerprint_is_the_datas_wherever_it_lies_and_counts_every_train_shard(tiny, tmp_path):
+    """The record check compares seeds by this line (`same_data`) while DATA_PATH differs
+    between pods: a copy elsewhere prints the same line, one train shard fewer another."""
+
+    def fingerprint(data: Path, tokenizer: Path) -> str:
+        val, train = str(data / "fineweb_val_[0-9]*.bin"), str(data / "fineweb_train_*.bin")
+        return train_gpt.data_fingerprint(tokenizer, val, train)
+
+    here = fingerprint(tiny.dataset_dir, tiny.tokenizer_path)
+    elsewhere = shutil.copytree(tiny.dataset_dir, tmp_path / "pod2" / tiny.dataset_dir.name)
+    tokenizer = Path(shutil.copy(tiny.tokenizer_path, tmp_path / "pod2" / "tok.model"))
+    assert fingerprint(elsewhere, tokenizer) == here
+    sorted(elsewhere.glob("fineweb_train_*.bin"))[-1].unlink()
+    assert fingerprint(elsewhere, tokenizer) != here
 
 
 # ---------------------------------------------------------------------------------------------

@@ -125,8 +125,9 @@ _TABLE = (
         "same_data",
         True,
         "the seeds ran on one dataset: their logs' `data_fingerprint:` lines (the tokenizer, the "
-        "validation shards' bytes, the training shards' names and sizes) are the same, wherever "
-        "DATA_PATH pointed (a log without one is not compared)",
+        "validation shards' bytes, the names and sizes of every training shard in DATA_PATH, so "
+        "the same number of them) are the same, wherever DATA_PATH pointed (a log without one is "
+        "not compared)",
     ),
     Rule(
         "score",

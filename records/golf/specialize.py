@@ -135,7 +135,7 @@ POD_SETTINGS = {
 RECORDS_OWN = {"pr1855": 31_999, "pr2014": 38_134, "pr2135": 37_155}
 # preset -> the pod settings built in (at the run's values: off) because their code does not fit
 # under RECORDS_OWN: measured in benchmarks/RESULTS.md ("The pod's settings"). #1855 keeps its
-# 73 B margin only without both; #2135 fits either, not both, and frees checkpoints, which a
+# margin (57 B) only without both; #2135 fits either, not both, and frees checkpoints, which a
 # pod that dies needs (the readable script re-scores an artifact to the same numbers).
 POD_BUILT_IN = {
     "pr1855": ("checkpoints and resuming", "evaluation-only re-scoring"),
@@ -1256,8 +1256,9 @@ def smallest_count(packed_size, first: int, tries: int = 1000) -> int:
     search's result, about 100 packings of 0.1 s each on one core."""
     from concurrent.futures import ThreadPoolExecutor
 
-    batch = 4 * (os.cpu_count() or 1)
-    with ThreadPoolExecutor() as pool:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    batch = 4 * (cores or 1)  # (the cores this process may use, not the host's)
+    with ThreadPoolExecutor(max_workers=cores) as pool:
         for start in range(first, first + tries, batch):
             counts = range(start, min(start + batch, first + tries))
             for count, size in zip(counts, pool.map(packed_size, counts), strict=True):
