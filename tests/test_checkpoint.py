@@ -316,6 +316,17 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_runs_end(
     assert train_steps(resumed) == list(range(k + 1, 13))
     assert continuation(resumed, k) == continuation(uninterrupted, k), resumed.why()
     assert final_line(resumed) == final_line(uninterrupted)
+    # the resumed run appended to the killed run's log (the same RUN_ID): the record tools read
+    # one run in it, whose scores are the resumed run's alone
+    from records.golf.logs import read_log
+    from records.golf.runs import select_runs
+
+    both = read_log(workdir / "logs" / "killed.txt")
+    assert both.resumed_from == (f"step_{k:06d}", k) and both.resumed_from in both.checkpoints
+    assert [e.label for e in both.evaluations] == [
+        line.split()[0] for line in resumed.stdout.splitlines() if line.startswith("final_")
+    ]
+    assert select_runs([both], {}).resumes == []
 
 
 # -----------------------------

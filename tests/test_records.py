@@ -33,6 +33,7 @@ from records.golf.cli import main
 from records.golf.errors import SubmissionError
 from records.golf.numbers import half_ulp
 from records.golf.rules import COMPLIANCE_KEYS, JSON_TYPES, RULES
+from records.golf.runs import select_runs
 from records.golf.scaffold import collect_runs, create_record, reproduce_environment
 from records.golf.stats import one_sample_test, val_losses_from, welch_test
 
@@ -262,6 +263,29 @@ def test_split_embedded_source_is_exact_and_checked_against_header():
     bare = b"print('a')\n\n" + sep.encode() + b"\nlogs\n"
     assert logmod.split_embedded_source(bare)[0] == b"print('a')\n"
     assert logmod.split_embedded_source(b"step:1/2 train_loss:1.0\n")[0] is None
+
+
+def test_a_log_a_resumed_run_appended_to_holds_its_lines_not_its_second_source():
+    """The same RUN_ID after a kill: the log gets the script and header again. Its lines (a
+    docstring's sample score included) are no log lines; the line the kill cut stays one."""
+    sep = "=" * 100
+    source = 'def f():\n    """final_int8_zlib_roundtrip_exact val_loss:9.0 val_bpb:9.00000000"""\n'
+    header = f"\n{sep}\nRunning Python 3.11\n{sep}\nseed:1\n"
+    died = "step:1/4 train_loss:7.0\ncheckpoint:ck/step_000001 step:1\n"
+    resumed = (
+        "resumed_from:ck/step_000001 step:1 train_time:5ms\nstep:2/4 train_loss:6.5\n"
+        "final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:1.20000000\n"
+    )
+    edited = source.replace("9.0", "8.0")  # (the script edited between the two: it compiles)
+    for cut, other in (("step:2/4 train_lo", source), ("", edited)):
+        log = logmod.parse_log(source + header + died + cut + other + header + resumed)
+        assert [(e.label, e.val_bpb) for e in log.evaluations] == [
+            ("final_int8_zlib_roundtrip_exact", 1.2)
+        ]
+        assert log.checkpoints == [("step_000001", 1)]
+        assert log.resumed_from == ("step_000001", 1)
+        assert [step for step, _, _ in log.train_points] == [1, 2]
+    assert select_runs([log], {}).resumes == []  # both parts in one log: nothing to look for
 
 
 def test_embedded_source_is_recovered_from_a_log_with_crlf_line_endings(tmp_path):

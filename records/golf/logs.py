@@ -421,6 +421,26 @@ def split_embedded_source(data: bytes) -> tuple[bytes | None, bytes]:
     return source, data[:start] + data[marker.end() :]
 
 
+def later_sources_cut(rest: bytes, source: bytes) -> bytes:
+    """`rest` (a log after split_embedded_source) without the sources later runs embedded: a
+    run resumed or repeated under the same RUN_ID appends to its log, its script and header
+    again. A later source is the first one again, or else text that compiles up to its header;
+    anything else is left (a log line is never cut)."""
+    kept, pos = [], 0
+    for marker in _MARKER.finditer(rest):
+        head = rest[pos : marker.start()]
+        if head.endswith(source):
+            start = len(head) - len(source)
+        else:
+            start = _source_start(head)
+            if not head[start:].strip() or not _compiles(head[start:]):
+                continue
+        before = head[:start]  # (a line a kill cut short ends here: it stays a line)
+        kept.append(before if not before or before.endswith(b"\n") else before + b"\n")
+        pos = marker.end()
+    return b"".join(kept) + rest[pos:]
+
+
 # -----------------------------
 # PARSING
 # -----------------------------
@@ -432,6 +452,8 @@ def parse_log(data: bytes | str, path: str | Path | None = None) -> TrainLog:
         data = data.encode("utf-8")
     log = TrainLog(path=Path(path) if path is not None else None)
     log.source, rest = split_embedded_source(data)
+    if log.source is not None:
+        rest = later_sources_cut(rest, log.source)
     text = rest.decode("utf-8", errors="replace")
     for line_no, raw in enumerate(re.split(r"\r\n|\r|\n", text), 1):
         line = strip_prefix(raw)

@@ -151,7 +151,11 @@ def _resumes(logs: list[TrainLog]) -> list[tuple[TrainLog, TrainLog | None]]:
     """Each log that resumed from a checkpoint, with the log of its seed that wrote it: a run
     whose pod died goes on in another log, and the first has no final evaluation because the
     second has it."""
-    return [(lg, checkpoint_writer(lg, logs)) for lg in logs if lg.resumed_from is not None]
+    return [
+        (lg, checkpoint_writer(lg, logs))
+        for lg in logs
+        if lg.resumed_from is not None and lg.resumed_from not in lg.checkpoints
+    ]  # (a log a resumed run appended to, under the same RUN_ID, holds both parts)
 
 
 def _trains(lg: TrainLog) -> bool:
