@@ -291,7 +291,8 @@ def _readme_results(sub: dict, logs: list[TrainLog], parts: dict) -> list[str]:
 
 
 def _resumed_from(seed: int, parts: dict) -> str:
-    """ " (resumed from `train_seed1337_part1.log`)" for a run resumed from a checkpoint."""
+    """What the README's list of logs says after a run resumed from a checkpoint: that it was
+    resumed, from which part's log (`train_seed1337_part1.log`)."""
     names = [f"`{part_name(seed, k)}`" for k in range(1, len(parts.get(seed, ())) + 1)]
     return f" (resumed from {', '.join(names)})" if names else ""
 
