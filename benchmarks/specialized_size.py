@@ -112,7 +112,7 @@ def pod_table(script: Path, say) -> str:
         cells = []
         for i, chosen in enumerate(choices):
             say(f"PRESET={preset} [{i + 1}/{len(choices)}] free: {', '.join(chosen) or 'none'}")
-            free = (*sp.FREE, *(name for group in chosen for name in sp.POD_SETTINGS[group]))
+            free = sp.free_with(chosen)
             text = sp.run_script_text(script.name, source, module, values, free=free)
             size = f"{len(counted(text)):,}"
             cells.append(f"**{size}**" if set(free) == taken else size)

@@ -228,8 +228,12 @@ def free_settings(preset: str) -> tuple[str, ...]:
     """The fields a script specialised to `preset` leaves free: FREE and the pod's settings but
     those POD_BUILT_IN builds in for it."""
     built_in = POD_BUILT_IN.get(preset, ())
-    pod = [name for what, names in POD_SETTINGS.items() if what not in built_in for name in names]
-    return (*FREE, *pod)
+    return free_with([what for what in POD_SETTINGS if what not in built_in])
+
+
+def free_with(groups) -> tuple[str, ...]:
+    """FREE and the fields of these groups of POD_SETTINGS."""
+    return (*FREE, *(name for what in groups for name in POD_SETTINGS[what]))
 
 
 def settings_for(module, values: dict, free=None) -> Settings:
@@ -1541,19 +1545,19 @@ def table(script: Path, presets=("", "pr1855", "pr2014", "pr2135"), say=None) ->
     """benchmarks/RESULTS.md's table: each preset's specialised counted code; `say`: progress."""
     from .pack import record_pack_source
 
-    readable = record_pack_source(script.read_bytes())
+    module, source = load_module(script), script.read_bytes()
+    readable = record_pack_source(source)
     lines = [
         "| run | specialised counted code (B) | record's own (B) | % of the record's |",
         "|---|---:|---:|---:|",
     ]
-    module = load_module(script)
     for i, preset in enumerate(presets):
         if say is not None:
             say(f"[{i + 1}/{len(presets)}] specialising to PRESET={preset} ...")
         values = resolve_values(module, {"PRESET": preset} if preset else {})
         # the count of what `specialize` writes: a record's (brotli moves specialize_script's
         # form, which computes its count, by up to about 100 B)
-        size = len(counted(run_script_text(script.name, script.read_bytes(), module, values)))
+        size = len(counted(run_script_text(script.name, source, module, values)))
         own = RECORDS_OWN.get(preset)
         share = f"{100 * size / own:.1f}%" if own else "-"
         label = f"`PRESET={preset}`" if preset else "baseline (no preset)"
