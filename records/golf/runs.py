@@ -154,8 +154,15 @@ def _resumes(logs: list[TrainLog]) -> list[tuple[TrainLog, TrainLog | None]]:
     return [
         (lg, checkpoint_writer(lg, logs))
         for lg in logs
-        if lg.resumed_from is not None and lg.resumed_from not in lg.checkpoints
-    ]  # (a log a resumed run appended to, under the same RUN_ID, holds both parts)
+        if lg.resumed_from is not None and not _holds_steps_to(lg, lg.resumed_from[1])
+    ]
+
+
+def _holds_steps_to(lg: TrainLog, step: int) -> bool:
+    """A log a resumed run appended to (the same RUN_ID) holds the steps before it resumed: both
+    parts are in it. (Not its checkpoint line: a kill can land between the console's copy of a
+    line and the log file's.)"""
+    return any(at <= step for at, _, _ in lg.train_points)
 
 
 def _trains(lg: TrainLog) -> bool:
