@@ -5149,11 +5149,11 @@ class RunLog:
                 self(warning)
 
     def __call__(self, msg: str, console: bool = True) -> None:
-        if self.rank0:
-            if console:
-                print(msg, flush=True)
+        if self.rank0:  # the file first: a kill between the two writes loses the console's copy
             with open(self.path, "a", encoding="utf-8") as f:
                 print(msg, file=f)
+            if console:
+                print(msg, flush=True)
 
 
 TOKENIZED_WITH = "tokenized_with.json"  # DATA_PATH's record of its tokenizer (data/shard_io.py)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import sys
 
 import pytest
@@ -164,6 +165,26 @@ def test_the_settings_line_can_be_pasted_back_as_the_environment(capsys, monkeyp
         "cpu_mode: fp32, no torch.compile; copy streams (CUDA-only) off, prefetch on",
     ]
     assert logged[-1].startswith("WARNING: TRAIN_BATCH_TOKENS=524288 is sized for GPUs")
+
+
+def test_a_line_is_in_the_log_file_before_the_console_shows_it(monkeypatch, tmp_path):
+    """The file is the record: a kill between a line's two writes may cost the console's copy,
+    never the file's (a resumed run's `checkpoint:` line, the last line before a crash)."""
+    rank0 = tg.Runtime(0, 0, 1, 8, torch.device("cpu"), False)
+    monkeypatch.chdir(tmp_path)
+    log = tg.RunLog(cfg(RUN_ID="r"), rank0, code="")
+    in_file_when_printed = []
+
+    class Console(io.StringIO):
+        def write(self, text):
+            if text.strip():
+                logged = (tmp_path / "logs" / "r.txt").read_text().splitlines()
+                in_file_when_printed.append(text.strip() in logged)
+            return super().write(text)
+
+    monkeypatch.setattr(sys, "stdout", Console())
+    log("checkpoint:checkpoints/step_000100 step:100")
+    assert in_file_when_printed == [True]
 
 
 def test_the_baselines_pattern_variables_at_their_default_change_nothing():
