@@ -4560,9 +4560,7 @@ def write_pergroup_v2(payload: dict) -> bytes:
 
 def read_pergroup_v1(blob: bytes) -> dict:
     """#1855's per-group file (9 streams) back to GPTQ's payload {"w", "m"}."""
-    brotli, (kind,) = importlib.import_module("brotli"), struct.unpack_from("<I", blob, 4)
-    if kind != 9:
-        raise ValueError(f"PGRP {kind}: expected 9 (#1855's streams) or 2 (#2135's version)")
+    brotli = importlib.import_module("brotli")  # (its signature holds the 9)
     ends = list(itertools.accumulate(struct.unpack_from("<9I", blob, 8), initial=44))
     streams = [blob[a:b] for a, b in itertools.pairwise(ends)]
     rest = torch.load(io.BytesIO(brotli.decompress(streams[7])), map_location="cpu")
@@ -4582,9 +4580,7 @@ def read_pergroup_v1(blob: bytes) -> dict:
 
 def read_pergroup_v2(blob: bytes) -> dict:
     """#2135's per-group file (PGRP version 2) back to GPTQ's payload {"w", "m"}."""
-    brotli, (kind,) = importlib.import_module("brotli"), struct.unpack_from("<I", blob, 4)
-    if kind != 2:
-        raise ValueError(f"PGRP {kind}: expected 2 (#2135's version)")
+    brotli = importlib.import_module("brotli")  # (its signature holds the version)
     found = []  # (name, shape, row order) of each tensor in the stream, in its order
     (count,), at = struct.unpack_from("<I", blob, 8), 12
     for _ in range(count):
@@ -4626,7 +4622,8 @@ class Quantizer:
     file: str  # the artifact's file name
     quantize: Callable  # (cfg, rt, net, log0) -> the payload: a dict torch.save can write
     dequantize: Callable  # (payload, the model's state dict) -> the state dict to load
-    marker: str  # a key only this format's payloads hold: how an EVAL_ONLY_PATH file is told
+    marker: str  # a key only this format's payloads hold: an EVAL_ONLY_PATH file without it is
+    # another QUANTIZER's
     records: bool  # logged as the records log it: their code count, line names and diagnostics
     calibrates: bool  # it reads train shards (GPTQ's Hessians), in EVAL_ONLY_PATH runs too
     module: str = ""  # a package beyond the baseline's that it needs ("" for none)
@@ -4639,7 +4636,7 @@ class Compressor:
 
     write: Callable  # payload -> the file's bytes
     read: Callable  # the file's bytes -> payload
-    signature: bytes  # how its files start: the longest match names a file's COMPRESSOR
+    signature: bytes  # how its files start: a file that does not is another COMPRESSOR's
     module: str = ""  # a package beyond the baseline's that it needs ("" for none)
     binary: str = ""  # a program it runs, which must be on PATH ("" for none)
     quantizer: str = ""  # the QUANTIZER whose payload it stores ("" for any)
@@ -4667,8 +4664,8 @@ QUANTIZERS = {
 }
 
 
-# brotli's streams have no magic: it is the format of a file that starts as no other. Ours never
-# start with zlib's 0x78 ("x"): with the window brotli picks for a payload, the first byte is odd.
+# brotli's streams have no magic: its reader tells another format's file. The PGRP signatures hold
+# their stream count (#1855's 9) or version (#2135's 2): a uint32 after "PGRP".
 COMPRESSORS = {
     "zlib": Compressor(write_zlib, read_zlib, b"x"),
     "brotli": Compressor(write_brotli, read_brotli, b"", module="brotli"),
@@ -4676,7 +4673,7 @@ COMPRESSORS = {
     "pergroup": Compressor(
         write_pergroup_v1,
         read_pergroup_v1,
-        b"PGRP",
+        b"PGRP\x09\x00\x00\x00",
         module="brotli",
         binary="lrzip",
         quantizer="gptq",
@@ -4694,39 +4691,27 @@ COMPRESSORS = {
 }
 
 
-def compressor_of(blob: bytes) -> str:
-    """The COMPRESSOR that wrote an artifact: the one with the longest signature it starts with
-    (#2135's PGRP version before #1855's PGRP; brotli's empty one last)."""
-    matches = [name for name, c in COMPRESSORS.items() if blob.startswith(c.signature)]
-    return max(matches, key=lambda name: len(COMPRESSORS[name].signature))
-
-
-def quantizer_of(payload: dict) -> str:
-    """The QUANTIZER that wrote a payload, by the key only its format holds ("" if none)."""
-    return next((name for name, q in QUANTIZERS.items() if q.marker in payload), "")
-
-
 NO_TIMING = contextlib.nullcontext()  # in place of progress() for the fast compressors
 
 
-def read_artifact(path: str | Path, source: str, log0: Callable, compressor: str = "") -> dict:
-    """A quantized artifact (ours or a record's: brotli, lzma, either PGRP); one line if not.
-    `compressor`: the COMPRESSOR that wrote it (this run's file), else told by its first bytes."""
+def read_artifact(path: str | Path, source: str, log0: Callable, compressor: str, quantizer: str):
+    """A quantized artifact as COMPRESSOR and QUANTIZER write it (this run's own, or an
+    EVAL_ONLY_PATH file of a run with the same settings); one line if it is not one."""
     try:
         blob = Path(path).read_bytes()
-        payload = unpack_artifact(blob, source, log0, compressor or compressor_of(blob))
-        # another run's file is told by its first bytes and its payload's keys; this run's own
-        # file holds what it just wrote
-        if not compressor and not (isinstance(payload, dict) and quantizer_of(payload)):
-            raise ValueError("expected int8_clean_per_row_v1 or w/m")
-    except DataError:
-        raise
-    except Exception as e:  # missing, or not torch.save's file of a payload
+    except OSError as e:
+        raise DataError(f"{source}: unreadable ({type(e).__name__}: {e})") from None
+    # another run's file is read only as this run would write it: its settings, not its first
+    # bytes, say what it is (a re-score needs that run's network settings anyway)
+    settings = "set COMPRESSOR and QUANTIZER as the run that wrote it (its log's settings: line)"
+    if not blob.startswith(COMPRESSORS[compressor].signature):
         raise DataError(
-            f"{source}: not a readable artifact ({type(e).__name__}: {e}); expected a "
-            f"whole .ptz written by this script or a record's (copy it again if it was "
-            f"cut short)"
-        ) from None
+            f"{source}: not a COMPRESSOR={compressor} artifact (it starts with {blob[:8]!r}); "
+            f"{settings}"
+        )
+    payload = unpack_artifact(blob, source, log0, compressor)
+    if not (isinstance(payload, dict) and QUANTIZERS[quantizer].marker in payload):
+        raise DataError(f"{source}: not a QUANTIZER={quantizer} payload; {settings}")
     return payload
 
 
@@ -4747,7 +4732,7 @@ def unpack_artifact(blob: bytes, source: str, log0: Callable, compressor: str):
         raise DataError(
             f"{source}: a {compressor} artifact of {len(blob):,} bytes, truncated or damaged "
             f"({cause}); copy it again, whole, from the run that wrote it (its log's "
-            f"`Serialized model` line gives the size)"
+            f"`Serialized model` line gives the size), or set COMPRESSOR as that run did"
         ) from None
 
 
@@ -4822,7 +4807,7 @@ def save_artifacts(cfg: Hyperparameters, rt: Runtime, net: Network, code: str, l
     # What is scored is the file: the records' ranks each read it; the baseline's rank 0 does
     # (its other ranks hold the same payload, and need not share rank 0's disk)
     if quantizer.records or rt.rank == 0:
-        payload = read_artifact(path, str(path), log0, cfg.compressor)
+        payload = read_artifact(path, str(path), log0, cfg.compressor, cfg.quantizer)
     return payload, over_cap
 
 
@@ -4909,27 +4894,20 @@ def load_weights(net: Network, state: dict, source: str) -> None:
 def load_round_trip(cfg: Hyperparameters, net: Network, payload: dict) -> tuple[str, str]:
     """The quantized weights dequantized into the model, which every final score then reads;
     returns the labels of that score: ours, and the record's ("" for the baseline's format)."""
-    # as QUANTIZER wrote it, or another run's file as its payload tells
-    name = quantizer_of(payload) if cfg.eval_only_path else cfg.quantizer
-    quantizer = QUANTIZERS[name]
+    quantizer = QUANTIZERS[cfg.quantizer]  # (read_artifact refuses another QUANTIZER's file)
     state = quantizer.dequantize(payload, net.base.state_dict())
     if cfg.eval_only_path:  # another run's file: a config it does not fit is named
         load_weights(net, state, f"EVAL_ONLY_PATH={cfg.eval_only_path}")
     else:  # this run's own weights, back from its file
         net.base.load_state_dict(state, strict=True)
-    return round_trip_label(cfg, name), "diagnostic quantized" if quantizer.records else ""
+    return round_trip_label(cfg), "diagnostic quantized" if quantizer.records else ""
 
 
-def round_trip_label(cfg: Hyperparameters, quantizer: str) -> str:
+def round_trip_label(cfg: Hyperparameters) -> str:
     """The round trip's score line, named for the artifact: `final_<quantizer>_<compressor>_
     roundtrip`, the baseline's `final_int8_zlib_roundtrip` at its format, #1855's
-    `final_gptq_pergroup_roundtrip`. An EVAL_ONLY_PATH artifact's compressor is named as its
-    first bytes tell."""
-    compressor = cfg.compressor
-    if cfg.eval_only_path.endswith(".ptz"):
-        with open(cfg.eval_only_path, "rb") as artifact:
-            compressor = compressor_of(artifact.read(8))
-    return f"final_{quantizer}_{compressor}_roundtrip"
+    `final_gptq_pergroup_roundtrip`."""
+    return f"final_{cfg.quantizer}_{cfg.compressor}_roundtrip"
 
 
 # -----------------------------
@@ -5358,7 +5336,7 @@ def load_for_evaluation(cfg, rt, net: Network, evaluate: Callable, log0: Callabl
     """EVAL_ONLY_PATH: a .ptz is scored by the round trip; a .pt as it is, then quantized too."""
     path = cfg.eval_only_path
     if path.endswith(".ptz"):
-        return read_artifact(path, f"EVAL_ONLY_PATH={path}", log0)
+        return read_artifact(path, f"EVAL_ONLY_PATH={path}", log0, cfg.compressor, cfg.quantizer)
     try:
         state = torch.load(path, map_location="cpu")
     except Exception as e:  # missing, truncated or not ours: one line

@@ -80,7 +80,7 @@ def compare_compressors(obj: dict) -> dict:
             path = Path(folder, compressor)
             path.write_bytes(blob)
             t0 = time.perf_counter()
-            back = tg.read_artifact(path, compressor, lambda *a: None)
+            back = tg.read_artifact(path, compressor, lambda *a: None, compressor, "gptq")
             decompress_s = time.perf_counter() - t0
             assert back["m"] == obj["m"] and back["w"].keys() == obj["w"].keys(), compressor
             assert all(torch.equal(back["w"][k], t) for k, t in obj["w"].items()), compressor
@@ -142,12 +142,16 @@ def main() -> None:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="frontier")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--artifact", help="compare the compressors on this artifact's weights")
+    parser.add_argument(
+        "--compressor",
+        choices=list(tg.COMPRESSORS),
+        default="pergroup",
+        help="the COMPRESSOR that wrote --artifact (default: %(default)s, #1855's)",
+    )
     args = parser.parse_args()
     torch.set_grad_enabled(False)
     if args.artifact:
-        obj = tg.read_artifact(args.artifact, args.artifact, lambda *a: None)
-        if "w" not in obj:
-            parser.error(f"{args.artifact}: not a QUANTIZER=gptq artifact (w/m)")
+        obj = tg.read_artifact(args.artifact, args.artifact, print, args.compressor, "gptq")
         print(json.dumps({"artifact": args.artifact, "compressors": compare_compressors(obj)}))
     else:
         print(json.dumps(measure(args.shape, args.seed)))

@@ -38,12 +38,14 @@ def artifact(tmp_path: Path, blob: bytes) -> Path:
 def test_a_damaged_zlib_artifact_is_named_with_its_size_and_what_to_do(tmp_path):
     torch.save({"__quant_format__": "int8_clean_per_row_v1"}, buf := io.BytesIO())
     good = zlib.compress(buf.getvalue(), 9)
-    assert tg.read_artifact(artifact(tmp_path, good), "x", print) == {
+    assert tg.read_artifact(artifact(tmp_path, good), "x", print, "zlib", "int8") == {
         "__quant_format__": "int8_clean_per_row_v1"
     }
     for damaged in (good[: len(good) // 2], good[:10] + bytes(len(good) - 10)):
         with pytest.raises(tg.DataError) as info:
-            tg.read_artifact(artifact(tmp_path, damaged), "EVAL_ONLY_PATH=a.ptz", print)
+            tg.read_artifact(
+                artifact(tmp_path, damaged), "EVAL_ONLY_PATH=a.ptz", print, "zlib", "int8"
+            )
         message = str(info.value)
         assert message.startswith(
             f"EVAL_ONLY_PATH=a.ptz: a zlib artifact of {len(damaged):,} bytes, truncated or "

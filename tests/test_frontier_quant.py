@@ -277,7 +277,7 @@ def test_artifacts_round_trip_and_load_both_ways(tmp_path, compressor):
     obj = tg.quantize_state_dict_gptq(ours(s), state, record_like_hessians(state))
     ours_file = tmp_path / "final_model.int6.ptz"
     ours_file.write_bytes(tg.COMPRESSORS[compressor].write(obj))
-    back = tg.read_artifact(ours_file, "x", print)
+    back = tg.read_artifact(ours_file, "x", print, compressor, "gptq")
     want = tg.dequantize_state_dict_gptq(obj, state)
     got = tg.dequantize_state_dict_gptq(back, state)
     assert all(torch.equal(got[n], want[n]) for n in want)  # exactly, through the file
@@ -287,7 +287,7 @@ def test_artifacts_round_trip_and_load_both_ways(tmp_path, compressor):
         theirs.write_bytes(
             ref.serialize(ref.quantize(state, record_like_hessians(state), s), compressor)
         )
-        assert tg.read_artifact(theirs, "x", print)["m"] == obj["m"]
+        assert tg.read_artifact(theirs, "x", print, compressor, "gptq")["m"] == obj["m"]
 
 
 def test_a_truncated_or_foreign_file_is_refused_in_one_line(tmp_path):
@@ -303,7 +303,7 @@ def test_a_truncated_or_foreign_file_is_refused_in_one_line(tmp_path):
     for name, data in cases.items():
         (tmp_path / name).write_bytes(data)
         with pytest.raises(tg.DataError, match=f"^EVAL_ONLY_PATH={name}: ") as info:
-            tg.read_artifact(tmp_path / name, f"EVAL_ONLY_PATH={name}", print)
+            tg.read_artifact(tmp_path / name, f"EVAL_ONLY_PATH={name}", print, "brotli", "gptq")
         assert "\n" not in str(info.value)
 
 
@@ -536,15 +536,16 @@ def test_a_per_group_file_the_reference_wrote_scores_the_same_through_eval_only(
     gptq_run, tiny_dataset, version
 ):
     """The run's weights in #1855's or #2135's per-group file, written by the reference: scored
-    on 2 ranks through EVAL_ONLY_PATH, the number of the run's own brotli file."""
+    on 2 ranks through EVAL_ONLY_PATH with its COMPRESSOR, the number of the run's own brotli
+    file."""
     obj = ref.deserialize((gptq_run.workdir / "final_model.int6.ptz").read_bytes())
     assert any(name.endswith(".weight.q") for name in obj["w"])  # the groups are not all empty
     path = gptq_run.workdir / f"{version}.ptz"
     path.write_bytes((ref.pergroup_v1 if version == "pergroup" else ref.pergroup_v2)(obj))
     rescored = run_train(gptq_run.workdir / f"eval_{version}", tiny_dataset, nproc=2,
-                         **E2E | {"EVAL_ONLY_PATH": str(path)})  # fmt: skip
+                         **E2E | {"EVAL_ONLY_PATH": str(path), "COMPRESSOR": version})  # fmt: skip
     assert rescored.returncode == 0, rescored.why()
-    (line,) = rescored.lines(f"final_gptq_{version}_roundtrip_exact ")  # named as its bytes tell
+    (line,) = rescored.lines(f"final_gptq_{version}_roundtrip_exact ")  # named for its COMPRESSOR
     (brotli_line,) = gptq_run.lines("final_gptq_brotli_roundtrip_exact ")
     assert line.split()[1:] == brotli_line.split()[1:]
     assert rescored.lines("Deserialize: per-group lrzip decompression...") != []

@@ -199,15 +199,22 @@ def test_a_truncated_or_foreign_pgrp_file_is_refused_in_one_line(tmp_path, versi
     for name, data in cases.items():
         (tmp_path / name).write_bytes(data)
         with pytest.raises(tg.DataError) as info:
-            tg.read_artifact(tmp_path / name, f"EVAL_ONLY_PATH={name}", lambda line: None)
+            tg.read_artifact(tmp_path / name, f"EVAL_ONLY_PATH={name}", print, version, "gptq")
         said = str(info.value)  # the file, what it is, what broke it, what to do: not brotli's
-        told = "pergroup_v2" if data.startswith(b"PGRP\x02\x00\x00\x00") else "pergroup"
+        if not data.startswith(tg.COMPRESSORS[version].signature):  # not its count or version
+            assert said == (
+                f"EVAL_ONLY_PATH={name}: not a COMPRESSOR={version} artifact (it starts with "
+                f"{data[:8]!r}); set COMPRESSOR and QUANTIZER as the run that wrote it (its log's "
+                "settings: line)"
+            )
+            continue
         assert said.startswith(
-            f"EVAL_ONLY_PATH={name}: a {told} artifact of {len(data):,} bytes, truncated or "
+            f"EVAL_ONLY_PATH={name}: a {version} artifact of {len(data):,} bytes, truncated or "
             f"damaged ("
         )
         assert said.endswith("copy it again, whole, from the run that wrote it (its log's "
-                             "`Serialized model` line gives the size)")  # fmt: skip
+                             "`Serialized model` line gives the size), or set COMPRESSOR as that "
+                             "run did")  # fmt: skip
         assert "\n" not in said
 
 
@@ -216,7 +223,9 @@ def test_a_pergroup_file_without_lrzip_on_path_says_so(tmp_path, monkeypatch):
     (tmp_path / "model.ptz").write_bytes(ours(quantized(layers=2), "pergroup"))
     monkeypatch.setenv("PATH", str(tmp_path))  # no lrzip there
     with pytest.raises(tg.DataError) as info:
-        tg.read_artifact(tmp_path / "model.ptz", "EVAL_ONLY_PATH=model.ptz", lambda line: None)
+        tg.read_artifact(
+            tmp_path / "model.ptz", "EVAL_ONLY_PATH=model.ptz", print, "pergroup", "gptq"
+        )
     assert str(info.value) == (
         "EVAL_ONLY_PATH=model.ptz: a COMPRESSOR=pergroup artifact: expected lrzip on PATH to read "
         "it (scripts/setup.sh installs it)"

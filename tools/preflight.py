@@ -957,7 +957,7 @@ def check_evaluation(cl: Checklist, tg, cfg, rt, net, data, args, lines: list) -
     (TTT, else sliding, else plain) against the 600 s evaluation limit."""
     val, windows, plan = data
     model = net.compiled
-    round_trip = tg.round_trip_label(cfg, cfg.quantizer)
+    round_trip = tg.round_trip_label(cfg)
     projections = {round_trip: project_val(tg, cfg, rt, model, val, args.batches)}
     if windows is not None:
         projections["sliding_window"] = project_sliding(tg, cfg, rt, model, windows, args.batches)
