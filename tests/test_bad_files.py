@@ -1,6 +1,6 @@
 """Files that are not what a run expects get one line naming the file and what was expected, and
 a run keeps an earlier run's files (issue 40): a tokenizer's .vocab given as its model, a damaged
-artifact named by the compressor its first bytes name, a final_model.* of an earlier run."""
+artifact named by its compressor, a final_model.* of an earlier run."""
 
 from __future__ import annotations
 
