@@ -4703,16 +4703,22 @@ def read_artifact(path: str | Path, source: str, log0: Callable, compressor: str
         raise DataError(f"{source}: unreadable ({type(e).__name__}: {e})") from None
     # another run's file is read only as this run would write it: its settings, not its first
     # bytes, say what it is (a re-score needs that run's network settings anyway)
-    settings = "set COMPRESSOR and QUANTIZER as the run that wrote it (its log's settings: line)"
     if not blob.startswith(COMPRESSORS[compressor].signature):
         raise DataError(
             f"{source}: not a COMPRESSOR={compressor} artifact (it starts with {blob[:8]!r}); "
-            f"{settings}"
+            f"{as_its_writer()}"
         )
     payload = unpack_artifact(blob, source, log0, compressor)
     if not (isinstance(payload, dict) and QUANTIZERS[quantizer].marker in payload):
-        raise DataError(f"{source}: not a QUANTIZER={quantizer} payload; {settings}")
+        raise DataError(f"{source}: not a QUANTIZER={quantizer} payload; {as_its_writer()}")
     return payload
+
+
+def as_its_writer() -> str:
+    """How to read an artifact another run's COMPRESSOR or QUANTIZER wrote."""
+    if settable("COMPRESSOR"):
+        return "set COMPRESSOR and QUANTIZER as the run that wrote it (its log's settings: line)"
+    return "re-score it with the readable train_gpt.py"  # (which reads every format)
 
 
 def unpack_artifact(blob: bytes, source: str, log0: Callable, compressor: str):
@@ -4732,7 +4738,7 @@ def unpack_artifact(blob: bytes, source: str, log0: Callable, compressor: str):
         raise DataError(
             f"{source}: a {compressor} artifact of {len(blob):,} bytes, truncated or damaged "
             f"({cause}); copy it again, whole, from the run that wrote it (its log's "
-            f"`Serialized model` line gives the size), or set COMPRESSOR as that run did"
+            f"`Serialized model` line gives the size), or {as_its_writer()}"
         ) from None
 
 

@@ -213,8 +213,9 @@ def test_a_truncated_or_foreign_pgrp_file_is_refused_in_one_line(tmp_path, versi
             f"damaged ("
         )
         assert said.endswith("copy it again, whole, from the run that wrote it (its log's "
-                             "`Serialized model` line gives the size), or set COMPRESSOR as that "
-                             "run did")  # fmt: skip
+                             "`Serialized model` line gives the size), or set COMPRESSOR "
+                             "and QUANTIZER as the run that wrote it (its log's settings: "
+                             "line)")  # fmt: skip
         assert "\n" not in said
 
 

@@ -99,7 +99,7 @@ def test_another_compressor_s_file_is_refused_by_its_first_bytes(tmp_path, wrote
 
 def test_brotli_which_has_no_signature_names_the_setting_when_a_file_does_not_read(tmp_path):
     (tmp_path / "a.ptz").write_bytes(tg.COMPRESSORS["zlib"].write({"x": 1}))
-    with pytest.raises(tg.DataError, match=r"or set COMPRESSOR as that run did$"):
+    with pytest.raises(tg.DataError, match=r"or set COMPRESSOR and QUANTIZER as the run that"):
         tg.read_artifact(tmp_path / "a.ptz", "EVAL_ONLY_PATH=a.ptz", print, "brotli", "int8")
 
 

@@ -10,7 +10,7 @@ environment. A record runs one configuration, so its counted code need not carry
    RUN_ID (the log's name) and SEED (a record's runs differ in it), and the pod's settings
    (POD_SETTINGS: checkpoints and resuming, evaluation-only re-scoring) but those whose code
    would put the preset's counted code over its record's own (POD_BUILT_IN: #1855 builds in
-   both, #2135 evaluation-only re-scoring). Everything else is the record's run and nothing else.
+   both). Everything else is the record's run and nothing else.
 2. Config reads. `cfg.x`, `self.cfg.x`, `model.cfg.x`, ... (any `cfg` name or `.cfg` attribute) and
    `self.x` inside the settings class become constants for frozen fields, and so do the class's
    properties (cached ones too: PROPERTY_DECORATORS) whose value does not depend on the free
@@ -135,11 +135,10 @@ POD_SETTINGS = {
 RECORDS_OWN = {"pr1855": 31_999, "pr2014": 38_134, "pr2135": 37_155}
 # preset -> the pod settings built in (at the run's values: off) because their code does not fit
 # under RECORDS_OWN: measured in benchmarks/RESULTS.md ("The pod's settings"). #1855 keeps its
-# margin (23 B) only without both; #2135 fits either, not both, and frees checkpoints, which a
-# pod that dies needs (the readable script re-scores an artifact to the same numbers).
+# margin (49 B) only without both; #2135 fits both (35,623 of 37,155 B) since an EVAL_ONLY_PATH
+# file is read as the run's COMPRESSOR and QUANTIZER write it (the other formats' code folds away).
 POD_BUILT_IN = {
     "pr1855": ("checkpoints and resuming", "evaluation-only re-scoring"),
-    "pr2135": ("evaluation-only re-scoring",),
 }
 SETTINGS_CLASS_METHOD = "from_env"
 # The function that declares a setting: `name: type = setting(default, group=, help=, bounds...)`
