@@ -3023,9 +3023,10 @@ class ValidationSet:
         self.max_span = B + 1
         order = DocPackOrder if cfg.val_doc_attention else StreamOrder
         self.assemble = functools.partial(order.assemble, seq_len=L)
-        self.documents = None  # per batch: its cu_seqlens (padded to 64) and longest piece
-        if cfg.val_doc_attention:
-            self.documents = [self.cut_documents(a, b) for a, b in self.spans]
+        # per batch: its cu_seqlens (padded to 64) and longest piece
+        self.documents = (
+            [self.cut_documents(a, b) for a, b in self.spans] if cfg.val_doc_attention else None
+        )
         self.target_tokens, self.target_bytes = self.totals(rt, first, end)
 
     def totals(self, rt: Runtime, a: int, b: int) -> tuple[int, int]:

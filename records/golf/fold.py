@@ -61,9 +61,18 @@ def node_of(value) -> ast.expr:
         return ast.List([node_of(v) for v in value], ast.Load())
     if isinstance(value, dict):
         return ast.Dict([node_of(k) for k in value], [node_of(v) for v in value.values()])
-    if isinstance(value, float) and value < 0:  # (a negative constant is not a literal)
+    if _negative(value):  # (not a literal: unparsed bare, `-5 ** y` would mean -(5 ** y))
         return ast.UnaryOp(ast.USub(), ast.Constant(-value))
     return ast.Constant(value)
+
+
+def _singleton(value) -> bool:
+    return value is None or value is Ellipsis or isinstance(value, bool)
+
+
+def _negative(value) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and math.copysign(1, value) < 0
 
 
 def is_const(node) -> bool:
@@ -120,12 +129,31 @@ def bound_names(stmt) -> list[str]:
 
 
 def binding_counts(tree: ast.Module) -> collections.Counter:
-    """How many module-level statements bind each name (bound_names): a name bound once is the
-    one definition its reads can mean."""
+    """How many times the module's own scope binds each name, in any form (an assignment, `+=`,
+    a loop's or a with's target, an import, a def): a name bound once is the one definition its
+    reads can mean (the scopes' bindings: _scope_bound)."""
     counts = collections.Counter()
     for stmt in tree.body:
-        counts.update(bound_names(stmt))
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            counts[stmt.name] += 1
+            continue
+        for node in _outside_scopes(stmt):
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                counts[node.id] += 1
+            else:
+                counts.update(_binds_otherwise(node))
     return counts
+
+
+def _outside_scopes(node):
+    """`node` and what lies under it, but not inside a function, lambda or class it holds (their
+    names are bound where they are defined: _binds_otherwise)."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, _SCOPES):
+            yield child
+        else:
+            yield from _outside_scopes(child)
 
 
 # -----------------------------
@@ -239,8 +267,9 @@ def as_test(node):
 class Fold(ast.NodeTransformer):
     """Constant expressions to constants, branches on constants to the branch taken."""
 
-    def __init__(self, literal_dicts: dict, shadowed: set, file_calls: dict):
+    def __init__(self, literal_dicts: dict, shadowed: set, file_calls: dict, stable=frozenset()):
         self.literal_dicts, self.shadowed, self.file_calls = literal_dicts, shadowed, file_calls
+        self.stable = stable  # names a read anywhere means the module's one binding of (bound_once)
 
     def _result(self, node, fn):
         try:
@@ -290,6 +319,9 @@ class Fold(ast.NodeTransformer):
         if not all(ok for ok, _ in items):
             return node
         values = [v for _, v in items]
+        for op, a, b in zip(node.ops, values, values[1:], strict=False):
+            if isinstance(op, (ast.Is, ast.IsNot)) and not (_singleton(a) or _singleton(b)):
+                return node  # (equal constants may or may not be one object, as Python compiles)
 
         def compare():
             return all(
@@ -374,16 +406,20 @@ class Fold(ast.NodeTransformer):
 
     def _entry(self, name: str, key):
         """The value node of `name[key]` in a module literal dict; None if not known, MISSING
-        if the dict has no such key."""
+        if the dict has no such key. A name as the value is the object it was bound to only if
+        nothing binds that name again (a later store, a parameter of the reading function)."""
         entries = self.literal_dicts.get(name)
         if entries is None or not all(map(is_const, entries.keys)):
             return None
-        for k, v in zip(entries.keys, entries.values, strict=True):
-            if k.value == key:
-                return (
-                    copy.deepcopy(v) if isinstance(v, (ast.Constant, ast.Name, ast.Dict)) else None
-                )
-        return MISSING
+        found = [v for k, v in zip(entries.keys, entries.values, strict=True) if k.value == key]
+        if not found:
+            return MISSING
+        value = found[-1]  # (a key written twice: the dict holds the last)
+        if isinstance(value, ast.Name) and value.id not in self.stable:
+            return None
+        return (
+            copy.deepcopy(value) if isinstance(value, (ast.Constant, ast.Name, ast.Dict)) else None
+        )
 
     def visit_Call(self, node):
         self.generic_visit(node)
@@ -418,13 +454,10 @@ class Fold(ast.NodeTransformer):
 
 def _ends_block(stmt) -> bool:
     """Whether the statements after `stmt` never run: a return, raise, continue or break; an if
-    whose branches all end so; a with whose body returns (a context manager may swallow an
-    exception, never a return)."""
+    whose branches all end so. Not a with whose body returns: its context manager may swallow an
+    exception raised before the return (contextlib.suppress), and the code after it runs."""
     if isinstance(stmt, ast.If):
         return bool(stmt.orelse) and _ends_block(stmt.body[-1]) and _ends_block(stmt.orelse[-1])
-    if isinstance(stmt, ast.With):
-        last = stmt.body[-1]
-        return isinstance(last, ast.Return) or (isinstance(last, ast.With) and _ends_block(last))
     return isinstance(stmt, (ast.Return, ast.Raise, ast.Continue, ast.Break))
 
 
@@ -432,9 +465,10 @@ def _idle(stmts: list) -> bool:
     return all(isinstance(s, ast.Pass) for s in stmts)
 
 
-def _overwrites(stmt, before) -> bool:
-    """`x = b` right after `x = a` (x a name or `name.attribute`), a only reading, b not reading x:
-    the first store is never seen."""
+def _overwrites(stmt, before, private=frozenset()) -> bool:
+    """`x = b` right after `x = a` (x a name or `name.attribute`), a only reading, b not reading x
+    and calling nothing that could (x one of the function's `private` locals, or no call): the
+    first store is never seen."""
     if not all(isinstance(s, ast.Assign) and len(s.targets) == 1 for s in (stmt, before)):
         return False
     target = stmt.targets[0]
@@ -442,7 +476,10 @@ def _overwrites(stmt, before) -> bool:
         isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
     )
     same = ast.dump(target, include_attributes=False).replace("Store", "Load")
-    reads = any(ast.dump(n) == same for n in walk(stmt.value))
+    seen = isinstance(target, ast.Name) and target.id in private  # (by no call)
+    reads = any(
+        ast.dump(n) == same or (isinstance(n, ast.Call) and not seen) for n in walk(stmt.value)
+    )
     return (
         plain
         and ast.dump(before.targets[0]) == ast.dump(target)
@@ -451,8 +488,9 @@ def _overwrites(stmt, before) -> bool:
     )
 
 
-def fold_body(stmts: list) -> list:
-    """Branches on constants to the branch taken; statements after a return or raise dropped."""
+def fold_body(stmts: list, private=frozenset()) -> list:
+    """Branches on constants to the branch taken; statements after a return or raise dropped;
+    `private`: the enclosing function's locals no call can read (_overwrites)."""
     out = []
     for stmt in stmts:
         named = isinstance(stmt, ast.If) and isinstance(stmt.test, ast.NamedExpr)
@@ -460,16 +498,16 @@ def fold_body(stmts: list) -> list:
             out.append(ast.Assign([ast.Name(stmt.test.target.id, ast.Store())], stmt.test.value))
             stmt.test = stmt.test.value
         if isinstance(stmt, ast.If) and is_const(stmt.test):
-            out += fold_body(stmt.body if stmt.test.value else stmt.orelse)
+            out += fold_body(stmt.body if stmt.test.value else stmt.orelse, private)
         elif isinstance(stmt, ast.While) and is_const(stmt.test) and not stmt.test.value:
-            out += fold_body(stmt.orelse)
+            out += fold_body(stmt.orelse, private)
         elif isinstance(stmt, ast.Assert) and is_const(stmt.test) and stmt.test.value:
             continue
         elif isinstance(stmt, ast.Expr) and is_const(stmt.value) and out:
             continue  # a literal statement that is not a docstring
         elif isinstance(stmt, ast.If) and _idle(stmt.body + stmt.orelse) and _reads_only(stmt.test):
             continue  # a test that decides nothing
-        elif out and _overwrites(stmt, out[-1]):
+        elif out and _overwrites(stmt, out[-1], private):
             out[-1] = stmt
         else:
             out.append(stmt)
@@ -479,15 +517,71 @@ def fold_body(stmts: list) -> list:
 
 
 class FoldBodies(ast.NodeVisitor):
+    """fold_body on every statement list. Dead code still tells what a function is: a `yield` in
+    it makes a generator, an assignment in it makes a name local (read before it: an error, not
+    the global). A function whose dead code did either keeps its body as it was."""
+
+    private = frozenset()  # the locals of the function being folded that no call can read
+
+    def visit_FunctionDef(self, node):
+        before = _scope_facts(node)
+        body = copy.deepcopy(node.body) if before[0] or before[1] & before[2] else None
+        outer, self.private = self.private, _private_locals(node, before[1])
+        self.generic_visit(node)
+        self.private = outer
+        if body is not None and _changes_scope(before, _scope_facts(node)):
+            node.body = body
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_ClassDef(self, node):
+        outer, self.private = self.private, frozenset()
+        self.generic_visit(node)
+        self.private = outer
+
+    visit_Lambda = visit_ClassDef
+
     def generic_visit(self, node):
         for field in ("body", "orelse", "finalbody"):
             stmts = getattr(node, field, None)
             if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
-                folded = fold_body(stmts)
-                setattr(node, field, folded or ([ast.Pass()] if field == "body" else []))
+                folded = fold_body(stmts, self.private)
+                needed = field == "body" or (field == "finalbody" and not node.handlers)
+                setattr(node, field, folded or ([ast.Pass()] if needed else []))
         if isinstance(node, (ast.If, ast.Try)) and not node.body:  # (emptied by another pass)
             node.body = [ast.Pass()]
         super().generic_visit(node)
+
+
+def _scope_facts(fn) -> tuple[bool, set, set]:
+    """Whether `fn` yields, the names it binds, the names it reads (not in nested scopes)."""
+    yields, bound, read = False, set(), set()
+    for n in _outside_scopes(fn):
+        if n is not fn and isinstance(n, _SCOPES):
+            bound.add(getattr(n, "name", ""))
+        yields |= isinstance(n, (ast.Yield, ast.YieldFrom))
+        if isinstance(n, ast.Name):
+            (read if isinstance(n.ctx, ast.Load) else bound).add(n.id)
+    return yields, bound, read
+
+
+def _private_locals(fn, bound: set) -> frozenset:
+    """The names `fn` binds that are neither global/nonlocal nor read by a scope inside it (a
+    closure a call could run), nor seen by locals()/vars(): a call cannot read them."""
+    if _reads_every_local(fn):
+        return frozenset()
+    shared = set()
+    for n in _outside_scopes(fn):
+        if isinstance(n, (ast.Global, ast.Nonlocal)):
+            shared.update(n.names)
+        elif n is not fn and isinstance(n, _SCOPES):
+            shared.update(m.id for m in walk(n) if isinstance(m, ast.Name))
+    return frozenset(bound - shared)
+
+
+def _changes_scope(before, after) -> bool:
+    """A generator no longer yielding, or a name still read no longer bound (now the global)."""
+    return (before[0] and not after[0]) or bool((before[1] - after[1]) & after[2])
 
 
 def prune_checks(tree) -> None:
@@ -508,9 +602,14 @@ def prune_checks(tree) -> None:
                 continue
             name = stmt.targets[0].id
             if _only_filtered_reads(fn, name, stmt):
-                stmt.value.elts = [
-                    e for e in stmt.value.elts if not (is_const(e.elts[0]) and not e.elts[0].value)
-                ]
+                stmt.value.elts = [e for e in stmt.value.elts if not _cannot_fail(e)]
+
+
+def _cannot_fail(check: ast.Tuple) -> bool:
+    """A check whose `broken` is a false constant, its other parts computed without effects
+    (what a dropped item's message would have called is not called)."""
+    broken, *rest = check.elts
+    return is_const(broken) and not broken.value and all(map(_no_effects, rest))
 
 
 def _only_filtered_reads(fn, name: str, assign) -> bool:
@@ -546,11 +645,13 @@ def scopes(tree):
 
 
 def constant_returns(tree: ast.Module) -> dict[str, dict[int, ast.expr]]:
-    """Module functions that always return a tuple with a constant at some positions (it
-    ends with such a return, and every return is one): {name: {position: constant}}."""
-    out = {}
+    """Module functions, undecorated and the one binding of their name, that always return a
+    tuple with a constant at some positions (it ends with such a return, and every return is
+    one): {name: {position: constant}}."""
+    out, once = {}, bound_once(tree)
     for fn in tree.body:
-        if not isinstance(fn, ast.FunctionDef) or not fn.body:
+        plain = isinstance(fn, ast.FunctionDef) and not fn.decorator_list and fn.name in once
+        if not plain or not fn.body:
             continue
         last = fn.body[-1]
         if not (isinstance(last, ast.Return) and isinstance(last.value, ast.Tuple)):
@@ -581,12 +682,13 @@ def constant_returns(tree: ast.Module) -> dict[str, dict[int, ast.expr]]:
     return out
 
 
-def constant_functions(tree: ast.Module) -> dict[str, ast.expr]:
+def constant_functions(tree: ast.Module) -> dict[str, tuple[ast.expr, ast.FunctionDef]]:
     """Module functions whose whole body (a docstring aside) is `return <constant>` (a constant,
-    or a tuple or list of them)."""
-    out = {}
+    or a tuple or list of them), bound once with no other binding of their name anywhere:
+    {name: (the constant, the function)}."""
+    once, out = bound_once(tree), {}
     for fn in tree.body:
-        if isinstance(fn, ast.FunctionDef) and not fn.decorator_list:
+        if isinstance(fn, ast.FunctionDef) and not fn.decorator_list and fn.name in once:
             body = [s for s in fn.body if not (isinstance(s, ast.Expr) and is_const(s.value))]
             if len(body) == 1 and isinstance(body[0], ast.Return):
                 value = body[0].value or ast.Constant(None)
@@ -594,12 +696,13 @@ def constant_functions(tree: ast.Module) -> dict[str, ast.expr]:
                 # (a list of constants too: each call builds a new list, as the literal does)
                 fresh_list = isinstance(v, list) and all(map(_immutable, v))
                 if ok and (_immutable(v) or fresh_list):
-                    out[fn.name] = value
+                    out[fn.name] = (value, fn)
     return out
 
 
 class InlineConstantCalls(ast.NodeTransformer):
-    """`f(a, b)` of a constant function, its arguments plain names or constants: the constant."""
+    """`f(a, b)` of a constant function, its arguments constants or names bound where they are
+    read, that the function's parameters take (else the call raises, as it did): the constant."""
 
     def __init__(self, constants: dict):
         self.constants = constants
@@ -608,12 +711,36 @@ class InlineConstantCalls(ast.NodeTransformer):
         self.generic_visit(node)
         f = node.func
         plain = all(
-            isinstance(a, (ast.Name, ast.Constant))
+            isinstance(a, ast.Constant) or (isinstance(a, ast.Name) and isinstance(a.ctx, ast.Load))
             for a in [*node.args, *(k.value for k in node.keywords)]
         )
         if isinstance(f, ast.Name) and f.id in self.constants and plain:
-            return ast.copy_location(copy.deepcopy(self.constants[f.id]), node)
+            value, fn = self.constants[f.id]
+            if _takes(fn.args, node):
+                return ast.copy_location(copy.deepcopy(value), node)
         return node
+
+
+def _takes(args: ast.arguments, call: ast.Call) -> bool:
+    """Whether a function of parameters `args` accepts `call`'s arguments (no * or **)."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(
+        k.arg is None for k in call.keywords
+    ):
+        return False
+    positional = [*args.posonlyargs, *args.args]
+    if len(call.args) > len(positional) and args.vararg is None:
+        return False
+    named = {k.arg for k in call.keywords}
+    by_keyword = {a.arg for a in [*args.args, *args.kwonlyargs]}
+    if not named <= by_keyword and args.kwarg is None:
+        return False
+    by_position = {a.arg for a in positional[: len(call.args)]}
+    if by_position & named:
+        return False  # (a parameter given twice)
+    filled = by_position | named
+    required = positional[: len(positional) - len(args.defaults)]
+    required += [a for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
+    return all(a.arg in filled for a in required)
 
 
 def fold_local_tables(tree) -> None:
@@ -621,15 +748,18 @@ def fold_local_tables(tree) -> None:
     default)` with constant keys): each lookup becomes its value; the dict, unread, then goes."""
     for fn in scopes(tree):
         stores: dict[str, list] = {}
-        for n in walk(fn):
+        for n in walk(fn):  # (a nested scope's binding of the name too: its reads are unknown)
             if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
                 stores.setdefault(n.id, []).append(n)
+            for name in _binds_otherwise(n):
+                stores.setdefault(name, []).extend([n, n])
         tables = {}
-        for stmt in walk(fn):
+        for stmt in _outside_scopes(fn):
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
                 target = stmt.targets[0]
                 ok, value = const_value(stmt.value)
-                if isinstance(target, ast.Name) and ok and isinstance(value, dict):
+                plain = ok and isinstance(value, dict) and _immutable(tuple(value.values()))
+                if isinstance(target, ast.Name) and plain:  # (a list value may be appended to)
                     tables[target.id] = value
         lookups = {id(n.value) for n in walk(fn)
                    if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load)}  # fmt: skip
@@ -681,11 +811,13 @@ def drop_dead_locals(tree) -> None:
     for fn in scopes(tree):
         loads, declared = set(), set()
         for n in walk(fn):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-                loads.add(n.id)
+            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store):
+                loads.add(n.id)  # (`del x` needs x bound)
             elif isinstance(n, (ast.Global, ast.Nonlocal)):
                 declared.update(n.names)
-        for stmt in walk(fn):
+        if _reads_every_local(fn):
+            continue
+        for stmt in _outside_scopes(fn):  # (a class body's names are its attributes)
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
                 _drop_dead_targets(stmt, loads | declared)
         _drop_emptied(fn)
@@ -729,17 +861,18 @@ def propagate_locals(tree) -> None:
     and the assignment goes when it was a constant."""
     returned = constant_returns(tree) if isinstance(tree, ast.Module) else {}
     for fn in scopes(tree):
+        if _reads_every_local(fn):
+            continue
         stores: dict[str, int] = {}
         declared = set()
         for n in walk(fn):
             if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
                 stores[n.id] = stores.get(n.id, 0) + 1
-            elif isinstance(n, ast.arg):
-                stores[n.arg] = stores.get(n.arg, 0) + 2
             elif isinstance(n, (ast.Global, ast.Nonlocal)):
                 declared.update(n.names)
-            elif isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n is not fn:
-                stores[n.name] = stores.get(n.name, 0) + 2
+            elif n is not fn:  # (a parameter, an import, a match's capture, a nested def, ...)
+                for name in _binds_otherwise(n):
+                    stores[name] = stores.get(name, 0) + 2
         once = {name for name, count in stores.items() if count == 1} - declared
         loads = [n for n in walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
         found = {}
@@ -754,6 +887,10 @@ def propagate_locals(tree) -> None:
             _Inline(found).visit(fn)
 
 
+def _reads_every_local(fn) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in ("locals", "vars") for n in walk(fn))
+
+
 def _first_reads(block: list, loads: list) -> dict:
     """{name: the index in `block` of the first statement reading it}; -1 for a name also read
     outside the block (no statement of it comes before all its reads)."""
@@ -766,8 +903,11 @@ def _first_reads(block: list, loads: list) -> dict:
 
 
 def _blocks(fn):
-    """Every statement list of `fn` (its body, its branches' and loops' bodies, ...)."""
+    """Every statement list of `fn` (its body, its branches' and loops' bodies, ...) but a class
+    body's (its stores are the class's attributes)."""
     for node in walk(fn):
+        if isinstance(node, ast.ClassDef):
+            continue
         for field in ("body", "orelse", "finalbody"):
             stmts = getattr(node, field, None)
             if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
@@ -782,6 +922,8 @@ def _constant_bindings(stmt: ast.Assign, ready: set, returned: dict) -> dict:
     if isinstance(target, ast.Tuple) and isinstance(call, ast.Call):
         fixed = returned.get(call.func.id, {}) if isinstance(call.func, ast.Name) else {}
         for i, t in enumerate(target.elts):
+            if isinstance(t, ast.Starred):
+                break  # (the positions after it count from the end)
             if i in fixed and isinstance(t, ast.Name) and t.id in ready:
                 found[t.id] = fixed[i]
     pairs = []
@@ -827,8 +969,9 @@ class _Inline(ast.NodeTransformer):
 def _only_called(tree: ast.Module) -> dict:
     """Module functions, and classes with their own __init__, that are only ever called by name:
     {name: (the function whose parameters the calls fill, how many it takes first, the calls)}.
-    A name bound twice, bound as a parameter anywhere, a base class, or written in a string
-    (getattr) is left alone."""
+    A name bound twice (or anywhere else: bound_once), bound as a parameter anywhere, a base
+    class, written in a string (getattr) or decorated is left alone, and so are the classes when
+    code builds an instance without naming its class."""
     defs: dict[str, list] = {}
     for stmt in tree.body:
         for name in bound_names(stmt):
@@ -848,18 +991,53 @@ def _only_called(tree: ast.Module) -> dict:
             refused |= {b.id for b in n.bases if isinstance(b, ast.Name)}
         elif isinstance(n, ast.arg):
             refused.add(n.arg)
-    out = {}
+    out, once = {}, bound_once(tree)
+    anonymous = _built_anonymously(tree)
     for name, stmts in defs.items():
         stmt = stmts[0]
-        if len(stmts) != 1 or name in refused or name not in calls:
+        if len(stmts) != 1 or name in refused or name not in calls or name not in once:
             continue
-        if isinstance(stmt, ast.FunctionDef):
+        if isinstance(stmt, ast.FunctionDef) and _passes_arguments_through(stmt):
             out[name] = (stmt, 0, calls[name])
-        elif isinstance(stmt, ast.ClassDef) and not stmt.decorator_list:
+        elif isinstance(stmt, ast.ClassDef) and not stmt.decorator_list and name not in anonymous:
             init = [s for s in stmt.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"]
             if len(init) == 1 and not init[0].decorator_list:
                 out[name] = (init[0], 1, calls[name])  # (self)
     return out
+
+
+# Decorators whose wrapper calls the function with its own call's arguments
+PASS_THROUGH = frozenset({"contextlib.contextmanager", "torch.no_grad", "functools.cache"})
+
+
+def _passes_arguments_through(fn) -> bool:
+    """Whether a call of `fn`'s name passes its arguments to `fn` as they are: undecorated, or
+    decorated by PASS_THROUGH's alone (another decorator's wrapper may call it otherwise)."""
+    names = [ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in fn.decorator_list]
+    return all(name in PASS_THROUGH for name in names)
+
+
+def _built_anonymously(tree: ast.Module) -> set[str]:
+    """The module's classes whose instances some code makes without naming the class: `cls(...)`
+    in one of its class methods (or its ancestors'); every class for `type(x)(...)` or
+    `x.__class__(...)`."""
+    classes = {n.name: n for n in walk(tree) if isinstance(n, ast.ClassDef)}
+    for n in walk(tree):
+        f = n.func if isinstance(n, ast.Call) else None
+        of_type = isinstance(f, ast.Call) and getattr(f.func, "id", "") == "type"
+        if of_type or (isinstance(f, ast.Attribute) and f.attr == "__class__"):
+            return set(classes)
+    found = {
+        name
+        for name, cls in classes.items()
+        if any(isinstance(n, ast.Call) and getattr(n.func, "id", "") == "cls" for n in walk(cls))
+    }
+    while True:  # (a class method a subclass inherits makes the subclass)
+        more = {name for name, c in classes.items() if name not in found
+                and any(isinstance(b, ast.Name) and b.id in found for b in c.bases)}  # fmt: skip
+        if not more:
+            return found
+        found |= more
 
 
 def _parameters(fn, skip: int) -> list:
@@ -922,20 +1100,26 @@ def constant_arguments(tree: ast.Module) -> None:
 
 def _bound_in(body: ast.AST) -> set[str]:
     """Every name a node under `body` binds other than by a plain store: parameters of nested
-    functions and lambdas, defs and classes, imports, except-clause names, global/nonlocal."""
-    out = set()
-    for n in walk(body):
-        if isinstance(n, ast.arg):
-            out.add(n.arg)
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.add(n.name)
-        elif isinstance(n, ast.alias):
-            out.add((n.asname or n.name).split(".")[0])
-        elif isinstance(n, ast.ExceptHandler) and n.name:
-            out.add(n.name)
-        elif isinstance(n, (ast.Global, ast.Nonlocal)):
-            out.update(n.names)
-    return out
+    functions and lambdas, defs and classes, imports, except-clause names, global/nonlocal,
+    a match's captures."""
+    return {name for n in walk(body) for name in _binds_otherwise(n)}
+
+
+def _binds_otherwise(n: ast.AST) -> list[str]:
+    """The names node `n` binds other than as a stored ast.Name."""
+    if isinstance(n, ast.arg):
+        return [n.arg]
+    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [n.name]
+    if isinstance(n, ast.alias):
+        return [(n.asname or n.name).split(".")[0]]
+    if isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and n.name:
+        return [n.name]
+    if isinstance(n, ast.MatchMapping) and n.rest:
+        return [n.rest]
+    if isinstance(n, (ast.Global, ast.Nonlocal)):
+        return list(n.names)
+    return []
 
 
 def _drop_parameters(fn, skip: int, calls: list, dropped: set) -> None:
@@ -1182,14 +1366,23 @@ def _without_hooks(stmts: list, me: str, hooks: dict) -> list:
     return out
 
 
+def _targets(stmt) -> list:
+    if isinstance(stmt, ast.Assign):
+        return [e for t in stmt.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+    return [stmt.target] if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) else []
+
+
 def idle_hooks(tree: ast.Module) -> None:
     """A method that does nothing (`pass`, a bare return: a hook another tool fills) or only
     returns `contextlib.nullcontext()`, defined once in the module and never reassigned: its
     class's methods no longer call it as a statement or enter it in a `with`."""
     defined: dict[str, int] = {}
-    for n in walk(tree):
+    for n in walk(tree):  # (a subclass's `name = other` in its body defines the hook too)
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
             defined[n.name] = defined.get(n.name, 0) + 1
+        elif isinstance(n, ast.ClassDef) and n.bases:
+            for name in {t.id for s in n.body for t in _targets(s) if isinstance(t, ast.Name)}:
+                defined[name] = defined.get(name, 0) + 1
     if _sets_attributes_by_name(tree):
         return
     classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
@@ -1256,20 +1449,72 @@ def bound_once(tree: ast.Module) -> set[str]:
     return once - _scope_bound(tree)
 
 
+def bound_anywhere(tree: ast.Module) -> set[str]:
+    """Every name the module or any function, lambda or class in it binds: a builtin of one of
+    these names may not be the builtin where it is read."""
+    return set(binding_counts(tree)) | _scope_bound(tree)
+
+
 def _scope_bound(tree: ast.Module) -> set[str]:
     """Every name some function, lambda or class body binds (conservatively: any store,
-    parameter, nested definition or import inside one; _bound_in's and the plain stores). The
-    scopes nested in another lie under its children, so the outermost ones are read, once each."""
+    parameter, nested definition or import inside one; _bound_in's and the plain stores), but a
+    class body's own members that the class body does not read: a method named like a module
+    function hides it from no code but the class body's. The scopes nested in another lie under
+    its children, so the outermost ones are read, once each."""
     names = set()
     for scope in _outermost(tree, _SCOPES):
-        for child in ast.iter_child_nodes(scope):  # (its own name is bound where it is defined)
-            names |= _bound_in(child)
-            names |= {
-                n.id
-                for n in walk(child)
-                if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
-            }
+        if not isinstance(scope, ast.ClassDef):
+            for child in ast.iter_child_nodes(scope):  # (its own name is bound where defined)
+                names |= _bound_by(child)
+            continue
+        read_here = _class_scope_reads(scope)
+        for child in ast.iter_child_nodes(scope):
+            names |= _bound_by(child) - (_class_level_bindings(child) - read_here)
     return names
+
+
+def _bound_by(node: ast.AST) -> set[str]:
+    """Every name `node` or a node under it binds (_bound_in's and the plain stores)."""
+    stores = {
+        n.id for n in walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+    }
+    return _bound_in(node) | stores
+
+
+def _class_level_bindings(stmt: ast.AST) -> set[str]:
+    """The names a statement of a class body binds in the class's own scope (its members)."""
+    if isinstance(stmt, _SCOPES):
+        return {getattr(stmt, "name", "")}
+    names = set()
+    for n in _outside_scopes(stmt):  # (a nested def's name, not what binds inside it)
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            names.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        elif not isinstance(n, ast.Lambda):
+            names.update(_binds_otherwise(n))
+    return names
+
+
+def _class_scope_reads(cls: ast.ClassDef) -> frozenset:
+    """The names a class body reads in its own scope, where a bare name may be a member
+    (`DOUBLE = SCALE * 2`, `@span.setter`, a default `n=LIMIT`)."""
+    parts = []
+    for stmt in cls.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defaults = [*stmt.args.defaults, *(d for d in stmt.args.kw_defaults if d)]
+            parts += [*stmt.decorator_list, *defaults]
+        elif isinstance(stmt, ast.ClassDef):
+            parts += [*stmt.decorator_list, *stmt.bases, *stmt.keywords]
+        else:
+            parts.append(stmt)
+    return frozenset(
+        n.id if isinstance(n, ast.Name) else n.target.id
+        for part in parts
+        for n in walk(part)
+        if (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+        or (isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name))
+    )
 
 
 def _outermost(node: ast.AST, kinds: tuple):

@@ -43,12 +43,13 @@ environment. A record runs one configuration, so its counted code need not carry
    constants, subscripts of module-level literal dicts and of a literal dict by a constant
    key), tests by their truth (`x and True` is x; `x and False` is False when x only reads;
    an `elif` on its `if`'s test never runs),
-   `if`/`while` on constants, statements after return/raise (or a `with` that returns, an `if`
-   whose branches all end), single-assignment constant locals whose reads follow them in their
-   block (and the constant parts of what a function always returns: `val, windows, plan =
-   load_data(...)`), a local dict of constants only looked up (its lookups), locals no code
-   reads, stores overwritten at once, calls of functions that only return a constant (or a list
-   of them: a new one each call), validation checks of the form `(broken, NAME, want)` whose
+   `if`/`while` on constants, statements after return/raise (or an `if` whose branches all
+   end; not after a `with`, whose context manager may swallow an exception), single-assignment
+   constant locals whose reads follow them in their block (and the constant parts of what a
+   function always returns: `val, windows, plan = load_data(...)`), a local dict of constants
+   only looked up (its lookups), locals no code reads, stores overwritten at once, calls of
+   functions that only return a constant (or a list of them: a new one each call), validation
+   checks of the form `(broken, NAME, want)` whose
    `broken` folded to False.
    Functions that read files beside the script (presets/) are evaluated on constant arguments,
    as the record folder has no such files. Then, across functions:
@@ -82,6 +83,7 @@ environment. A record runs one configuration, so its counted code need not carry
 
 from __future__ import annotations
 
+import abc
 import ast
 import builtins
 import contextlib
@@ -102,8 +104,11 @@ from .fold import (
     Fold,
     FoldBodies,
     InlineConstantCalls,
+    _class_scope_reads,
     binding_counts,
+    bound_anywhere,
     bound_names,
+    bound_once,
     constant_arguments,
     constant_attributes,
     constant_functions,
@@ -160,9 +165,13 @@ SETTABLE_FUNCTION = "settable"
 # specialised settings class keeps those defaults, so a lookup of a constant key folds to it
 DEFAULTS_TABLE = "DEFAULTS"
 # Methods that code not ours calls on objects that need not inherit from it (duck typing:
-# contextlib.closing's close, a thread target's run); a method overriding one of a base class
-# not ours (nn.Module's forward, an optimizer's step) is kept by Settings.inherited
-PROTOCOL_METHODS = frozenset({"close", "run", "forward", "step", "state_dict", "load_state_dict"})
+# contextlib.closing's close, a thread target's run, print's and json.dump's write and flush, a
+# `**mapping`'s keys, a logging filter's filter); a method overriding one of a base class not
+# ours (nn.Module's forward, an optimizer's step) is kept by Settings.inherited
+PROTOCOL_METHODS = frozenset(
+    {"close", "run", "forward", "step", "state_dict", "load_state_dict", "write", "flush", "read",
+     "readline", "fileno", "keys", "filter", "emit", "handle"}
+)  # fmt: skip
 
 
 # -----------------------------
@@ -279,6 +288,8 @@ def inherited_members(module) -> dict[str, frozenset]:
         if isinstance(cls, type) and cls.__module__ == module.__name__:
             outside = [b for b in cls.__mro__[1:] if b.__module__ != module.__name__]
             out[name] = frozenset(m for base in outside for m in vars(base))
+            if type(cls) not in (type, abc.ABCMeta):  # its metaclass reads the body (Enum's)
+                out[name] |= frozenset(vars(cls))
     return out
 
 
@@ -949,6 +960,10 @@ class Uses:
         for n in walk(node):
             if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store):
                 self.names.add(n.id)
+            elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
+                self.names.add(n.target.id)  # (`x += 1` reads x)
+            elif isinstance(n, (ast.Global, ast.Nonlocal)):
+                self.names.update(n.names)  # (its stores are the module's binding's)
             elif isinstance(n, ast.Attribute):
                 self.attrs.add(n.attr)
             elif isinstance(n, ast.Constant) and isinstance(n.value, str) and len(n.value) < 80:
@@ -976,13 +991,14 @@ def _method_live(member, uses: Uses, inherited: frozenset) -> bool:
 
 def _scan_class_shell(cls, uses: Uses, inherited: frozenset) -> list:
     """Scan what a live class always keeps; return its methods and plain class attributes, each
-    with the names its library ancestors define, to be kept when its name is used or is one."""
+    with the names its library ancestors define and the names its body reads in its own scope
+    (`DOUBLE = SCALE * 2`: fold._class_scope_reads), to be kept when its name is used or is one."""
     for part in (*cls.bases, *cls.keywords, *cls.decorator_list):
         uses.scan(part)
-    members = []
+    members, read_here = [], inherited | _class_scope_reads(cls)
     for stmt in cls.body:
         if _member_name(stmt) is not None:
-            members.append((stmt, inherited))
+            members.append((stmt, read_here))
         else:
             uses.scan(stmt)
     return members
@@ -1053,6 +1069,8 @@ def prune_unreachable(tree: ast.Module, inherited: dict | None = None) -> None:
 def _prune_import(stmt, uses: Uses) -> bool:
     if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
         return True
+    if any(a.name == "*" for a in stmt.names):
+        return True  # (which names it binds is not written here)
     stmt.names = [a for a in stmt.names if _import_name(a) in uses.names]
     return bool(stmt.names)
 
@@ -1063,8 +1081,9 @@ def _prune_import(stmt, uses: Uses) -> bool:
 
 
 def _literal_dicts(tree: ast.Module) -> dict:
-    """Module names bound once to a dict literal and never stored into: foldable lookups."""
-    bound = binding_counts(tree)
+    """Module names bound once (bound_once: no other binding anywhere) to a dict literal and never
+    stored into: foldable lookups."""
+    once = bound_once(tree)
     out = {}
     for stmt in tree.body:
         if (
@@ -1072,18 +1091,24 @@ def _literal_dicts(tree: ast.Module) -> dict:
             and len(stmt.targets) == 1
             and isinstance(stmt.targets[0], ast.Name)
             and isinstance(stmt.value, ast.Dict)
-            and bound[stmt.targets[0].id] == 1
+            and stmt.targets[0].id in once
         ):
             out[stmt.targets[0].id] = stmt.value
-    for n in walk(tree):  # d[k] = ..., del d[k], d.update(...): not a constant
+    for n in walk(tree):  # d[k] = ..., d[k][j] = ..., del d[k], d[k].update(...): no constant
         stored = isinstance(n, ast.Subscript) and not isinstance(n.ctx, ast.Load)
-        if stored and isinstance(n.value, ast.Name):
-            out.pop(n.value.id, None)
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.attr in (
-            "update", "pop", "setdefault", "clear", "popitem", "__setitem__", "__delitem__"
-        ):  # fmt: skip
-            out.pop(n.value.id, None)
+        if stored or (isinstance(n, ast.Attribute) and n.attr in MUTATING_METHODS):
+            base = n.value
+            while isinstance(base, ast.Subscript):
+                base = base.value
+            if isinstance(base, ast.Name):
+                out.pop(base.id, None)
     return out
+
+
+MUTATING_METHODS = frozenset(
+    {"update", "pop", "setdefault", "clear", "popitem", "__setitem__", "__delitem__", "append",
+     "extend", "insert", "remove", "add", "discard", "sort", "reverse", "__ior__"}
+)  # fmt: skip
 
 
 def _inline_file_constants(tree: ast.Module, constants: dict) -> None:
@@ -1153,7 +1178,7 @@ def folding_passes(settings: Settings, shadowed: set) -> dict:
 
     return {
         "constant expressions": lambda t: Fold(
-            _literal_dicts(t), shadowed, settings.file_calls
+            _literal_dicts(t), shadowed, settings.file_calls, bound_once(t)
         ).visit(t),
         "rows of tables": in_place(lambda t: table_rows(t, _literal_dicts(t))),
         "dead branches and code": in_place(FoldBodies().visit),
@@ -1186,8 +1211,13 @@ def specialize_tree(source: str, settings: Settings, skip=frozenset()) -> ast.Mo
     if settings.fixed_table is not None:
         _inline_file_constants(tree, {"FIXED_VARIABLES": settings.fixed_table})
     tree = ConfigReads(settings).visit(tree)
-    shadowed = {n for s in tree.body for n in bound_names(s)}
-    passes = folding_passes(settings, shadowed)
+    return fold_to_fixpoint(tree, settings, skip)
+
+
+def fold_to_fixpoint(tree: ast.Module, settings: Settings, skip=frozenset()) -> ast.Module:
+    """The folding passes and the pruning (folding_passes, but those in `skip`) until none
+    changes the tree."""
+    passes = folding_passes(settings, bound_anywhere(tree))
     unknown = set(skip) - set(passes)
     if unknown:
         raise SubmissionError(f"no folding pass named {', '.join(sorted(unknown))}")
