@@ -30,7 +30,7 @@ def outcome(source: str) -> str:
         warnings.simplefilter("ignore")  # (`x is 1000`'s SyntaxWarning)
         try:
             exec(compile(source, "toy.py", "exec"), module.__dict__)
-        except Exception as e:  # noqa: BLE001 - the outcome is the exception's type
+        except Exception as e:  # (the outcome is the exception's type)
             print(f"raised {type(e).__name__}")
     return out.getvalue()
 
@@ -185,8 +185,8 @@ def test_what_code_reaches_without_naming_it_as_an_attribute_is_kept(program):
         "def g():\n    if False:\n        yield 1\nprint(list(g()))",
         "x = 'global'\ndef h():\n    print(x)\n    if False:\n        x = 2\nh()",
         # a finally left empty
-        "def f():\n    try:\n        return 1\n    finally:\n        if False:\n            print(0)\n"
-        "print(f())",
+        "def f():\n    try:\n        return 1\n    finally:\n"
+        "        if False:\n            print(0)\nprint(f())",
     ],
 )
 def test_dead_code_goes_only_where_the_function_stays_what_it_was(program):
@@ -227,8 +227,8 @@ def test_a_check_s_message_is_dropped_only_when_building_it_calls_nothing():
         # a table whose value is a list may be changed in place
         'def f():\n    t = {"a": [1]}\n    t["a"].append(2)\n    return t["a"]\nprint(f())',
         # a nested function's table is not the outer function's name
-        't = {"a": 2}\ndef outer():\n    def inner():\n        t = {"a": 1}\n        return t["a"]\n'
-        '    return inner(), t["a"]\nprint(outer())',
+        't = {"a": 2}\ndef outer():\n    def inner():\n        t = {"a": 1}\n'
+        '        return t["a"]\n    return inner(), t["a"]\nprint(outer())',
     ],
 )
 def test_a_local_table_folds_only_when_it_is_the_function_s_own_and_immutable(program):
