@@ -296,3 +296,78 @@ def test_a_hook_a_subclass_sets_in_its_body_is_still_called():
             on_step = loud
         print(B().run())
     """)
+
+
+# -----------------------------
+# ATTRIBUTES AND ARGUMENTS
+# -----------------------------
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        # __init__ may return before the store: the class attribute is read then
+        "class A:\n    x = 0\n    def __init__(self, fast):\n        if fast:\n            return\n"
+        "        self.x = 1\n    def get(self):\n        return self.x\n"
+        "print(A(True).get(), A(False).get())",
+        # a method __init__ calls reads it before the store
+        "class A:\n    def __init__(self):\n        self.log = self.show()\n        self.x = 1\n"
+        "    def show(self):\n        try:\n            return self.x\n"
+        "        except AttributeError:\n            return 'unset'\nprint(A().log)",
+        # a subclass skips the base's __init__
+        "class A:\n    def __init__(self):\n        self.x = 1\n    def get(self):\n"
+        "        return self.x\nclass B(A):\n    x = 5\n    def __init__(self):\n        pass\n"
+        "print(B().get(), A().get())",
+        # its attributes reached as a dict
+        "class A:\n    def __init__(self):\n        self.x = 1\n    def get(self):\n"
+        "        return self.x\na = A()\nvars(a).update(x=2)\nprint(a.get())",
+    ],
+)
+def test_an_attribute_set_once_in_init_is_a_constant_only_when_every_method_sees_it(program):
+    assert_same(program)
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        # a class attribute or a method answers hasattr too
+        "class A:\n    limit = 3\n    def reset(self):\n        pass\n    def ask(self):\n"
+        "        return hasattr(self, 'limit'), hasattr(self, 'reset')\nprint(A().ask())",
+        # asked in __init__ before the store
+        "class A:\n    def __init__(self):\n        self.had = hasattr(self, 'x')\n"
+        "        self.x = 1\nprint(A().had)",
+        # deleted by delattr
+        "class A:\n    def __init__(self):\n        self.x = 1\n    def drop(self):\n"
+        "        delattr(self, 'x')\n        return hasattr(self, 'x')\nprint(A().drop())",
+        # a subclass that does not store it
+        "class A:\n    def __init__(self):\n        self.x = 1\n    def ask(self):\n"
+        "        return hasattr(self, 'x')\nclass B(A):\n    def __init__(self):\n        pass\n"
+        "print(A().ask(), B().ask())",
+    ],
+)
+def test_hasattr_folds_only_to_what_every_instance_answers(program):
+    assert_same(program)
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        # an instance built by cls(...) in a class method passes no keyword
+        "class A:\n    def __init__(self, *, n=1):\n        self.n = n\n    @classmethod\n"
+        "    def fresh(cls):\n        return cls()\na = A(n=2)\nprint(a.n, a.fresh().n)",
+        # type(self)(...) builds one unseen
+        "class P:\n    def __init__(self, x=1):\n        self.x = x\n    def copy(self):\n"
+        "        return type(self)(self.x + 1)\nprint(P(1).copy().x)",
+        # a nested def or an import of the function's name is another function
+        "def f(x):\n    return x\ndef g():\n    def f(a, b):\n        return a * b\n"
+        "    return f(1, 5)\nprint(f(1), g())",
+        # a decorator's wrapper calls it otherwise
+        "def with_ten(fn):\n    return lambda: fn(10)\n@with_ten\ndef f(x=1):\n    return x\n"
+        "print(f())",
+        # a module-level += binds a table's field again
+        "import dataclasses\n@dataclasses.dataclass(frozen=True)\nclass Row:\n    n: int\n"
+        "LIMIT = 1\nTABLE = {'a': Row(LIMIT)}\nLIMIT += 1\nprint(TABLE['a'].n, LIMIT)",
+    ],
+)
+def test_a_parameter_or_field_is_a_constant_only_when_every_call_is_in_sight(program):
+    assert_same(program)

@@ -1022,10 +1022,10 @@ def _built_anonymously(tree: ast.Module) -> set[str]:
     in one of its class methods (or its ancestors'); every class for `type(x)(...)` or
     `x.__class__(...)`."""
     classes = {n.name: n for n in walk(tree) if isinstance(n, ast.ClassDef)}
-    for n in walk(tree):
+    for n in walk(tree):  # (`k = self.__class__` and then `k(...)` too)
         f = n.func if isinstance(n, ast.Call) else None
         of_type = isinstance(f, ast.Call) and getattr(f.func, "id", "") == "type"
-        if of_type or (isinstance(f, ast.Attribute) and f.attr == "__class__"):
+        if of_type or (isinstance(n, ast.Attribute) and n.attr == "__class__"):
             return set(classes)
     found = {
         name
@@ -1151,11 +1151,15 @@ def _self_attribute(node, owner: str) -> str | None:
     return None
 
 
-def _init_constants(init: ast.FunctionDef) -> dict:
+def _init_constants(init: ast.FunctionDef, ours: set) -> dict:
     """{attribute: (its constant, the statement storing it)} of `self.x = <constant>` statements
-    of an __init__'s own body (tuple assignments too), not in a branch."""
+    of an __init__'s own body (tuple assignments too), not in a branch, before any statement
+    that may return or run code seeing the instance (a call given it; `super().__init__()`
+    aside; `ours`: the module classes' method names): every method then reads the constant."""
     me, out = init.args.args[0].arg, {}
     for stmt in init.body:
+        if _may_return_or_show(stmt, me, ours):
+            break
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
             continue
         target, value = stmt.targets[0], stmt.value
@@ -1170,6 +1174,46 @@ def _init_constants(init: ast.FunctionDef) -> dict:
     return out
 
 
+def _may_return_or_show(stmt, me: str, ours: set) -> bool:
+    """Whether `stmt` may return, or run code of ours that sees instance `me`: a call given `me`
+    (`f(self)`), or of a method some module class defines (`self.build()`; not
+    `super().__init__(...)`, nor a library's own method: `self.register_buffer(...)`)."""
+    for n in _outside_scopes(stmt):
+        if isinstance(n, ast.Return):
+            return True
+        if n is not stmt and isinstance(n, _SCOPES):  # (a closure over the instance)
+            if any(isinstance(m, ast.Name) and m.id == me for m in walk(n)):
+                return True
+            continue
+        if not isinstance(n, ast.Call) or _is_super_init(n):
+            continue
+        given = [*n.args, *(k.value for k in n.keywords)]
+        if any(_hands_on(a, me) for a in given) or _self_attribute(n.func, me) in ours:
+            return True
+    return False
+
+
+def _hands_on(expr, me: str) -> bool:
+    """Whether `expr` may be instance `me` itself, or hold it (not only read its attributes)."""
+    read = {id(n.value) for n in walk(expr) if isinstance(n, ast.Attribute)}
+    return any(isinstance(n, ast.Name) and n.id == me and id(n) not in read for n in walk(expr))
+
+
+def _is_super_init(call: ast.Call) -> bool:
+    f = call.func
+    return (
+        isinstance(f, ast.Attribute)
+        and f.attr == "__init__"
+        and isinstance(f.value, ast.Call)
+        and getattr(f.value.func, "id", "") == "super"
+    )
+
+
+def _instance_methods(tree: ast.Module) -> set[str]:
+    """The names of the methods the module's classes define on their instances."""
+    return {f.name for c in walk(tree) if isinstance(c, ast.ClassDef) for f, _ in _methods(c)}
+
+
 def _methods(cls: ast.ClassDef):
     """(method, its instance's name) of each method taking the instance first."""
     for fn in cls.body:
@@ -1181,17 +1225,78 @@ def _methods(cls: ast.ClassDef):
 
 
 def _sets_attributes_by_name(tree: ast.Module) -> bool:
-    """Whether a method stores or deletes an attribute of its instance by a computed name
-    (`setattr(self, name, v)`): then no attribute's stores are all in sight."""
-    selves = {fn.args.args[0].arg for cls in tree.body if isinstance(cls, ast.ClassDef)
-              for fn, _ in _methods(cls)}  # fmt: skip
-    return any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-        and n.func.id in ("setattr", "delattr") and len(n.args) >= 2
-        and isinstance(n.args[0], ast.Name) and n.args[0].id in selves
-        and not is_const(n.args[1])
-        for n in walk(tree)
-    )  # fmt: skip
+    """Whether code stores or deletes an attribute by a computed name (`setattr(obj, name, v)`,
+    but of an imported module's: torch's config), or reaches an instance's attributes as a dict
+    (`vars(obj)`, `obj.__dict__`): then no attribute's stores are all in sight."""
+    modules = {
+        (a.asname or a.name).split(".")[0]
+        for stmt in tree.body
+        for s in _outside_scopes(stmt)  # (in a `try:` too)
+        if isinstance(s, (ast.Import, ast.ImportFrom))
+        for a in s.names
+    } & bound_once(tree)
+    for n in walk(tree):
+        if isinstance(n, ast.Attribute) and n.attr == "__dict__":
+            return True
+        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.args):
+            continue
+        if n.func.id == "vars":
+            return True
+        if n.func.id in ("setattr", "delattr") and len(n.args) >= 2 and not is_const(n.args[1]):
+            root = n.args[0]
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if not (isinstance(root, ast.Name) and root.id in modules):
+                return True
+    return False
+
+
+def _attribute_stores(tree: ast.Module) -> collections.Counter:
+    """How many statements store or delete each attribute name (`obj.x = ...`, `del obj.x`,
+    `setattr(obj, "x", v)`, `delattr(obj, "x")`)."""
+    counts = collections.Counter()
+    for n in walk(tree):
+        if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load):
+            counts[n.attr] += 1
+        elif (
+            isinstance(n, ast.Call)
+            and getattr(n.func, "id", "") in ("setattr", "delattr")
+            and len(n.args) >= 2
+            and is_const(n.args[1])
+        ):
+            counts[n.args[1].value] += 1
+    return counts
+
+
+def _inits_skipped(tree: ast.Module) -> set[str]:
+    """The module's classes a subclass may build without running their __init__: the subclass
+    defines one that does not open with `super().__init__(...)` (its instances then lack what the
+    base's __init__ stores, and read the class attributes instead)."""
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    skipped = set()
+    for cls in classes.values():
+        init = next((f for f, _ in _methods(cls) if f.name == "__init__"), None)
+        if init is None or _opens_with_super_init(init):
+            continue
+        for base in cls.bases:
+            if isinstance(base, ast.Name) and base.id in classes:
+                skipped |= {base.id, *_module_ancestors(classes[base.id], classes)}
+    return skipped
+
+
+def _opens_with_super_init(init) -> bool:
+    body = [s for s in init.body if not (isinstance(s, ast.Expr) and is_const(s.value))]
+    first = body[0] if body else None
+    call = first.value if isinstance(first, ast.Expr) else None
+    return isinstance(call, ast.Call) and _is_super_init(call)
+
+
+def _module_ancestors(cls: ast.ClassDef, classes: dict) -> set[str]:
+    out = set()
+    for base in cls.bases:
+        if isinstance(base, ast.Name) and base.id in classes and base.id not in out:
+            out |= {base.id, *_module_ancestors(classes[base.id], classes)}
+    return out
 
 
 def constant_attributes(tree: ast.Module) -> None:
@@ -1200,17 +1305,16 @@ def constant_attributes(tree: ast.Module) -> None:
     goes when nothing else reads an attribute x."""
     if _sets_attributes_by_name(tree):
         return
-    stores: dict[str, int] = {}
-    for n in walk(tree):
-        if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load):
-            stores[n.attr] = stores.get(n.attr, 0) + 1
+    stores = _attribute_stores(tree)
     strings = {n.value for n in walk(tree) if is_const(n) and isinstance(n.value, str)}
+    skipped = _inits_skipped(tree)
+    ours = _instance_methods(tree)
     for cls in (s for s in tree.body if isinstance(s, ast.ClassDef)):
         init = next((f for f, _ in _methods(cls) if f.name == "__init__"), None)
-        if init is None:
+        if init is None or cls.name in skipped:
             continue
         found = {
-            name: found for name, found in _init_constants(init).items()
+            name: found for name, found in _init_constants(init, ours).items()
             if stores.get(name) == 1 and name not in strings
         }  # fmt: skip
         if not found:
@@ -1232,10 +1336,13 @@ def constant_attributes(tree: ast.Module) -> None:
         init.body = init.body or [ast.Pass()]
 
 
-def _init_stores(init: ast.FunctionDef) -> set[str]:
-    """The attributes an __init__'s own body (not a branch) always stores on its instance."""
+def _init_stores(init: ast.FunctionDef, ours: set) -> set[str]:
+    """The attributes an __init__'s own body (not a branch) always stores on its instance before
+    any code of ours could ask for them or it could return (_may_return_or_show)."""
     me, out = init.args.args[0].arg, set()
     for stmt in init.body:
+        if _may_return_or_show(stmt, me, ours):
+            break
         if isinstance(stmt, ast.Assign):
             for target in stmt.targets:
                 for t in target.elts if isinstance(target, ast.Tuple) else [target]:
@@ -1246,10 +1353,19 @@ def _init_stores(init: ast.FunctionDef) -> set[str]:
 def known_attributes(tree: ast.Module) -> None:
     """`hasattr(self, "x")` in a class's methods: True when its __init__ always stores x (and
     nothing deletes an x); False when no code stores an x and the string "x" is only hasattr's."""
+    if _sets_attributes_by_name(tree):
+        return
     deleted = {n.attr for n in walk(tree) if isinstance(n, ast.Attribute)
                and isinstance(n.ctx, ast.Del)}  # fmt: skip
-    stored = {n.attr for n in walk(tree) if isinstance(n, ast.Attribute)
-              and isinstance(n.ctx, ast.Store)}  # fmt: skip
+    deleted |= {n.args[1].value for n in walk(tree) if isinstance(n, ast.Call)
+                and getattr(n.func, "id", "") == "delattr" and len(n.args) == 2
+                and is_const(n.args[1])}  # fmt: skip
+    # (any store, setattr or class attribute, method included, gives an instance the name)
+    stored = set(_attribute_stores(tree)) | {
+        name for c in walk(tree) if isinstance(c, ast.ClassDef)
+        for stmt in c.body for name in _class_level_bindings(stmt)
+    }  # fmt: skip
+    skipped = _inits_skipped(tree)
     strings: dict[str, int] = {}
     for n in walk(tree):
         if is_const(n) and isinstance(n.value, str):
@@ -1257,7 +1373,9 @@ def known_attributes(tree: ast.Module) -> None:
     ours = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
     for cls in (s for s in tree.body if isinstance(s, ast.ClassDef)):
         init = next((f for f, _ in _methods(cls) if f.name == "__init__"), None)
-        always = _init_stores(init) - deleted if init is not None else set()
+        always = set()  # (what __init__ asks, it asks before its stores)
+        if init is not None and cls.name not in skipped:
+            always = _init_stores(init, ours) - deleted
         # (a base class of a library's, nn.Module, has attributes no code here stores)
         own_bases = all(isinstance(b, ast.Name) and b.id in ours for b in cls.bases)
         for fn, me in _methods(cls):
@@ -1278,7 +1396,7 @@ def known_attributes(tree: ast.Module) -> None:
                     and isinstance(c.func, ast.Name) and c.func.id == "hasattr"
                     and len(c.args) == 2 and is_const(c.args[1]) and c.args[1].value == name
                 )  # fmt: skip
-                if name in always:
+                if name in always and fn is not init:
                     call.func, call.args = ast.Name("bool", ast.Load()), [ast.Constant(True)]
                 elif own_bases and name not in stored and strings.get(name) == asked:
                     call.func, call.args = ast.Name("bool", ast.Load()), [ast.Constant(False)]
@@ -1715,12 +1833,7 @@ class _Module:
     def __init__(self, tree: ast.Module):
         self.once = bound_once(tree)
         self.strings = {n.value for n in walk(tree) if is_const(n) and isinstance(n.value, str)}
-        made_by_type = [
-            n for n in walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Call)
-        ]
-        self.unseen_builds = any(  # `self.__class__(...)` or `type(self)(...)` builds one unseen
-            isinstance(n, ast.Attribute) and n.attr == "__class__" for n in walk(tree)
-        ) or any(ast.unparse(n.func.func) == "type" for n in made_by_type)
+        self.anonymous = _built_anonymously(tree)
 
 
 def _constructions(tree: ast.Module, cls: ast.ClassDef, param: str, module: _Module) -> list | None:
@@ -1736,7 +1849,7 @@ def _constructions(tree: ast.Module, cls: ast.ClassDef, param: str, module: _Mod
     if any(not _forwards(s, param) for s in subs):
         return None
     builders = {cls.name, *(s.name for s in subs)}
-    if module.unseen_builds or any(b not in module.once or b in module.strings for b in builders):
+    if any(b not in module.once or b in module.strings | module.anonymous for b in builders):
         return None
     calls, used = [], set()
     for n in walk(tree):
