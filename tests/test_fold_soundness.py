@@ -371,3 +371,46 @@ def test_hasattr_folds_only_to_what_every_instance_answers(program):
 )
 def test_a_parameter_or_field_is_a_constant_only_when_every_call_is_in_sight(program):
     assert_same(program)
+
+
+def test_a_definition_a_decorator_may_register_is_kept_though_unused():
+    assert_same("""
+        REGISTRY = []
+        def register(fn):
+            REGISTRY.append(fn.__name__)
+            return fn
+        @register
+        def greet():
+            pass
+        print(REGISTRY)
+    """)
+
+
+# -----------------------------
+# WHAT NO PASS MODELS: REFUSED
+# -----------------------------
+
+
+@pytest.mark.parametrize(
+    ("program", "what"),
+    [
+        ("p = 1\nprint(eval('p + 1'))", "eval runs code from text"),
+        ("print(globals()['x'])", "globals looks names up by text"),
+        ("import operator\nf = operator.attrgetter('inner.value')", "attrgetter"),
+        ("def f(o, name):\n    return getattr(o, 'do_' + name)(steps=4)", "computed name"),
+        ("def f(v):\n    match v:\n        case P(kind='a'):\n            return 1", "match"),
+        ("class P:\n    def __getattr__(self, name):\n        return 0", "__getattr__"),
+        ("class D:\n    def __set_name__(self, owner, name):\n        pass", "__set_name__"),
+        ("class B:\n    def __init_subclass__(cls):\n        pass", "__init_subclass__"),
+        ("class C(metaclass=Meta):\n    pass", "metaclass"),
+        ("def f(p):\n    return '{0.width}'.format(p)", "format string"),
+        ("import functools\n@functools.singledispatch\ndef f(x):\n    pass", "singledispatch"),
+    ],
+)
+def test_what_reaches_names_by_text_is_refused_naming_its_line(program, what):
+    with pytest.raises(sp.SubmissionError, match=rf"line \d+: [^;]*{what}"):
+        sp.check_modelled(ast.parse(program))
+
+
+def test_the_readable_script_uses_nothing_the_passes_do_not_model():
+    sp.check_modelled(ast.parse((REPO / "train_gpt.py").read_text(encoding="utf-8")))

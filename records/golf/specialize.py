@@ -94,6 +94,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import string
 import subprocess
 import sys
 import textwrap
@@ -616,6 +617,80 @@ class ConfigReads(ast.NodeTransformer):
 SETTINGS_NAME = "cfg"  # the name (and attribute) ConfigReads takes for the run's settings
 
 
+# What reaches names by text or runs code the passes cannot see, each with why: a script using
+# one is refused (check_modelled), as no pass could prove what it would change
+UNMODELLED_NAMES = {
+    "eval": "runs code from text",
+    "exec": "runs code from text",
+    "globals": "looks names up by text",
+    "__import__": "imports by text",
+    "attrgetter": "reads attributes named by text",
+    "methodcaller": "calls methods named by text",
+    "singledispatch": "dispatches on annotations, which the specialiser strips",
+}
+UNMODELLED_MEMBERS = {
+    "__getattr__": "answers attributes no code names",
+    "__getattribute__": "answers attributes no code names",
+    "__set_name__": "sees its attribute's name",
+    "__init_subclass__": "runs code when a class is defined",
+}
+
+
+def check_modelled(tree: ast.Module) -> None:
+    """Refuse a script that does what the passes do not model (the names it reaches by text, the
+    code it runs unseen): every such line, in one error."""
+    found = []
+    for n in walk(tree):
+        name = _library_name(n)
+        if name in UNMODELLED_NAMES:
+            found.append((n.lineno, f"{name} {UNMODELLED_NAMES[name]}"))
+        elif isinstance(n, ast.Call) and _computed_getattr(n.func):
+            found.append((n.lineno, "a method called by a computed name (getattr(x, name)(...))"))
+        elif isinstance(n, ast.Match):
+            found.append((n.lineno, "a match statement binds and reads attributes by pattern"))
+        elif (
+            isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in UNMODELLED_MEMBERS
+        ):
+            found.append((n.lineno, f"{n.name} {UNMODELLED_MEMBERS[n.name]}"))
+        elif isinstance(n, ast.ClassDef) and any(k.arg == "metaclass" for k in n.keywords):
+            found.append((n.lineno, "a metaclass runs code when a class is defined"))
+        elif is_const(n) and isinstance(n.value, str) and _formats_attributes(n.value):
+            found.append((n.lineno, "a format string reads attributes by name ({0.x})"))
+    if found:
+        lines = "; ".join(f"line {line}: {what}" for line, what in sorted(set(found)))
+        raise SubmissionError(f"cannot specialise: {lines}; write it with plain names")
+
+
+def _library_name(node) -> str | None:
+    """The builtin or library function `node` names: `eval`, `operator.attrgetter` (not a method
+    of an object: `model.eval`)."""
+    if isinstance(node, ast.Attribute) and getattr(node.value, "id", "") in LIBRARY_MODULES:
+        return node.attr
+    return node.id if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) else None
+
+
+LIBRARY_MODULES = ("operator", "functools", "builtins")
+
+
+def _computed_getattr(func) -> bool:
+    return (
+        isinstance(func, ast.Call)
+        and getattr(func.func, "id", "") == "getattr"
+        and len(func.args) >= 2
+        and not is_const(func.args[1])
+    )
+
+
+def _formats_attributes(text: str) -> bool:
+    """Whether `text`, as a str.format template, reads an attribute (`{0.width}`, `{p.x}`)."""
+    with contextlib.suppress(ValueError):
+        return any(
+            field and "." in field.split("[")[0].split("!")[0]
+            for _, field, _, _ in string.Formatter().parse(text)
+        )
+    return False
+
+
 def check_settings_names(tree: ast.Module, settings: Settings) -> None:
     """Refuse a script where ConfigReads' premise may not hold: that every `cfg` name and `.cfg`
     attribute is the run's settings, one instance with the frozen values. It holds when, outside
@@ -1018,6 +1093,8 @@ def prune_unreachable(tree: ast.Module, inherited: dict | None = None) -> None:
     defs: dict[str, list] = {}
     for stmt in tree.body:
         names = bound_names(stmt)
+        if names and _registers(stmt):
+            uses.names.update(names)  # (kept: defining it does something)
         if names:
             for name in names:
                 defs.setdefault(name, []).append(stmt)
@@ -1064,6 +1141,22 @@ def prune_unreachable(tree: ast.Module, inherited: dict | None = None) -> None:
                 continue
         body.append(stmt)
     tree.body = body
+
+
+# Decorators whose only effect is on what they decorate (any other may register it somewhere:
+# atexit.register, a plugin table), called or not
+PURE_DECORATORS = frozenset(
+    {"dataclasses.dataclass", "dataclass", "contextlib.contextmanager", "torch.no_grad",
+     "functools.cache", "functools.lru_cache", "functools.wraps"}
+)  # fmt: skip
+
+
+def _registers(stmt) -> bool:
+    """Whether defining `stmt` may do more than bind its name: a decorator not in
+    PURE_DECORATORS."""
+    decorators = getattr(stmt, "decorator_list", [])
+    names = [ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in decorators]
+    return any(name not in PURE_DECORATORS for name in names)
 
 
 def _prune_import(stmt, uses: Uses) -> bool:
@@ -1202,6 +1295,7 @@ def specialize_tree(source: str, settings: Settings, skip=frozenset()) -> ast.Mo
     """`source` specialised to `settings` (the module docstring's steps); `skip`: names of
     folding passes left out, to measure what each buys (benchmarks/specialized_size.py)."""
     tree = ast.parse(source)
+    check_modelled(tree)
     check_settings_names(tree, settings)
     if _future_annotations(tree):
         _strip_annotations(tree)
