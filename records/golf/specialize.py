@@ -54,9 +54,14 @@ environment. A record runs one configuration, so its counted code need not carry
    Functions that read files beside the script (presets/) are evaluated on constant arguments,
    as the record folder has no such files. Then, across functions:
    - a parameter every call passes the same constant (or leaves at that default) becomes it, and
-     one the body never reads goes (functions and classes only ever called by name);
-   - `self.x = <constant>` in `__init__`, stored nowhere else, is that constant in the class's
-     methods; `hasattr(self, "x")` folds when `__init__` always stores x or no code does;
+     one the body never reads goes (functions and classes only ever called by their one name,
+     undecorated or by a decorator that passes the arguments through, no instance built
+     without naming its class: `cls()`, `type(x)()`);
+   - `self.x = <constant>` in `__init__`, stored nowhere else (no `setattr`, `vars`,
+     `__dict__`), before any statement that may return or run a method of ours, in a class
+     no subclass builds without its `__init__`, is that constant in the class's methods;
+     `hasattr(self, "x")` folds when `__init__` always stores x so, or nothing (no store, class
+     attribute or method) gives an instance an x;
    - a hook that does nothing (`pass`, or `return contextlib.nullcontext()`: Trainer.phase) is
      no longer called or entered.
    benchmarks/RESULTS.md's table of passes gives each one's lines and the bytes it saves.
@@ -64,8 +69,11 @@ environment. A record runs one configuration, so its counted code need not carry
    `if __name__ == "__main__"` block), every function, class, constant and import referenced by
    name; a method, or a plain class attribute (a property), is kept when its name is used as an
    attribute or a string anywhere live (getattr), is a dunder, overrides a member of a library
-   ancestor (nn.Module's forward, logging.Handler's emit: Settings.inherited), or is one that
-   duck-typed library code calls (PROTOCOL_METHODS: contextlib.closing's close).
+   ancestor (nn.Module's forward, logging.Handler's emit: Settings.inherited; every member of
+   a class whose metaclass reads its body: an Enum's), is read by bare name in its class's body
+   (`DOUBLE = SCALE * 2`, `@span.setter`), or is one that duck-typed library code calls
+   (PROTOCOL_METHODS: contextlib.closing's close, print's write, `**`'s keys). A definition
+   whose decorator may register it (not PURE_DECORATORS) and a star import are always kept.
 6. The result is unparsed (`ast.unparse`), each definition and constant the specialiser left as
    written put back in its original text, comments included (`as_written`), opened by a
    docstring that says what it was made from and how to rebuild it, and formatted by ruff: the
@@ -77,6 +85,18 @@ environment. A record runs one configuration, so its counted code need not carry
    (records/golf/shorten.py), and
    packed as the record's form (records/golf/pack.py: `record_pack_source`): its bytes are the
    counted code.
+
+7. What no pass models is refused, every line named (`check_modelled`): names reached by text
+   (eval, globals, attrgetter, a method called through a computed getattr, `{0.x}` formats),
+   code run unseen (`__getattr__`, `__set_name__`, `__init_subclass__`, a metaclass,
+   singledispatch) and `match`. What the passes assume and do not check: reading an attribute,
+   comparing, testing truth and arithmetic have no effects and raise nothing in a run that
+   works (a property with effects, an `__eq__` that prints, a `1 / 0` in a dropped operand
+   are not modelled); an import and an unused module-level assignment's value only bind their
+   names; a library method called on an instance runs no method of ours but those it
+   overrides. The counted form (never run) also renames the classes and functions, so a
+   `type(e).__name__` or a dataclass's repr in it spells their short names.
+   tests/test_fold_soundness.py runs a program for each found hole both ways.
 
 `python benchmarks/specialized_size.py` prints the table of benchmarks/RESULTS.md.
 """
