@@ -364,6 +364,9 @@ def test_hasattr_folds_only_to_what_every_instance_answers(program):
         # a decorator's wrapper calls it otherwise
         "def with_ten(fn):\n    return lambda: fn(10)\n@with_ten\ndef f(x=1):\n    return x\n"
         "print(f())",
+        # a default that is never used is still computed when the class is defined
+        "def make():\n    print('made')\n    return 3\nclass A:\n"
+        "    def __init__(self, *, size=make()):\n        self.size = size\nprint(A(size=1).size)",
         # a module-level += binds a table's field again
         "import dataclasses\n@dataclasses.dataclass(frozen=True)\nclass Row:\n    n: int\n"
         "LIMIT = 1\nTABLE = {'a': Row(LIMIT)}\nLIMIT += 1\nprint(TABLE['a'].n, LIMIT)",

@@ -1086,7 +1086,8 @@ def constant_arguments(tree: ast.Module) -> None:
             # scope (a lambda's or function's parameter, a def, an import, ...) binding it again
             rebound = any(not isinstance(n.ctx, ast.Load) for n in names)
             rebound |= param.arg in _bound_in(body)
-            if MISSING in passed or rebound:
+            effects = default is not None and not _no_effects(default)  # (computed at the def)
+            if MISSING in passed or rebound or effects:
                 continue
             constant = _one_constant(passed)
             if constant is not None:
@@ -1877,7 +1878,7 @@ def unused_defaults(tree: ast.Module) -> None:
             continue
         a = init.args
         for i, (param, default) in enumerate(zip(a.kwonlyargs, a.kw_defaults, strict=True)):
-            if default is None:
+            if default is None or not _no_effects(default):  # (computing it may do something)
                 continue
             module = module or _Module(tree)
             calls = _constructions(tree, cls, param.arg, module)
