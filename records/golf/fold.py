@@ -232,10 +232,16 @@ def _closed(node, bound: frozenset = frozenset()) -> bool:
 
 def _no_effects(node) -> bool:
     """An expression whose evaluation changes nothing: reads, arithmetic and subscripts of them
-    (an operator of a tensor or number computes a new value)."""
+    (an operator of a tensor or number computes a new value), f-strings of them."""
     if isinstance(node, (ast.BinOp, ast.Subscript)):
         parts = [node.left, node.right] if isinstance(node, ast.BinOp) else [node.value, node.slice]
         return all(map(_no_effects, parts))
+    if isinstance(node, ast.JoinedStr):
+        return all(_no_effects(v) for v in node.values)
+    if isinstance(node, ast.FormattedValue):
+        return _no_effects(node.value) and (
+            node.format_spec is None or _no_effects(node.format_spec)
+        )
     return _reads_only(node)
 
 

@@ -90,11 +90,11 @@ environment. A record runs one configuration, so its counted code need not carry
    (eval, globals, attrgetter, a method called through a computed getattr, `{0.x}` formats),
    code run unseen (`__getattr__`, `__set_name__`, `__init_subclass__`, a metaclass,
    singledispatch) and `match`. What the passes assume and do not check: reading an attribute,
-   comparing, testing truth and arithmetic have no effects and raise nothing in a run that
-   works (a property with effects, an `__eq__` that prints, a `1 / 0` in a dropped operand
-   are not modelled); an import and an unused module-level assignment's value only bind their
-   names; a library method called on an instance runs no method of ours but those it
-   overrides. The counted form (never run) also renames the classes and functions, so a
+   comparing, testing truth, formatting and arithmetic have no effects and raise nothing in a
+   run that works (a property with effects, an `__eq__` that prints, a `1 / 0` in a dropped
+   operand are not modelled); an import and an unused module-level assignment's value only
+   bind their names; a library method called on an instance runs no method of ours but those
+   it overrides. The counted form (never run) also renames the classes and functions, so a
    `type(e).__name__` or a dataclass's repr in it spells their short names.
    tests/test_fold_soundness.py runs a program for each found hole both ways.
 
