@@ -1192,7 +1192,7 @@ def _may_return_or_show(stmt, me: str, ours: set) -> bool:
             if any(isinstance(m, ast.Name) and m.id == me for m in walk(n)):
                 return True
             continue
-        if not isinstance(n, ast.Call) or _is_super_init(n):
+        if not isinstance(n, ast.Call) or is_super_init(n):
             continue
         given = [*n.args, *(k.value for k in n.keywords)]
         if any(_hands_on(a, me) for a in given) or _self_attribute(n.func, me) in ours:
@@ -1206,7 +1206,7 @@ def _hands_on(expr, me: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == me and id(n) not in read for n in walk(expr))
 
 
-def _is_super_init(call: ast.Call) -> bool:
+def is_super_init(call: ast.Call) -> bool:
     f = call.func
     return (
         isinstance(f, ast.Attribute)
@@ -1295,7 +1295,7 @@ def _opens_with_super_init(init) -> bool:
     body = [s for s in init.body if not (isinstance(s, ast.Expr) and is_const(s.value))]
     first = body[0] if body else None
     call = first.value if isinstance(first, ast.Expr) else None
-    return isinstance(call, ast.Call) and _is_super_init(call)
+    return isinstance(call, ast.Call) and is_super_init(call)
 
 
 def _module_ancestors(cls: ast.ClassDef, classes: dict) -> set[str]:
@@ -1592,7 +1592,7 @@ def _scope_bound(tree: ast.Module) -> set[str]:
             for child in ast.iter_child_nodes(scope):  # (its own name is bound where defined)
                 names |= _bound_by(child)
             continue
-        read_here = _class_scope_reads(scope)
+        read_here = class_scope_reads(scope)
         for child in ast.iter_child_nodes(scope):
             names |= _bound_by(child) - (_class_level_bindings(child) - read_here)
     return names
@@ -1621,7 +1621,7 @@ def _class_level_bindings(stmt: ast.AST) -> set[str]:
     return names
 
 
-def _class_scope_reads(cls: ast.ClassDef) -> frozenset:
+def class_scope_reads(cls: ast.ClassDef) -> frozenset:
     """The names a class body reads in its own scope, where a bare name may be a member
     (`DOUBLE = SCALE * 2`, `@span.setter`, a default `n=LIMIT`)."""
     parts = []

@@ -125,11 +125,11 @@ from .fold import (
     Fold,
     FoldBodies,
     InlineConstantCalls,
-    _class_scope_reads,
     binding_counts,
     bound_anywhere,
     bound_names,
     bound_once,
+    class_scope_reads,
     constant_arguments,
     constant_attributes,
     constant_functions,
@@ -137,6 +137,7 @@ from .fold import (
     fold_local_tables,
     idle_hooks,
     is_const,
+    is_super_init,
     known_attributes,
     literal,
     node_of,
@@ -753,17 +754,6 @@ def _is_replace(call: ast.Call) -> bool:
     return isinstance(func, ast.Name) and func.id == "replace"
 
 
-def _is_super_init(call: ast.Call) -> bool:
-    func = call.func
-    return (
-        isinstance(func, ast.Attribute)
-        and func.attr == "__init__"
-        and isinstance(func.value, ast.Call)
-        and isinstance(func.value.func, ast.Name)
-        and func.value.func.id == "super"
-    )
-
-
 def _cfg_positions(fn, skip: int) -> set[int]:
     positional = [*fn.args.posonlyargs, *fn.args.args][skip:]
     return {i for i, arg in enumerate(positional) if arg.arg == SETTINGS_NAME}
@@ -846,13 +836,13 @@ class SettingsNames:
         for base in cls.bases:
             if isinstance(base, ast.Name):
                 positions |= self.takers.get(("init", base.id), set())
-        calls = [n for n in walk(cls) if isinstance(n, ast.Call) and _is_super_init(n)]
+        calls = [n for n in walk(cls) if isinstance(n, ast.Call) and is_super_init(n)]
         return [(c.lineno, what) for c in calls for what in self._call_problems(c, positions)]
 
     def _callee_key(self, call: ast.Call) -> tuple[str, str] | None:
         if isinstance(call.func, ast.Name):
             return ("name", call.func.id)
-        if isinstance(call.func, ast.Attribute) and not _is_super_init(call):
+        if isinstance(call.func, ast.Attribute) and not is_super_init(call):
             return ("attr", call.func.attr)
         return None
 
@@ -1087,10 +1077,10 @@ def _method_live(member, uses: Uses, inherited: frozenset) -> bool:
 def _scan_class_shell(cls, uses: Uses, inherited: frozenset) -> list:
     """Scan what a live class always keeps; return its methods and plain class attributes, each
     with the names its library ancestors define and the names its body reads in its own scope
-    (`DOUBLE = SCALE * 2`: fold._class_scope_reads), to be kept when its name is used or is one."""
+    (`DOUBLE = SCALE * 2`: fold.class_scope_reads), to be kept when its name is used or is one."""
     for part in (*cls.bases, *cls.keywords, *cls.decorator_list):
         uses.scan(part)
-    members, read_here = [], inherited | _class_scope_reads(cls)
+    members, read_here = [], inherited | class_scope_reads(cls)
     for stmt in cls.body:
         if _member_name(stmt) is not None:
             members.append((stmt, read_here))
