@@ -101,7 +101,7 @@ def test_functions_others_could_call_stay_whole():
     sig = signatures(source)
     assert sig["callback"][0] == [] and sig["spread"][0] == [] and sig["strung"][0] == []
     assert sig["wrapped"][0] == []
-    assert sig["partial_ok"][0] == ["value", "scale"] and sig["dunder_free"][0] == ["value"]
+    assert sig["partial_ok"][0] == ["value"] and sig["dunder_free"][0] == ["value"]
 
 
 def test_a_method_counts_every_call_of_its_name_whatever_the_object():
@@ -126,7 +126,7 @@ def test_a_method_counts_every_call_of_its_name_whatever_the_object():
     assert sig["Loader.__repr__"] == ([], ["self"])
 
 
-def test_a_library_based_class_keeps_every_parameter_named_anywhere():
+def test_a_library_based_class_keeps_every_parameter_but_self_keyword_passable():
     source = """
     import torch
     class Net(torch.nn.Module):
@@ -141,10 +141,10 @@ def test_a_library_based_class_keeps_every_parameter_named_anywhere():
     net(1, 2, hint=None)
     torch.zeros(1).to(targets=None) if False else None
     """
-    sig = signatures(source)
-    assert sig["Net.forward"] == (["self", "x"], ["targets", "hint"])
-    assert sig["Net.helper"] == (["self", "x", "scale"], [])
-    assert sig["Child.extra"] == (["self", "x"], ["targets"])
+    sig = signatures(source)  # (the library may call any of them, with any keyword)
+    assert sig["Net.forward"] == (["self"], ["x", "targets", "hint"])
+    assert sig["Net.helper"] == (["self"], ["x", "scale"])
+    assert sig["Child.extra"] == (["self"], ["x", "targets"])
 
 
 def test_init_takes_its_class_calls_and_a_class_read_as_a_value_stays_whole():
@@ -199,6 +199,83 @@ def test_unknown_decorators_leave_a_function_whole():
     """
     sig = signatures(source)
     assert sig["cached"] == ([], ["n"]) and sig["plain"] == (["n"], [])
+
+
+def test_the_parameters_after_those_a_partial_binds_stay_keyword_passable():
+    source = """
+    import functools
+    def f(a, b):
+        return a - b
+    def h(a, b, c):
+        return a * 100 + b * 10 + c
+    class Box:
+        def scaled(self, by, extra):
+            return by * extra
+        @staticmethod
+        def summed(a, b, c):
+            return a + b + c
+        def bound(self):
+            return functools.partial(self.scaled, 2), functools.partial(self.summed, 1)
+    g = functools.partial(f, 10)
+    scaled, summed = Box().bound()
+    starred = functools.partial(h, *(1,), 2)
+    result = (functools.partial(f, 10)(b=3), g(b=3), scaled(extra=5), summed(2, c=3), starred(c=3))
+    """
+    sig = signatures(source)  # (whoever calls a partial may name what it leaves)
+    assert sig["f"] == (["a"], ["b"]) and sig["Box.scaled"] == (["self", "by"], ["extra"])
+    shown = textwrap.dedent(source)
+    assert run(positional_parameters(shown)) == run(shown) == (7, 7, 10, 6, 123)
+
+
+def test_a_method_a_computed_getattr_reaches_keeps_the_parameters_any_call_names():
+    source = """
+    class Commands:
+        def do_train(self, steps, warmup):
+            return steps * 2 + warmup
+        def dispatch(self, name):
+            return getattr(self, "do_" + name)(steps=4, warmup=1)
+    result = Commands().dispatch("train")
+    """
+    assert signatures(source)["Commands.do_train"] == (["self"], ["steps", "warmup"])
+    shown = textwrap.dedent(source)
+    assert run(positional_parameters(shown)) == run(shown) == 9
+    by_namespace = """
+    def do_train(steps, warmup):
+        return steps + warmup
+    def dispatch(name):
+        return globals()["do_" + name](steps=1, warmup=2)
+    result = dispatch("train")
+    """
+    shown = textwrap.dedent(by_namespace)
+    assert run(positional_parameters(shown)) == run(shown) == 3
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        """
+        import json
+        class Encoder(json.JSONEncoder):  # json.dumps calls iterencode(o, _one_shot=True)
+            def iterencode(self, o, _one_shot=False):
+                return super().iterencode(o)
+        result = json.dumps({"a": 1}, cls=Encoder)
+        """,
+        """
+        import torch
+        class Net(torch.nn.Module):  # parameters() calls named_parameters(recurse=...)
+            def __init__(self):
+                super().__init__()
+                self.w = torch.nn.Parameter(torch.zeros(1))
+            def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+                yield from super().named_parameters(prefix, recurse, remove_duplicate)
+        result = len(list(Net().parameters()))
+        """,
+    ],
+    ids=["json_iterencode", "torch_named_parameters"],
+)
+def test_a_method_a_library_base_calls_with_keywords_no_source_names_still_takes_them(source):
+    shown = textwrap.dedent(source)
+    assert run(positional_parameters(shown)) == run(shown)
 
 
 def attributes(source: str) -> set[str]:
@@ -357,6 +434,233 @@ def test_attributes_kept_by_their_names_as_data_keep_their_names(persisting):
     assert run(source)  # (a source that runs)
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        """
+        @property
+        def span(self):
+            return self._span
+        @span.setter
+        def span(self, value):
+            self._span = value
+        def grow(self):
+            self.span = 3
+            return self.span
+        """,
+        """
+        SCALE = 2
+        DOUBLE = SCALE * 2
+        def grow(self):
+            return self.SCALE + self.DOUBLE
+        """,
+        """
+        def get_width(self):
+            return 8
+        width = property(get_width)
+        def grow(self):
+            return self.get_width() + self.width
+        """,
+        """
+        STEP = 1
+        STEP += 1
+        def grow(self):
+            return self.STEP
+        """,
+    ],
+    ids=["setter", "constant", "property", "augmented"],
+)
+def test_a_member_its_class_body_reads_by_its_bare_name_still_works_after_the_renaming(body):
+    source = "class Box:\n" + textwrap.indent(textwrap.dedent(body), "    ")
+    source += "result = Box().grow()\n"
+    assert run(short_attributes(source)) == run(source)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        """
+        class Box:
+            def __init__(self):
+                self.width = 8
+            def show(self):
+                return "{0.width}".format(self)
+        result = Box().show()
+        """,
+        """
+        import operator
+        class Inner:
+            def __init__(self):
+                self.value = 5
+        class Outer:
+            def __init__(self):
+                self.inner = Inner()
+            def get(self):
+                return operator.attrgetter("inner.value")(self)
+        result = Outer().get()
+        """,
+        """
+        class Box:
+            def __init__(self):
+                self.kind = "a"
+            def check(self):
+                match self:
+                    case Box(kind="a"):
+                        return "yes"
+                return "no"
+        result = Box().check()
+        """,
+        """
+        class Proxy:
+            def __init__(self, data):
+                self.data = data
+            def __getattr__(self, name):
+                return self.data[name]
+            def area(self):
+                return self.width * 2
+        result = Proxy(dict(width=3)).area()
+        """,
+        """
+        class Field:
+            def __set_name__(self, owner, name):
+                self.label = name
+            def __get__(self, obj, kind=None):
+                return self.label
+        class Box:
+            count = Field()
+            def show(self):
+                return self.count
+        result = Box().show()
+        """,
+        """
+        import json
+        class Stats:
+            def __init__(self):
+                self.tokens = 5
+            def bump(self):
+                self.tokens += 1
+                return self
+        result = json.dumps(Stats().bump(), default=vars)
+        """,
+        """
+        class Box:
+            def __init__(self):
+                self.width = 3
+            def show(self):
+                return eval("self.width + 1")
+        result = Box().show()
+        """,
+    ],
+    ids=["format", "attrgetter", "match", "getattr_hook", "set_name", "vars_value", "eval"],
+)
+def test_attributes_reached_by_their_names_as_text_still_read_after_the_renaming(source):
+    shown = textwrap.dedent(source)
+    assert run(short_attributes(shown)) == run(shown)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        """
+        import contextlib
+        class Resource:
+            def __init__(self):
+                self.events = []
+            def close(self):
+                self.events.append("closed")
+            def reset(self):
+                self.close()
+        with contextlib.closing(Resource()) as r:
+            pass
+        result = r.events
+        """,
+        """
+        class Tee:
+            def __init__(self):
+                self.flushes = 0
+            def write(self, text):
+                self.flush()
+            def flush(self):
+                self.flushes += 1
+        tee = Tee()
+        print("hi", file=tee, flush=True)
+        result = tee.flushes
+        """,
+        """
+        class Settings:
+            def keys(self):
+                return ["lr"]
+            def __getitem__(self, key):
+                return 0.5
+            def __iter__(self):
+                return iter(self.keys())
+        def show(lr):
+            return lr
+        result = show(**Settings())
+        """,
+    ],
+    ids=["closing", "print_flush", "mapping_keys"],
+)
+def test_methods_library_code_calls_on_any_object_keep_their_names(source):
+    shown = textwrap.dedent(source)
+    assert run(short_attributes(shown)) == run(shown)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        """
+        class Box:
+            def __init__(self):
+                self.width = 3
+            def area(self):
+                return self.width * 2
+        def dump(self, names):  # (a function's parameter named self: any object)
+            return [getattr(self, n) for n in names.split()]
+        result = (Box().area(), dump(Box(), "width"))
+        """,
+        """
+        from os import path
+        class Box:
+            def __init__(self):
+                self.width = 3
+            def twice(self):
+                return self.width * 2
+        def probe(key):
+            path = Box()  # (the name of an imported module, bound to a Box here)
+            return path.twice(), getattr(path, key + "th")
+        result = probe("wid")
+        """,
+    ],
+    ids=["function_parameter_self", "local_named_like_a_module"],
+)
+def test_a_computed_getattr_of_an_object_but_a_methods_self_or_a_module_turns_the_renaming_off(
+    source,
+):
+    shown = textwrap.dedent(source)
+    assert short_attributes(shown) == shown and run(shown)
+
+
+def test_a_getattr_of_self_keeps_the_names_of_every_class_related_by_inheritance():
+    source = """
+    class Reader:
+        def __init__(self):
+            self.alpha = 1
+        def dump(self, name):
+            return getattr(self, name)
+    class Other:  # (a sibling: a subclass's other base)
+        def __init__(self):
+            self.beta = 2
+    class Both(Reader, Other):
+        def __init__(self):
+            Reader.__init__(self)
+            Other.__init__(self)
+    result = Both().dump("be" + "ta")
+    """
+    assert {"alpha", "beta"} <= attributes(source)
+    assert run(short_attributes(textwrap.dedent(source))) == 2
+
+
 def test_a_class_defined_in_a_function_counts_as_having_a_library_base_when_it_has_a_base():
     source = """
     import types
@@ -368,4 +672,4 @@ def test_a_class_defined_in_a_function_counts_as_having_a_library_base_when_it_h
     net = build()
     net(1, hint=None) if False else None
     """
-    assert signatures_anywhere(source)["forward"] == (["self", "x"], ["hint"])
+    assert signatures_anywhere(source)["forward"] == (["self"], ["x", "hint"])
