@@ -126,25 +126,36 @@ def test_a_method_counts_every_call_of_its_name_whatever_the_object():
     assert sig["Loader.__repr__"] == ([], ["self"])
 
 
-def test_a_library_based_class_keeps_every_parameter_but_self_keyword_passable():
+def test_what_a_library_base_defines_keeps_its_keywords_and_the_rest_follows_our_calls():
     source = """
     import torch
     class Net(torch.nn.Module):
         def forward(self, x, targets, hint=None):
             return x
+        def state_dict(self, destination=None, prefix="", keep_vars=False):
+            return {}
         def helper(self, x, scale):
             return x * scale
     class Child(Net):
         def extra(self, x, targets):
             return x
+    class Unread(make_base()):
+        def method(self, a):
+            return a
     net = Net()
     net(1, 2, hint=None)
-    torch.zeros(1).to(targets=None) if False else None
+    net.helper(1, 2)
+    Child().extra(1, 2)
     """
-    sig = signatures(source)  # (the library may call any of them, with any keyword)
-    assert sig["Net.forward"] == (["self"], ["x", "targets", "hint"])
-    assert sig["Net.helper"] == (["self"], ["x", "scale"])
-    assert sig["Child.extra"] == (["self"], ["x", "targets"])
+    sig = signatures(source)
+    # the library calls state_dict with keywords of its own; forward with our calls' (net(...))
+    assert sig["Net.state_dict"] == (["self"], ["destination", "prefix", "keep_vars"])
+    assert sig["Net.forward"] == (["self", "x", "targets"], ["hint"])
+    # no library base defines these: only our calls name their parameters
+    assert sig["Net.helper"] == (["self", "x", "scale"], [])
+    assert sig["Child.extra"] == (["self", "x", "targets"], [])
+    # a base that cannot be read: any method may be the library's
+    assert sig["Unread.method"] == (["self"], ["a"])
 
 
 def test_init_takes_its_class_calls_and_a_class_read_as_a_value_stays_whole():

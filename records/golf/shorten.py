@@ -16,11 +16,15 @@ stays whole when code other than ours could call it or when its calls' keywords 
 is read as a value (a callback, a thread's target, a class kept in a table), named in a string
 (getattr), called with a `**mapping`, a dunder other than `__init__`, or decorated by anything
 but the wrappers below, which pass their arguments through. A method of a class with a library
-base (or defined in a function, with a base) may be called by the library with any keyword
-(json's `iterencode(o, _one_shot=True)`, nn.Module's `named_parameters(recurse=...)`): only its
-first parameter (self, cls: bound by the access) becomes positional-only (so does `__init__`'s
-where its class is read as a value). A function a name
-computed at run time may reach keeps every parameter a call, string or field anywhere names:
+base that the base defines too (read by importing what the module imports: `dir` of the base;
+every method where a base cannot be read so, or the class is defined in a function) may be
+called by the library with any keyword (json's `iterencode(o, _one_shot=True)`, nn.Module's
+`named_parameters(recurse=...)`): only its first parameter (self, cls: bound by the access)
+becomes positional-only. Of those the library calls with its caller's arguments
+(LIBRARY_PASS_THROUGH: `forward`, which `model(...)` reaches), a parameter stays whole when any
+call anywhere names it; a method the base does not define is only ever called by us. A
+function a name computed at run time may reach keeps every parameter a call, string or field
+anywhere names:
 a method of a family (below) whose `self` a getattr reads so, or any function where one reads
 another object (not an imported module) so, or where a scope's names are read (below).
 
@@ -52,6 +56,7 @@ by the readable form would not load into the renamed one, nor the other way.
 from __future__ import annotations
 
 import ast
+import contextlib
 import itertools
 import keyword
 import re
@@ -61,6 +66,10 @@ PASS_THROUGH = frozenset(
     {"staticmethod", "classmethod", "property", "contextlib.contextmanager", "torch.no_grad"}
 )
 PARTIAL = frozenset({"functools.partial", "partial"})
+# Members a library base calls only with its caller's own arguments (nn.Module.__call__ hands
+# `forward` what `model(...)` got; a class call, `__init__` what `Cls(...)` got): their
+# parameters are named by our calls, not the library's
+LIBRARY_PASS_THROUGH = frozenset({"forward", "__init__"})
 # calls that may make an instance of any class: super().__init__, cls(...) in a classmethod,
 # self.__class__(...), type(x)(...)
 INSTANTIATIONS = (("attr", "__init__"), ("name", "cls"), ("attr", "__class__"), ("call", ""))
@@ -103,6 +112,7 @@ def positional_parameters(source: str) -> str:
               and isinstance(n.target, ast.Name)}  # fmt: skip
     library_based, reach, selves = _library_based(tree), _computed_reach(tree), _selves(tree)
     module_classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    members = _library_members(tree, library_based)
     for owner, fn in _functions(tree):
         if not _only_we_call(fn, values | strings):
             continue
@@ -114,9 +124,13 @@ def positional_parameters(source: str) -> str:
         partials = _bound_by_partials(fn, sites, selves)
         # (a class defined in a function, with a base: any base may call it)
         nested = owner is not None and owner not in module_classes and owner.bases
-        if nested or (owner is not None and owner.name in library_based):
+        library = owner is not None and owner.name in library_based
+        theirs = library and fn.name in members.get(owner.name, {fn.name})
+        if nested or theirs:
             bound = _bound_on_access(fn)  # (the library's calls may name all but self)
             _make_positional(fn.args, set(), bound if partials is None else min(bound, partials))
+        elif library and fn.name in LIBRARY_PASS_THROUGH - {"__init__"}:  # (`model(...)`)
+            _make_positional(fn.args, anywhere | strings | fields, partials)
         elif fn.name == "__init__" and (owner is None or owner.name in values):
             continue  # (a class read as a value: whoever calls it may name anything)
         elif reach is None or (owner is not None and owner.name in reach):
@@ -125,6 +139,53 @@ def positional_parameters(source: str) -> str:
         elif None not in (keywords := [k.arg for call in sites for k in call.keywords]):
             _make_positional(fn.args, set(keywords), partials)  # (None: a **mapping's unknown)
     return ast.unparse(tree)
+
+
+def _library_members(tree: ast.Module, library_based: set[str]) -> dict[str, frozenset]:
+    """For each module class with a library base, the names its library ancestors define that
+    their code may call with keywords of its own (all of them but LIBRARY_PASS_THROUGH), found
+    by importing what the module imports and reading the bases; a class whose bases cannot be
+    read so is absent (every method then counts as the library's)."""
+    namespace: dict = {}
+    for stmt in _top_level_imports(tree):
+        with contextlib.suppress(Exception):  # (one that fails leaves its names unknown)
+            exec(compile(ast.Module([stmt], []), "<imports>", "exec"), namespace)
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    out: dict[str, frozenset] = {}
+
+    def members(name: str) -> frozenset | None:
+        if name not in out:
+            out[name] = None  # (a cycle reads as unknown)
+            found = set()
+            for base in classes[name].bases:
+                if isinstance(base, ast.Name) and base.id in classes:
+                    inherited = members(base.id)
+                else:
+                    value = None
+                    with contextlib.suppress(Exception):
+                        value = eval(compile(ast.Expression(base), "<base>", "eval"), namespace)
+                    inherited = set(dir(value)) if isinstance(value, type) else None
+                if inherited is None:
+                    return None
+                found |= inherited
+            out[name] = frozenset(found - LIBRARY_PASS_THROUGH)
+        return out[name]
+
+    known = {name: members(name) for name in library_based if name in classes}
+    return {name: m for name, m in known.items() if m is not None}
+
+
+def _top_level_imports(tree: ast.Module) -> list:
+    """The module's imports outside functions and classes (in a `try:` too)."""
+    out, todo = [], list(tree.body)
+    while todo:
+        stmt = todo.pop()
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            out.append(stmt)
+        elif isinstance(stmt, (ast.Try, ast.If)):
+            todo += [*stmt.body, *stmt.orelse, *getattr(stmt, "finalbody", [])]
+            todo += [s for h in getattr(stmt, "handlers", []) for s in h.body]
+    return out
 
 
 def _bound_on_access(fn: ast.FunctionDef) -> int:
