@@ -14,6 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from records.golf.errors import MissingPackage  # noqa: E402
 from records.golf.pack import minify_source  # noqa: E402
 from records.golf.shorten import positional_parameters, short_attributes  # noqa: E402
 
@@ -684,3 +685,15 @@ def test_a_class_defined_in_a_function_counts_as_having_a_library_base_when_it_h
     net(1, hint=None) if False else None
     """
     assert signatures_anywhere(source)["forward"] == (["self"], ["x", "hint"])
+
+
+def test_a_library_base_that_cannot_be_imported_stops_the_count_rather_than_change_it():
+    source = """
+    import not_installed_anywhere as lib
+    class Net(lib.Module):
+        def helper(self, x):
+            return x
+    Net().helper(1)
+    """
+    with pytest.raises(MissingPackage, match="not_installed_anywhere"):
+        positional_parameters(textwrap.dedent(source))

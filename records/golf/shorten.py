@@ -20,7 +20,8 @@ base that the base defines too (read by importing what the module imports: `dir`
 every method where a base cannot be read so, or the class is defined in a function) may be
 called by the library with any keyword (json's `iterencode(o, _one_shot=True)`, nn.Module's
 `named_parameters(recurse=...)`): only its first parameter (self, cls: bound by the access)
-becomes positional-only. Of those the library calls with its caller's arguments
+becomes positional-only (a base whose module is not installed stops the count, MissingPackage:
+without it the count would differ). Of those the library calls with its caller's arguments
 (LIBRARY_PASS_THROUGH: `forward`, which `model(...)` reaches), a parameter stays whole when any
 call anywhere names it; a method the base does not define is only ever called by us. A
 function a name computed at run time may reach keeps every parameter a call, string or field
@@ -61,6 +62,8 @@ import itertools
 import keyword
 import re
 import string
+
+from .errors import MissingPackage
 
 PASS_THROUGH = frozenset(
     {"staticmethod", "classmethod", "property", "contextlib.contextmanager", "torch.no_grad"}
@@ -147,9 +150,14 @@ def _library_members(tree: ast.Module, library_based: set[str]) -> dict[str, fro
     by importing what the module imports and reading the bases; a class whose bases cannot be
     read so is absent (every method then counts as the library's)."""
     namespace: dict = {}
+    missing = []
     for stmt in _top_level_imports(tree):
-        with contextlib.suppress(Exception):  # (one that fails leaves its names unknown)
+        try:
             exec(compile(ast.Module([stmt], []), "<imports>", "exec"), namespace)
+        except ImportError as exc:  # (then the count would differ from where they are)
+            missing.append(exc.name or str(exc))
+        except Exception:  # (an import that fails otherwise leaves its names unknown)
+            pass
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     out: dict[str, frozenset] = {}
 
@@ -172,6 +180,11 @@ def _library_members(tree: ast.Module, library_based: set[str]) -> dict[str, fro
         return out[name]
 
     known = {name: members(name) for name in library_based if name in classes}
+    if missing and None in known.values():
+        raise MissingPackage(
+            f"counting this script's code reads its classes' library bases, which need "
+            f"{', '.join(sorted(set(missing)))} (pip install -r requirements.txt)"
+        )
     return {name: m for name, m in known.items() if m is not None}
 
 
