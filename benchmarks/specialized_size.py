@@ -32,7 +32,7 @@ PASS_PRESETS = ("pr1855", "pr2014", "pr2135")
 PASS_CODE = {
     "constant expressions": [fold.Fold, fold._closed, fold._small, fold.as_test],
     "dead branches and code": [fold.FoldBodies, fold.fold_body, fold._ends_block, fold._idle,
-                               fold._overwrites, fold._scope_facts, fold._changes_scope,
+                               fold._overwrites, fold._scope_counts,
                                fold._private_locals],
     "calls of constant functions": [fold.InlineConstantCalls, fold.constant_functions,
                                     fold._takes],

@@ -494,19 +494,27 @@ def _overwrites(stmt, before, private=frozenset()) -> bool:
     )
 
 
-def fold_body(stmts: list, private=frozenset()) -> list:
+def fold_body(stmts: list, private=frozenset(), may_drop=lambda dead: True) -> list:
     """Branches on constants to the branch taken; statements after a return or raise dropped;
-    `private`: the enclosing function's locals no call can read (_overwrites)."""
+    `private`: the enclosing function's locals no call can read (_overwrites); `may_drop(dead)`:
+    whether code may go (else it stays as written)."""
     out = []
-    for stmt in stmts:
+    for i, stmt in enumerate(stmts):
         named = isinstance(stmt, ast.If) and isinstance(stmt.test, ast.NamedExpr)
         if named and is_const(stmt.test.value):  # `if (x := c):` binds x, then decides on c
             out.append(ast.Assign([ast.Name(stmt.test.target.id, ast.Store())], stmt.test.value))
             stmt.test = stmt.test.value
-        if isinstance(stmt, ast.If) and is_const(stmt.test):
-            out += fold_body(stmt.body if stmt.test.value else stmt.orelse, private)
-        elif isinstance(stmt, ast.While) and is_const(stmt.test) and not stmt.test.value:
-            out += fold_body(stmt.orelse, private)
+        const_if = isinstance(stmt, ast.If) and is_const(stmt.test)
+        if const_if and may_drop(stmt.orelse if stmt.test.value else stmt.body):
+            taken = stmt.body if stmt.test.value else stmt.orelse
+            out += fold_body(taken, private, may_drop)
+        elif (
+            isinstance(stmt, ast.While)
+            and is_const(stmt.test)
+            and not stmt.test.value
+            and may_drop(stmt.body)
+        ):
+            out += fold_body(stmt.orelse, private, may_drop)
         elif isinstance(stmt, ast.Assert) and is_const(stmt.test) and stmt.test.value:
             continue
         elif isinstance(stmt, ast.Expr) and is_const(stmt.value) and out:
@@ -517,7 +525,7 @@ def fold_body(stmts: list, private=frozenset()) -> list:
             out[-1] = stmt
         else:
             out.append(stmt)
-        if out and _ends_block(out[-1]):
+        if out and _ends_block(out[-1]) and may_drop(stmts[i + 1 :]):
             break
     return out
 
@@ -525,25 +533,24 @@ def fold_body(stmts: list, private=frozenset()) -> list:
 class FoldBodies(ast.NodeVisitor):
     """fold_body on every statement list. Dead code still tells what a function is: a `yield` in
     it makes a generator, an assignment in it makes a name local (read before it: an error, not
-    the global). A function whose dead code did either keeps its body as it was."""
+    the global). Code whose going would change either stays (_may_drop)."""
 
     private = frozenset()  # the locals of the function being folded that no call can read
+    function = None  # the function being folded (None: a module's or class's body)
 
     def visit_FunctionDef(self, node):
-        before = _scope_facts(node)
-        body = copy.deepcopy(node.body) if before[0] or before[1] & before[2] else None
-        outer, self.private = self.private, _private_locals(node, before[1])
+        outer = self.private, self.function
+        self.private, self.function = _private_locals(node), node
         self.generic_visit(node)
-        self.private = outer
-        if body is not None and _changes_scope(before, _scope_facts(node)):
-            node.body = body
+        self.private, self.function = outer
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_ClassDef(self, node):
-        outer, self.private = self.private, frozenset()
+        outer = self.private, self.function
+        self.private, self.function = frozenset(), None
         self.generic_visit(node)
-        self.private = outer
+        self.private, self.function = outer
 
     visit_Lambda = visit_ClassDef
 
@@ -551,27 +558,48 @@ class FoldBodies(ast.NodeVisitor):
         for field in ("body", "orelse", "finalbody"):
             stmts = getattr(node, field, None)
             if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
-                folded = fold_body(stmts, self.private)
+                folded = fold_body(stmts, self.private, self._may_drop)
                 needed = field == "body" or (field == "finalbody" and not node.handlers)
                 setattr(node, field, folded or ([ast.Pass()] if needed else []))
         if isinstance(node, (ast.If, ast.Try)) and not node.body:  # (emptied by another pass)
             node.body = [ast.Pass()]
         super().generic_visit(node)
 
+    def _may_drop(self, dead: list) -> bool:
+        """Whether the function stays what it is without `dead`: it still yields if it did, and
+        every name it reads elsewhere that `dead` binds is still bound elsewhere."""
+        fn = self.function
+        if fn is None or not dead:
+            return True
+        yields, bound, read = _scope_counts([fn.args, *fn.body])
+        gone_yields, gone_bound, gone_read = _scope_counts(dead)
+        if yields and yields == gone_yields:
+            return False
+        return not any(
+            read[name] > gone_read[name] and bound[name] == count
+            for name, count in gone_bound.items()
+        )
 
-def _scope_facts(fn) -> tuple[bool, set, set]:
-    """Whether `fn` yields, the names it binds, the names it reads (not in nested scopes)."""
-    yields, bound, read = False, set(), set()
-    for n in _outside_scopes(fn):
-        if n is not fn and isinstance(n, _SCOPES):
-            bound.add(getattr(n, "name", ""))
-        yields |= isinstance(n, (ast.Yield, ast.YieldFrom))
-        if isinstance(n, ast.Name):
-            (read if isinstance(n.ctx, ast.Load) else bound).add(n.id)
+
+def _scope_counts(nodes) -> tuple[int, collections.Counter, collections.Counter]:
+    """The yields of `nodes` (not in the scopes they hold), the bindings of each name there,
+    and the reads of each name anywhere under them (a closure's too)."""
+    yields, bound, read = 0, collections.Counter(), collections.Counter()
+    for node in nodes:
+        for n in [node] if isinstance(node, _SCOPES) else _outside_scopes(node):
+            yields += isinstance(n, (ast.Yield, ast.YieldFrom))
+            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+                bound[n.id] += 1
+            elif not isinstance(n, ast.Lambda):
+                bound.update(_binds_otherwise(n))
+        loads = (
+            n.id for n in walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        )
+        read.update(loads)
     return yields, bound, read
 
 
-def _private_locals(fn, bound: set) -> frozenset:
+def _private_locals(fn) -> frozenset:
     """The names `fn` binds that are neither global/nonlocal nor read by a scope inside it (a
     closure a call could run), nor seen by locals()/vars(): a call cannot read them."""
     if _reads_every_local(fn):
@@ -582,12 +610,7 @@ def _private_locals(fn, bound: set) -> frozenset:
             shared.update(n.names)
         elif n is not fn and isinstance(n, _SCOPES):
             shared.update(m.id for m in walk(n) if isinstance(m, ast.Name))
-    return frozenset(bound - shared)
-
-
-def _changes_scope(before, after) -> bool:
-    """A generator no longer yielding, or a name still read no longer bound (now the global)."""
-    return (before[0] and not after[0]) or bool((before[1] - after[1]) & after[2])
+    return frozenset(set(_scope_counts([fn.args, *fn.body])[1]) - shared)
 
 
 def prune_checks(tree) -> None:
