@@ -336,6 +336,9 @@ def test_an_attribute_set_once_in_init_is_a_constant_only_when_every_method_sees
         # asked in __init__ before the store
         "class A:\n    def __init__(self):\n        self.had = hasattr(self, 'x')\n"
         "        self.x = 1\nprint(A().had)",
+        # asked by a method __init__ calls before the store
+        "class A:\n    def __init__(self):\n        self.had = self.check()\n        self.x = 1\n"
+        "    def check(self):\n        return hasattr(self, 'x')\nprint(A().had)",
         # deleted by delattr
         "class A:\n    def __init__(self):\n        self.x = 1\n    def drop(self):\n"
         "        delattr(self, 'x')\n        return hasattr(self, 'x')\nprint(A().drop())",

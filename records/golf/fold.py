@@ -134,15 +134,18 @@ def binding_counts(tree: ast.Module) -> collections.Counter:
     reads can mean (the scopes' bindings: _scope_bound)."""
     counts = collections.Counter()
     for stmt in tree.body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            counts[stmt.name] += 1
-            continue
-        for node in _outside_scopes(stmt):
-            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-                counts[node.id] += 1
-            else:
-                counts.update(_binds_otherwise(node))
+        counts.update(_names_bound(stmt))
     return counts
+
+
+def _names_bound(node):
+    """Each binding `node` makes in its own scope, a name per binding: its stores, parameters,
+    imports, ..., and a nested def's or class's name (not what binds inside it)."""
+    for n in [node] if isinstance(node, _SCOPES) else _outside_scopes(node):
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            yield n.id
+        else:
+            yield from _binds_otherwise(n)
 
 
 def _outside_scopes(node):
@@ -586,12 +589,9 @@ def _scope_counts(nodes) -> tuple[int, collections.Counter, collections.Counter]
     and the reads of each name anywhere under them (a closure's too)."""
     yields, bound, read = 0, collections.Counter(), collections.Counter()
     for node in nodes:
-        for n in [node] if isinstance(node, _SCOPES) else _outside_scopes(node):
-            yields += isinstance(n, (ast.Yield, ast.YieldFrom))
-            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
-                bound[n.id] += 1
-            elif not isinstance(n, ast.Lambda):
-                bound.update(_binds_otherwise(n))
+        outside = [node] if isinstance(node, _SCOPES) else _outside_scopes(node)
+        yields += sum(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in outside)
+        bound.update(_names_bound(node))
         loads = (
             n.id for n in walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
         )
@@ -838,14 +838,14 @@ def drop_dead_locals(tree) -> None:
     """A local no code reads, assigned what only reads (alone or in a tuple assignment): the
     assignment, or its part, goes."""
     for fn in scopes(tree):
+        if _reads_every_local(fn):
+            continue
         loads, declared = set(), set()
         for n in walk(fn):
             if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store):
                 loads.add(n.id)  # (`del x` needs x bound)
             elif isinstance(n, (ast.Global, ast.Nonlocal)):
                 declared.update(n.names)
-        if _reads_every_local(fn):
-            continue
         for stmt in _outside_scopes(fn):  # (a class body's names are its attributes)
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
                 _drop_dead_targets(stmt, loads | declared)
@@ -1036,7 +1036,10 @@ def _only_called(tree: ast.Module) -> dict:
 
 
 # Decorators whose wrapper calls the function with its own call's arguments
-PASS_THROUGH = frozenset({"contextlib.contextmanager", "torch.no_grad", "functools.cache"})
+PASS_THROUGH = frozenset(
+    {"staticmethod", "classmethod", "property", "contextlib.contextmanager", "torch.no_grad",
+     "functools.cache"}
+)  # fmt: skip
 
 
 def _passes_arguments_through(fn) -> bool:
@@ -1393,19 +1396,22 @@ def known_attributes(tree: ast.Module) -> None:
     # (any store, setattr or class attribute, method included, gives an instance the name)
     stored = set(_attribute_stores(tree)) | {
         name for c in walk(tree) if isinstance(c, ast.ClassDef)
-        for stmt in c.body for name in _class_level_bindings(stmt)
+        for stmt in c.body for name in _names_bound(stmt)
     }  # fmt: skip
     skipped = _inits_skipped(tree)
     strings: dict[str, int] = {}
     for n in walk(tree):
         if is_const(n) and isinstance(n.value, str):
             strings[n.value] = strings.get(n.value, 0) + 1
-    ours = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
+    ours, methods = (
+        {s.name for s in tree.body if isinstance(s, ast.ClassDef)},
+        _instance_methods(tree),
+    )
     for cls in (s for s in tree.body if isinstance(s, ast.ClassDef)):
         init = next((f for f, _ in _methods(cls) if f.name == "__init__"), None)
         always = set()  # (what __init__ asks, it asks before its stores)
         if init is not None and cls.name not in skipped:
-            always = _init_stores(init, ours) - deleted
+            always = _init_stores(init, methods) - deleted
         # (a base class of a library's, nn.Module, has attributes no code here stores)
         own_bases = all(isinstance(b, ast.Name) and b.id in ours for b in cls.bases)
         for fn, me in _methods(cls):
@@ -1617,7 +1623,7 @@ def _scope_bound(tree: ast.Module) -> set[str]:
             continue
         read_here = class_scope_reads(scope)
         for child in ast.iter_child_nodes(scope):
-            names |= _bound_by(child) - (_class_level_bindings(child) - read_here)
+            names |= _bound_by(child) - (set(_names_bound(child)) - read_here)
     return names
 
 
@@ -1627,21 +1633,6 @@ def _bound_by(node: ast.AST) -> set[str]:
         n.id for n in walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
     }
     return _bound_in(node) | stores
-
-
-def _class_level_bindings(stmt: ast.AST) -> set[str]:
-    """The names a statement of a class body binds in the class's own scope (its members)."""
-    if isinstance(stmt, _SCOPES):
-        return {getattr(stmt, "name", "")}
-    names = set()
-    for n in _outside_scopes(stmt):  # (a nested def's name, not what binds inside it)
-        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
-            names.add(n.id)
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(n.name)
-        elif not isinstance(n, ast.Lambda):
-            names.update(_binds_otherwise(n))
-    return names
 
 
 def class_scope_reads(cls: ast.ClassDef) -> frozenset:

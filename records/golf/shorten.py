@@ -64,10 +64,8 @@ import re
 import string
 
 from .errors import MissingPackage
+from .fold import PASS_THROUGH
 
-PASS_THROUGH = frozenset(
-    {"staticmethod", "classmethod", "property", "contextlib.contextmanager", "torch.no_grad"}
-)
 PARTIAL = frozenset({"functools.partial", "partial"})
 # Members a library base calls only with its caller's own arguments (nn.Module.__call__ hands
 # `forward` what `model(...)` got; a class call, `__init__` what `Cls(...)` got): their
